@@ -1,0 +1,2 @@
+//! perf_event sideband and perf.data, and Linux capture.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]

@@ -1,0 +1,2 @@
+//! The trace hardware as typed values: IA32_RTIT_*, CPUID leaves 0x07/0x14, DEBUGCTL, the DS save area, BTS records and the LBR MSRs, validated and explained.
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
