@@ -256,7 +256,7 @@ impl RegisterDef {
 }
 
 /// Why a value could not be composed from named fields.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ComposeError {
     /// The register has no field of that name.

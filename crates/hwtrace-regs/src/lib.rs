@@ -12,3 +12,6 @@ pub mod cpuid;
 pub mod field;
 pub mod msr;
 pub mod rtit;
+pub mod output;
+pub mod topa;
+pub mod pt_config;
