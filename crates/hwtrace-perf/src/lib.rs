@@ -1,2 +1,4 @@
 //! perf_event sideband and perf.data, and Linux capture.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod pevent;
