@@ -13,5 +13,8 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod backing;
+pub mod pagecache;
 pub mod paging;
 pub mod phys;
+pub mod selfmap;
+pub mod virt;

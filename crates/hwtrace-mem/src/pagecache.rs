@@ -1,0 +1,228 @@
+//! Page caches as kAFL/Nyx and libxdc store them: `pages.addr`, a list of
+//! little-endian u64 page virtual addresses (a value whose low 12 bits are
+//! not zero marks a page that was not mapped), and `pages.dump`, the 4 KiB
+//! pages in the same order. The corpus in `../shared/corpus/real/` uses it.
+
+use crate::backing::Backing;
+use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
+use std::io;
+use std::path::{Path, PathBuf};
+
+const PAGE: usize = 4096;
+
+/// Why a page cache could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PageCacheError {
+    /// A file could not be read or mapped.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// `pages.addr` is not a whole number of u64s.
+    #[error("address list of {len} bytes is not a multiple of 8")]
+    AddrLength {
+        /// Its length.
+        len: usize,
+    },
+    /// `pages.dump` holds fewer pages than `pages.addr` names.
+    #[error("page dump of {dump_len} bytes is shorter than the {pages} pages listed")]
+    DumpTooShort {
+        /// Entries in the address list.
+        pages: usize,
+        /// Length of the page dump.
+        dump_len: usize,
+    },
+}
+
+/// A page cache: virtual pages of one address space, memory-mapped.
+#[derive(Debug)]
+pub struct PageCache {
+    dump: Backing,
+    /// (page virtual address, slot in the dump), sorted by address.
+    index: Vec<(u64, usize)>,
+}
+
+impl PageCache {
+    /// Opens `dir/pages.addr` and `dir/pages.dump`.
+    pub fn open(dir: &Path) -> Result<Self, PageCacheError> {
+        Self::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))
+    }
+
+    /// Opens an address list and a page dump.
+    pub fn open_files(addr: &Path, dump: &Path) -> Result<Self, PageCacheError> {
+        let io_err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| PageCacheError::Io { path, source }
+        };
+        let addrs = std::fs::read(addr).map_err(io_err(addr))?;
+        let dump = Backing::map(dump).map_err(io_err(dump))?;
+        Self::build(&addrs, dump)
+    }
+
+    /// A page cache from bytes in memory.
+    pub fn from_bytes(addrs: &[u8], dump: Vec<u8>) -> Result<Self, PageCacheError> {
+        Self::build(addrs, Backing::Owned(dump))
+    }
+
+    fn build(addrs: &[u8], dump: Backing) -> Result<Self, PageCacheError> {
+        if addrs.len() % 8 != 0 {
+            return Err(PageCacheError::AddrLength { len: addrs.len() });
+        }
+        let pages = addrs.len() / 8;
+        let dump_len = dump.bytes().len();
+        if pages.checked_mul(PAGE).is_none_or(|need| need > dump_len) {
+            return Err(PageCacheError::DumpTooShort { pages, dump_len });
+        }
+        let mut index: Vec<(u64, usize)> = addrs
+            .chunks_exact(8)
+            .enumerate()
+            .filter_map(|(slot, b)| {
+                let mut v = [0u8; 8];
+                v.copy_from_slice(b);
+                let va = u64::from_le_bytes(v);
+                (va & 0xfff == 0).then_some((va, slot))
+            })
+            .collect();
+        // Stable: of duplicate addresses, the first listed wins.
+        index.sort_by_key(|&(va, _)| va);
+        index.dedup_by_key(|&mut (va, _)| va);
+        Ok(Self { dump, index })
+    }
+
+    /// How many mapped pages the cache holds.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether the cache holds no mapped page.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The virtual addresses of the mapped pages, ascending.
+    pub fn page_addresses(&self) -> impl Iterator<Item = Ip> + '_ {
+        self.index.iter().map(|&(va, _)| Ip(va))
+    }
+
+    /// The 4 KiB page at page address `va`.
+    pub fn page(&self, va: u64) -> Option<&[u8]> {
+        let i = self.index.binary_search_by_key(&va, |&(v, _)| v).ok()?;
+        let slot = self.index.get(i)?.1;
+        self.dump.bytes().get(slot * PAGE..(slot + 1) * PAGE)
+    }
+}
+
+impl ReadMemory for PageCache {
+    /// Reads across page boundaries; the address space is ignored (a page
+    /// cache holds one).
+    fn read_memory(
+        &self,
+        _space: AddressSpace,
+        addr: Ip,
+        buf: &mut [u8],
+    ) -> Result<usize, MemoryError> {
+        let mut done = 0;
+        while done < buf.len() {
+            let va = addr.0.wrapping_add(done as u64);
+            let Some(page) = self.page(va & !0xfff) else {
+                return if done == 0 {
+                    Err(MemoryError::Unmapped { addr })
+                } else {
+                    Ok(done)
+                };
+            };
+            let off = (va & 0xfff) as usize;
+            let n = (PAGE - off).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&page[off..off + n]);
+            done += n;
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache() -> PageCache {
+        let addrs: Vec<u8> = [0x40_1000u64, 0x40_0000, 0x50_0001, 0x40_0000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut dump = vec![0u8; 4 * PAGE];
+        dump[..PAGE].fill(0x11);
+        dump[PAGE..2 * PAGE].fill(0x22);
+        dump[2 * PAGE..3 * PAGE].fill(0x33);
+        dump[3 * PAGE..].fill(0x44);
+        PageCache::from_bytes(&addrs, dump).unwrap()
+    }
+
+    #[test]
+    fn reads_cross_pages_and_first_duplicate_wins() {
+        let c = cache();
+        assert_eq!(c.len(), 2);
+        let mut b = [0u8; 4];
+        assert_eq!(
+            c.read_memory(AddressSpace::UNKNOWN, Ip(0x40_0ffe), &mut b),
+            Ok(4)
+        );
+        assert_eq!(b, [0x22, 0x22, 0x11, 0x11]);
+        let mut big = [0u8; 16];
+        assert_eq!(
+            c.read_memory(AddressSpace::UNKNOWN, Ip(0x40_1ff8), &mut big),
+            Ok(8)
+        );
+    }
+
+    #[test]
+    fn unmapped_markers_and_misses_are_unmapped() {
+        let c = cache();
+        let mut b = [0u8; 1];
+        for addr in [0x50_0000u64, 0x50_0001, 0x3f_ffff, 0] {
+            assert_eq!(
+                c.read_memory(AddressSpace::UNKNOWN, Ip(addr), &mut b),
+                Err(MemoryError::Unmapped { addr: Ip(addr) })
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_inputs_are_refused() {
+        assert!(matches!(
+            PageCache::from_bytes(&[0; 7], vec![]),
+            Err(PageCacheError::AddrLength { len: 7 })
+        ));
+        assert!(matches!(
+            PageCache::from_bytes(&[0; 16], vec![0; PAGE]),
+            Err(PageCacheError::DumpTooShort {
+                pages: 2,
+                dump_len: 4096
+            })
+        ));
+    }
+
+    #[test]
+    fn corpus_page_caches_open_and_read() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real");
+        let Ok(dirs) = std::fs::read_dir(&root) else {
+            eprintln!("corpus not found at {}: skipped", root.display());
+            return;
+        };
+        let mut seen = 0;
+        for dir in dirs.flatten() {
+            let c = PageCache::open(&dir.path()).unwrap();
+            let first = c.page_addresses().next().unwrap();
+            let mut b = [0u8; 4096 + 16];
+            let n = c
+                .read_memory(AddressSpace::UNKNOWN, first.add(4096 - 8), &mut b)
+                .unwrap();
+            assert!(n >= 8);
+            seen += 1;
+        }
+        assert_eq!(seen, 3);
+    }
+}
