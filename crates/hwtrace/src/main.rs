@@ -4,6 +4,7 @@
 //! function; this file only dispatches and turns errors into exit codes.
 
 mod cmd;
+mod input;
 
 use clap::Parser;
 use std::process::ExitCode;
