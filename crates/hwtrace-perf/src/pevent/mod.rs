@@ -45,6 +45,9 @@ pub mod record;
 pub mod session;
 pub mod time;
 
+#[cfg(test)]
+mod tests;
+
 pub use context::{Abi, Context, ContextId, Contexts, Mapping};
 pub use options::{OptionError, OptionErrorKind, SidebandOptions};
 pub use print::{PrintFlags, print_record, record_name};
