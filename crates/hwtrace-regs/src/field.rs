@@ -81,6 +81,9 @@ pub enum FieldKind {
     /// An address kept in place: the field's value is `raw & mask`, not
     /// shifted, because the low bits are implied zero.
     Address,
+    /// An address kept in place whose top field bit is copied into every bit
+    /// above it (LBR formats that reuse the upper bits for flags).
+    SignedAddress,
     /// A value whose meaning is computed (frequencies, sizes, ...).
     Computed(fn(u64) -> Meaning),
 }
@@ -177,9 +180,20 @@ impl FieldDef {
     /// [`compose`] accepts it: shifted down, except for in-place addresses.
     pub const fn value(&self, raw: u64) -> u64 {
         match self.kind {
-            FieldKind::Address => raw & self.bits.mask(),
+            FieldKind::Address | FieldKind::SignedAddress => raw & self.bits.mask(),
             _ => self.bits.get(raw),
         }
+    }
+
+    /// Sign-extends an in-place value from the field's top bit (fields
+    /// starting at bit 0 only; others are returned unchanged).
+    const fn sign_extend(&self, value: u64) -> u64 {
+        let top = self.bits.hi as u32;
+        if self.bits.lo != 0 || top >= 63 {
+            return value;
+        }
+        let shift = 63 - top;
+        (((value << shift) as i64) >> shift) as u64
     }
 
     /// What a value of this field means.
@@ -192,6 +206,7 @@ impl FieldDef {
                 .map_or(Meaning::Reserved(value), |(_, t)| Meaning::Text(t)),
             FieldKind::Number => Meaning::Number(value),
             FieldKind::Address => Meaning::Address(value),
+            FieldKind::SignedAddress => Meaning::Address(self.sign_extend(value)),
             FieldKind::Computed(f) => f(value),
         }
     }
@@ -200,7 +215,10 @@ impl FieldDef {
     /// returns), or why the value does not fit.
     pub fn insert(&self, raw: u64, value: u64) -> Result<u64, ComposeError> {
         match self.kind {
-            FieldKind::Address => {
+            FieldKind::SignedAddress if self.sign_extend(value & self.bits.mask()) == value => {
+                Ok((raw & !self.bits.mask()) | (value & self.bits.mask()))
+            }
+            FieldKind::Address | FieldKind::SignedAddress => {
                 if value & !self.bits.mask() != 0 {
                     return Err(ComposeError::AddressNotRepresentable {
                         field: self.name,

@@ -15,3 +15,8 @@ pub mod rtit;
 pub mod output;
 pub mod topa;
 pub mod pt_config;
+pub mod bts;
+pub mod debugctl;
+pub mod ds;
+pub mod lbr;
+pub mod uarch;
