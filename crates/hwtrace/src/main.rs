@@ -5,6 +5,7 @@
 
 mod cmd;
 mod input;
+mod ptdump;
 
 use clap::Parser;
 use std::process::ExitCode;

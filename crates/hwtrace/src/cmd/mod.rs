@@ -2,6 +2,7 @@
 
 mod dump;
 mod mem;
+mod ptdump;
 
 use std::process::ExitCode;
 
@@ -10,6 +11,9 @@ use std::process::ExitCode;
 pub enum Command {
     /// List the packets of a raw Intel PT trace.
     Dump(dump::DumpArgs),
+    /// Print packets exactly as libipt's ptdump does (same options, same output).
+    #[command(disable_help_flag = true)]
+    Ptdump(ptdump::PtdumpArgs),
     /// Page tables of a physical memory dump: translate, maps, selfmap.
     Mem(mem::MemArgs),
 }
@@ -18,6 +22,7 @@ pub enum Command {
 pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Dump(args) => dump::run(args),
+        Command::Ptdump(args) => ptdump::run(args),
         Command::Mem(args) => mem::run(args),
     }
 }

@@ -1,0 +1,101 @@
+//! `hwtrace ptdump`: a drop-in for libipt's ptdump.
+//!
+//! It takes ptdump's command line and prints what ptdump prints (column
+//! layout, error lines, resynchronisation, timing columns, errata), so
+//! existing users can alias it. The packets come from `hwtrace-packet`,
+//! timing from `hwtrace-flow`'s time module; this module only decides what
+//! to show and how.
+
+mod cpu;
+mod dump;
+mod format;
+mod line;
+mod options;
+mod quirks;
+
+use std::io::Write;
+
+use anyhow::{Context, bail};
+use hwtrace_flow::TimeConfig;
+
+pub use dump::SidebandSink;
+pub use options::{Invocation, Options, parse};
+
+use cpu::{Cpu, Errata};
+use dump::{DumpConfig, Dumper};
+use options::{CpuChoice, FileRange, HELP};
+
+/// Reads a file or the `from..to` part of it, with ptdump's checks.
+pub fn load_range(range: &FileRange) -> anyhow::Result<Vec<u8>> {
+    let data = std::fs::read(&range.path)
+        .with_context(|| format!("failed to open {}", range.path.display()))?;
+    let size = data.len() as u64;
+    if range.from >= size {
+        bail!("bad offset {:#x} into {}", range.from, range.path.display());
+    }
+    let end = range.to.unwrap_or(size);
+    if end > size {
+        bail!("bad range {end:#x} in {}", range.path.display());
+    }
+    // Both bounds are within `data`, so they fit in usize.
+    let from = usize::try_from(range.from)?;
+    let end = usize::try_from(end)?;
+    Ok(data[from..end].to_vec())
+}
+
+/// The errata for `--cpu`, or the diagnostic ptdump prints when the
+/// processor is unknown (decoding then goes on without workarounds).
+fn errata(choice: CpuChoice, out: &mut dyn Write) -> std::io::Result<Errata> {
+    let cpu = match choice {
+        CpuChoice::None => return Ok(Errata::default()),
+        CpuChoice::Auto => Cpu::current(),
+        CpuChoice::Model(cpu) => Some(cpu),
+    };
+    match cpu.map(Errata::for_cpu) {
+        Some(Ok(errata)) => Ok(errata),
+        _ => {
+            writeln!(out, "[0: failed to determine errata: unknown cpu]")?;
+            Ok(Errata::default())
+        }
+    }
+}
+
+/// Runs ptdump with the given options, printing to `out`. `sideband`
+/// receives the time as decoding proceeds.
+pub fn dump<'o>(
+    options: &Options,
+    out: &'o mut dyn Write,
+    sideband: Option<&'o mut dyn SidebandSink>,
+) -> anyhow::Result<()> {
+    let errata = errata(options.cpu, out)?;
+    let trace = load_range(&options.trace)?;
+    let time = TimeConfig {
+        mtc_freq: options.mtc_freq,
+        nom_freq: options.nom_freq,
+        cpuid_0x15_eax: options.cpuid_0x15_eax,
+        cpuid_0x15_ebx: options.cpuid_0x15_ebx,
+        skl168: errata.skl168,
+    };
+    let config = DumpConfig {
+        options,
+        errata,
+        time,
+    };
+    Dumper::new(config, out, sideband).run(&trace)?;
+    Ok(())
+}
+
+/// Runs a whole ptdump command line (without the program name).
+pub fn main(args: &[String], out: &mut dyn Write) -> anyhow::Result<()> {
+    match parse(args)? {
+        Invocation::Help => out.write_all(HELP.as_bytes())?,
+        Invocation::Version => writeln!(out, "hwtrace ptdump {}", env!("CARGO_PKG_VERSION"))?,
+        Invocation::Dump(options) => {
+            if !options.pevent.is_empty() {
+                bail!("perf_event sideband (--pevent) is not supported yet");
+            }
+            dump(&options, out, None)?;
+        }
+    }
+    Ok(())
+}
