@@ -20,3 +20,5 @@ pub mod debugctl;
 pub mod ds;
 pub mod lbr;
 pub mod uarch;
+pub mod arch_lbr;
+pub mod lbr_select;
