@@ -13,12 +13,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Cases allowed to fail, with the reason. Each prefix matches case names.
-const EXCEPTIONS: &[(&str, &str)] = &[(
-    "pevent-",
-    "perf_event sideband (--pevent) printing is not wired into ptdump yet: \
-     it waits for hwtrace-perf's pevent module",
-)];
+/// Cases allowed to fail, as (case-name prefix, reason). None today: every
+/// case must match.
+const EXCEPTIONS: &[(&str, &str)] = &[];
 
 fn corpus_dir() -> PathBuf {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");

@@ -528,3 +528,162 @@ impl<'a, 'o> Dumper<'a, 'o> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ptdump::options::{Invocation, parse};
+
+    fn options(list: &[&str]) -> Options {
+        let args: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        match parse(&args) {
+            Ok(Invocation::Dump(o)) => *o,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    fn render(opts: &Options, errata: Errata, trace: &[u8]) -> String {
+        let config = DumpConfig {
+            options: opts,
+            errata,
+            time: TimeConfig {
+                mtc_freq: opts.mtc_freq,
+                nom_freq: opts.nom_freq,
+                cpuid_0x15_eax: opts.cpuid_0x15_eax,
+                cpuid_0x15_ebx: opts.cpuid_0x15_ebx,
+                skl168: errata.skl168,
+            },
+        };
+        let mut out = Vec::new();
+        Dumper::new(config, &mut out, None)
+            .run(trace)
+            .expect("writing to a Vec");
+        String::from_utf8(out).expect("ptdump output is ASCII")
+    }
+
+    const PSB: [u8; 16] = hwtrace_packet::PSB;
+
+    #[test]
+    fn resync_skips_the_current_psb_but_finds_overlapping_ones() {
+        let mut data = vec![0u8; 8];
+        data.extend_from_slice(&PSB);
+        data.extend_from_slice(&[0xc9]);
+        data.extend_from_slice(&PSB);
+        // Error at the sync point itself: look after it.
+        assert_eq!(resync_point(&data, 8, Some(8)), Some(25));
+        // The search starts 15 bytes early: a PSB overlapping the broken
+        // packet is found, one that ended before it is not.
+        assert_eq!(resync_point(&data, 23, Some(0)), Some(8));
+        assert_eq!(resync_point(&data, 24, Some(0)), Some(25));
+        assert_eq!(resync_point(&data, 41, Some(25)), None);
+        assert_eq!(resync_point(&data, 0, None), Some(8));
+    }
+
+    #[test]
+    fn decode_error_then_resync() {
+        let mut trace = PSB.to_vec();
+        trace.push(0xc9);
+        trace.extend_from_slice(&PSB);
+        trace.extend_from_slice(&[0x02, 0x23]);
+        let text = render(&options(&["t"]), Errata::default(), &trace);
+        assert_eq!(
+            text,
+            "0000000000000000  psb\n[10: error decoding packet: unknown opcode]\n\
+             0000000000000011  psb\n0000000000000021  psbend\n"
+        );
+    }
+
+    #[test]
+    fn time_columns() {
+        // PSB, PSBEND, TSC 0x1000, TMA ctc 2 fc 0, MTC 3.
+        let mut trace = PSB.to_vec();
+        trace.extend_from_slice(&[0x02, 0x23]);
+        trace.extend_from_slice(&[0x19, 0x00, 0x10, 0, 0, 0, 0, 0]);
+        trace.extend_from_slice(&[0x02, 0x73, 0x02, 0x00, 0x00, 0x00, 0x00]);
+        trace.extend_from_slice(&[0x59, 0x03]);
+        let opts = options(&[
+            "--time",
+            "--time-delta",
+            "--cpuid-0x15.eax",
+            "1",
+            "--cpuid-0x15.ebx",
+            "2",
+            "t",
+        ]);
+        let text = render(&opts, Errata::default(), &trace);
+        let lines: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(
+            lines[2],
+            ["0000000000000012", "tsc", "1000", "tsc", "+1000"]
+        );
+        assert_eq!(
+            lines[3],
+            ["000000000000001a", "tma", "2,", "0", "tsc", "+0"]
+        );
+        // One CTC tick = 2 TSC ticks.
+        assert_eq!(lines[4], ["0000000000000021", "mtc", "3", "tsc", "+2"]);
+    }
+
+    /// A small deterministic generator (xorshift) for noise.
+    fn noise(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    #[test]
+    fn any_bytes_give_output_not_panics() {
+        let option_sets: [&[&str]; 4] = [
+            &["t"],
+            &["--no-sync", "--raw", "--lastip", "--exec-mode", "t"],
+            &[
+                "--no-sync",
+                "--time",
+                "--no-wall-clock",
+                "--mtc-freq",
+                "31",
+                "--cpuid-0x15.eax",
+                "3",
+                "--cpuid-0x15.ebx",
+                "0xffffffff",
+                "--nom-freq",
+                "255",
+                "t",
+            ],
+            &[
+                "--no-sync",
+                "--tcal",
+                "--time-delta",
+                "--keep-tcal-on-ovf",
+                "--mtc-freq",
+                "255",
+                "t",
+            ],
+        ];
+        let errata = Errata {
+            skz84: true,
+            skd007: true,
+            skl168: true,
+            ..Errata::default()
+        };
+        for seed in 0..64u64 {
+            let mut trace = noise(seed, 512);
+            // Sprinkle PSBs so resynchronisation is exercised too.
+            let at = (seed as usize * 37) % 400;
+            trace[at..at + 16].copy_from_slice(&PSB);
+            for set in option_sets {
+                let text = render(&options(set), errata, &trace);
+                assert!(text.lines().all(|l| !l.is_empty()));
+            }
+        }
+    }
+}

@@ -17,6 +17,8 @@ use std::io::Write;
 
 use anyhow::{Context, bail};
 use hwtrace_flow::TimeConfig;
+use hwtrace_perf::pevent::Session;
+use hwtrace_types::Tsc;
 
 pub use dump::SidebandSink;
 pub use options::{Invocation, Options, parse};
@@ -60,15 +62,29 @@ fn errata(choice: CpuChoice, out: &mut dyn Write) -> std::io::Result<Errata> {
     }
 }
 
-/// Runs ptdump with the given options, printing to `out`. `sideband`
-/// receives the time as decoding proceeds.
-pub fn dump<'o>(
-    options: &Options,
-    out: &'o mut dyn Write,
-    sideband: Option<&'o mut dyn SidebandSink>,
-) -> anyhow::Result<()> {
+/// Prints a session's records as the trace's time reaches them.
+struct SessionSink(Session);
+
+impl SidebandSink for SessionSink {
+    fn dump_until(&mut self, tsc: Tsc, out: &mut dyn Write) -> std::io::Result<()> {
+        self.0.dump_due(tsc, out)
+    }
+}
+
+/// Runs ptdump with the given options, printing to `out`.
+pub fn dump(options: &Options, out: &mut dyn Write) -> anyhow::Result<()> {
+    let mut session = if options.sideband.files.is_empty() {
+        None
+    } else {
+        let session = options.sideband.clone().into_session();
+        Some(SessionSink(session.context("error loading sideband")?))
+    };
     let errata = errata(options.cpu, out)?;
     let trace = load_range(&options.trace)?;
+    if let Some(SessionSink(session)) = session.as_mut() {
+        // Diagnostics about unreadable sideband come before the trace.
+        session.start(out)?;
+    }
     let time = TimeConfig {
         mtc_freq: options.mtc_freq,
         nom_freq: options.nom_freq,
@@ -81,6 +97,7 @@ pub fn dump<'o>(
         errata,
         time,
     };
+    let sideband = session.as_mut().map(|s| s as &mut dyn SidebandSink);
     Dumper::new(config, out, sideband).run(&trace)?;
     Ok(())
 }
@@ -90,12 +107,7 @@ pub fn main(args: &[String], out: &mut dyn Write) -> anyhow::Result<()> {
     match parse(args)? {
         Invocation::Help => out.write_all(HELP.as_bytes())?,
         Invocation::Version => writeln!(out, "hwtrace ptdump {}", env!("CARGO_PKG_VERSION"))?,
-        Invocation::Dump(options) => {
-            if !options.pevent.is_empty() {
-                bail!("perf_event sideband (--pevent) is not supported yet");
-            }
-            dump(&options, out, None)?;
-        }
+        Invocation::Dump(options) => dump(&options, out)?,
     }
     Ok(())
 }

@@ -8,6 +8,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use hwtrace_perf::pevent::{OptionError, PrintFlags, SidebandOptions};
+
 use super::cpu::{BadCpu, Cpu};
 
 /// Which processor to decode for.
@@ -31,62 +33,6 @@ pub struct FileRange {
     pub from: u64,
     /// One past the last byte to use; `None` for the end of the file.
     pub to: Option<u64>,
-}
-
-/// How sideband records are shown (libipt-sb's dump flags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct SidebandFormat {
-    /// `--sb:compact`: one line per record.
-    pub compact: bool,
-    /// `--sb:verbose`: every field.
-    pub verbose: bool,
-    /// `--sb:filename`: prefix the sideband file name.
-    pub filename: bool,
-    /// `--sb:offset`: prefix the offset in the sideband file.
-    pub offset: bool,
-    /// `--sb:time`: prefix the record's time as TSC.
-    pub time: bool,
-}
-
-/// perf_event settings for the sideband files that follow them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeventConfig {
-    /// perf_event_attr.sample_type.
-    pub sample_type: u64,
-    /// perf_event_mmap_page.time_zero.
-    pub time_zero: u64,
-    /// perf_event_mmap_page.time_shift.
-    pub time_shift: u16,
-    /// perf_event_mmap_page.time_mult.
-    pub time_mult: u32,
-    /// Show records this many TSC ticks earlier.
-    pub tsc_offset: u64,
-    /// The start address of the kernel.
-    pub kernel_start: u64,
-}
-
-impl Default for PeventConfig {
-    fn default() -> Self {
-        Self {
-            sample_type: 0,
-            time_zero: 0,
-            time_shift: 0,
-            time_mult: 1,
-            tsc_offset: 0,
-            kernel_start: 0,
-        }
-    }
-}
-
-/// One `--pevent[:primary|:secondary] FILE` argument.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PeventFile {
-    /// The file and range.
-    pub file: FileRange,
-    /// `--pevent:secondary` (records of other CPUs) rather than primary.
-    pub secondary: bool,
-    /// The settings in effect when the file was named.
-    pub config: PeventConfig,
 }
 
 /// Everything the command line asks for.
@@ -114,9 +60,8 @@ pub struct Options {
     pub nom_freq: u8,
     pub cpuid_0x15_eax: u32,
     pub cpuid_0x15_ebx: u32,
-    pub sb_format: SidebandFormat,
-    pub sb_warn: bool,
-    pub pevent: Vec<PeventFile>,
+    /// `--sb:*` and `--pevent:*`, parsed by `hwtrace-perf`.
+    pub sideband: SidebandOptions,
     /// The trace file.
     pub trace: FileRange,
 }
@@ -148,6 +93,8 @@ pub enum ArgError {
     TimeAndTcal,
     /// A bad `--cpu` value.
     BadCpu(BadCpu),
+    /// A bad `--sb:*`/`--pevent:*` value.
+    Sideband(OptionError),
     /// A bad `:from-to` range.
     BadRange(String),
     /// No trace file.
@@ -167,6 +114,7 @@ impl fmt::Display for ArgError {
             ArgError::UnknownOption(o) => write!(f, "unknown option: {o}"),
             ArgError::TimeAndTcal => f.write_str("specify either --time or --tcal"),
             ArgError::BadCpu(e) => e.fmt(f),
+            ArgError::Sideband(e) => e.fmt(f),
             ArgError::BadRange(a) => write!(f, "bad file range: {a}"),
             ArgError::NoFile => f.write_str("no processor trace file specified"),
             ArgError::TrailingArguments => {
@@ -286,16 +234,13 @@ pub fn parse(args: &[String]) -> Result<Invocation, ArgError> {
         nom_freq: 0,
         cpuid_0x15_eax: 0,
         cpuid_0x15_ebx: 0,
-        sb_format: SidebandFormat::default(),
-        sb_warn: false,
-        pevent: Vec::new(),
+        sideband: SidebandOptions::default(),
         trace: FileRange {
             path: PathBuf::new(),
             from: 0,
             to: None,
         },
     };
-    let mut pevent = PeventConfig::default();
     let mut trace = None;
     let mut it = Args { args, next: 0 };
 
@@ -308,13 +253,29 @@ pub fn parse(args: &[String]) -> Result<Invocation, ArgError> {
             trace = Some(parse_file_range(arg)?);
             break;
         }
+        let files = o.sideband.files.len();
+        let mut value = || {
+            let v = args.get(it.next).cloned();
+            it.next += 1;
+            v
+        };
+        if o.sideband
+            .parse_arg(arg, &mut value)
+            .map_err(ArgError::Sideband)?
+        {
+            // Sideband is printed by time, so time must be tracked.
+            if o.sideband.files.len() > files {
+                o.track_time = true;
+            }
+            continue;
+        }
         match arg.as_str() {
             "-h" | "--help" => return Ok(Invocation::Help),
             "--version" => return Ok(Invocation::Version),
             "--no-sync" => o.no_sync = true,
             "--quiet" => {
                 o.quiet = true;
-                o.sb_format = SidebandFormat::default();
+                o.sideband.output.records = PrintFlags::default();
             }
             "--no-pad" => o.no_pad = true,
             "--no-timing" => o.no_timing = true,
@@ -339,41 +300,6 @@ pub fn parse(args: &[String]) -> Result<Invocation, ArgError> {
             "--no-tcal" => o.no_tcal = true,
             "--no-wall-clock" => o.no_wall_clock = true,
             "--keep-tcal-on-ovf" => o.keep_tcal_on_ovf = true,
-            "--sb:compact" | "--sb" => {
-                o.sb_format.verbose = false;
-                o.sb_format.compact = true;
-            }
-            "--sb:verbose" => {
-                o.sb_format.compact = false;
-                o.sb_format.verbose = true;
-            }
-            "--sb:filename" => o.sb_format.filename = true,
-            "--sb:offset" => o.sb_format.offset = true,
-            "--sb:time" => o.sb_format.time = true,
-            "--sb:switch" => {}
-            "--sb:warn" => o.sb_warn = true,
-            "--sb:no-warn" => o.sb_warn = false,
-            "--pevent" | "--pevent:primary" | "--pevent:secondary" => {
-                let file = parse_file_range(it.raw_value(arg)?)?;
-                o.pevent.push(PeventFile {
-                    file,
-                    secondary: arg == "--pevent:secondary",
-                    config: pevent,
-                });
-                // Sideband is ordered by time, so time must be tracked.
-                o.track_time = true;
-            }
-            "--pevent:sample-type" => pevent.sample_type = it.number(arg)?,
-            "--pevent:time-zero" => pevent.time_zero = it.number(arg)?,
-            "--pevent:time-shift" => pevent.time_shift = it.number(arg)?,
-            "--pevent:time-mult" => pevent.time_mult = it.number(arg)?,
-            "--pevent:tsc-offset" => pevent.tsc_offset = it.number(arg)?,
-            "--pevent:kernel-start" => pevent.kernel_start = it.number(arg)?,
-            "--pevent:sysroot" | "--pevent:kcore" | "--pevent:vdso-x64" | "--pevent:vdso-x32"
-            | "--pevent:vdso-ia32" => {
-                // Accepted for compatibility; ptdump does not read images.
-                it.raw_value(arg)?;
-            }
             "--cpu" => {
                 let value = it.raw_value(arg)?;
                 o.cpu = match value {
@@ -509,24 +435,24 @@ mod tests {
     }
 
     #[test]
-    fn pevent_takes_preceding_settings() {
+    fn pevent_files_turn_on_time_tracking() {
         let o = dump(&[
+            "--sb:compact",
             "--pevent:sample-type",
             "0x4",
             "--pevent:primary",
             "a.sb",
-            "--pevent:time-mult",
-            "3",
-            "--pevent:secondary",
-            "b.sb:0x10",
+            "--quiet",
             "t.pt",
         ]);
-        assert!(o.track_time);
-        assert_eq!(o.pevent.len(), 2);
-        assert_eq!(o.pevent[0].config.sample_type, 4);
-        assert_eq!(o.pevent[0].config.time_mult, 1);
-        assert_eq!(o.pevent[1].config.time_mult, 3);
-        assert!(o.pevent[1].secondary && o.pevent[1].file.from == 16);
+        assert!(o.track_time && o.quiet);
+        assert_eq!(o.sideband.files.len(), 1);
+        assert_eq!(o.sideband.files[0].1.sample_type, 4);
+        assert!(!o.sideband.output.records.compact);
+        assert!(matches!(
+            parse(&args(&["--pevent:time-shift", "0x10000", "t"])),
+            Err(ArgError::Sideband(_))
+        ));
     }
 
     #[test]
