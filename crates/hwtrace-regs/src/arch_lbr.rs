@@ -48,17 +48,62 @@ pub static LBR_CTL: RegisterDef = RegisterDef {
     reserved: LbrCtl::RESERVED,
     width: 64,
     fields: &[
-        FieldDef::flag("LBREn", 0, "architectural LBRs record", "architectural LBRs off"),
-        FieldDef::flag("OS", 1, "record branches ending in ring 0", "skip ring-0 branches"),
-        FieldDef::flag("USR", 2, "record branches ending in ring > 0", "skip ring > 0 branches"),
+        FieldDef::flag(
+            "LBREn",
+            0,
+            "architectural LBRs record",
+            "architectural LBRs off",
+        ),
+        FieldDef::flag(
+            "OS",
+            1,
+            "record branches ending in ring 0",
+            "skip ring-0 branches",
+        ),
+        FieldDef::flag(
+            "USR",
+            2,
+            "record branches ending in ring > 0",
+            "skip ring > 0 branches",
+        ),
         FieldDef::flag("CALL_STACK", 3, "call-stack mode", "ordinary LBR stack"),
-        FieldDef::flag("COND", 16, "record conditional branches", "skip conditional branches"),
-        FieldDef::flag("NEAR_REL_JMP", 17, "record near relative jumps", "skip near relative jumps"),
-        FieldDef::flag("NEAR_IND_JMP", 18, "record near indirect jumps", "skip near indirect jumps"),
-        FieldDef::flag("NEAR_REL_CALL", 19, "record near relative calls", "skip near relative calls"),
-        FieldDef::flag("NEAR_IND_CALL", 20, "record near indirect calls", "skip near indirect calls"),
+        FieldDef::flag(
+            "COND",
+            16,
+            "record conditional branches",
+            "skip conditional branches",
+        ),
+        FieldDef::flag(
+            "NEAR_REL_JMP",
+            17,
+            "record near relative jumps",
+            "skip near relative jumps",
+        ),
+        FieldDef::flag(
+            "NEAR_IND_JMP",
+            18,
+            "record near indirect jumps",
+            "skip near indirect jumps",
+        ),
+        FieldDef::flag(
+            "NEAR_REL_CALL",
+            19,
+            "record near relative calls",
+            "skip near relative calls",
+        ),
+        FieldDef::flag(
+            "NEAR_IND_CALL",
+            20,
+            "record near indirect calls",
+            "skip near indirect calls",
+        ),
         FieldDef::flag("NEAR_RET", 21, "record near returns", "skip near returns"),
-        FieldDef::flag("OTHER_BRANCH", 22, "record other branches (far, interrupts, exceptions)", "skip other branches"),
+        FieldDef::flag(
+            "OTHER_BRANCH",
+            22,
+            "record other branches (far, interrupts, exceptions)",
+            "skip other branches",
+        ),
     ],
 };
 
@@ -70,7 +115,9 @@ pub enum LbrDepthError {
     #[error("LBR depth {0} is not a multiple of 8 from 8 to 64: WRMSR raises #GP")]
     NotArchitectural(u64),
     /// Not in the CPUID.(EAX=1CH):EAX[7:0] bitmap.
-    #[error("LBR depth {depth} is not in the supported-depth bitmap {bitmap:#010b} (CPUID.(EAX=1CH,ECX=0):EAX[7:0]): WRMSR raises #GP")]
+    #[error(
+        "LBR depth {depth} is not in the supported-depth bitmap {bitmap:#010b} (CPUID.(EAX=1CH,ECX=0):EAX[7:0]): WRMSR raises #GP"
+    )]
     NotSupported {
         /// The depth.
         depth: u64,
@@ -106,7 +153,12 @@ pub static LBR_DEPTH: RegisterDef = RegisterDef {
     sdm: "SDM Vol. 3B §19.1.2 (IA32_LBR_DEPTH)",
     reserved: !0x1FF,
     width: 64,
-    fields: &[FieldDef::field("DEPTH", 8, 0, FieldKind::Computed(depth_meaning))],
+    fields: &[FieldDef::field(
+        "DEPTH",
+        8,
+        0,
+        FieldKind::Computed(depth_meaning),
+    )],
 };
 
 fn br_type_meaning(v: u64) -> Meaning {
@@ -133,8 +185,18 @@ pub static ARCH_LBR_INFO: RegisterDef = RegisterDef {
         FieldDef::field("BR_TYPE", 59, 56, FieldKind::Computed(br_type_meaning)),
         FieldDef::flag("CYC_CNT_VALID", 60, "CYC_CNT is valid", "no cycle count"),
         FieldDef::flag("TSX_ABORT", 61, "TSX abort", "not an abort"),
-        FieldDef::flag("IN_TSX", 62, "inside a TSX transaction", "not in a transaction"),
-        FieldDef::flag("MISPRED", 63, "branch was mispredicted", "branch was predicted"),
+        FieldDef::flag(
+            "IN_TSX",
+            62,
+            "inside a TSX transaction",
+            "not in a transaction",
+        ),
+        FieldDef::flag(
+            "MISPRED",
+            63,
+            "branch was mispredicted",
+            "branch was predicted",
+        ),
     ],
 };
 
@@ -165,9 +227,21 @@ mod tests {
     #[test]
     fn depth_must_be_architectural_and_enumerated() {
         assert_eq!(check_depth(32, None), Ok(32));
-        assert_eq!(check_depth(12, None), Err(LbrDepthError::NotArchitectural(12)));
-        assert_eq!(check_depth(72, None), Err(LbrDepthError::NotArchitectural(72)));
+        assert_eq!(
+            check_depth(12, None),
+            Err(LbrDepthError::NotArchitectural(12))
+        );
+        assert_eq!(
+            check_depth(72, None),
+            Err(LbrDepthError::NotArchitectural(72))
+        );
         assert_eq!(check_depth(32, Some(0b1000_1000)), Ok(32));
-        assert_eq!(check_depth(16, Some(0b1000_1000)), Err(LbrDepthError::NotSupported { depth: 16, bitmap: 0x88 }));
+        assert_eq!(
+            check_depth(16, Some(0b1000_1000)),
+            Err(LbrDepthError::NotSupported {
+                depth: 16,
+                bitmap: 0x88
+            })
+        );
     }
 }

@@ -45,13 +45,21 @@ impl BtsRecord {
     pub fn parse(bytes: &[u8], format: DsFormat) -> Result<Self, BtsError> {
         let w = format.word();
         let needed = 3 * w;
-        let rec = bytes.get(..needed).ok_or(BtsError::TooShort { format, needed, got: bytes.len() })?;
+        let rec = bytes.get(..needed).ok_or(BtsError::TooShort {
+            format,
+            needed,
+            got: bytes.len(),
+        })?;
         let word = |i: usize| {
             let mut buf = [0u8; 8];
             buf[..w].copy_from_slice(&rec[i * w..(i + 1) * w]);
             u64::from_le_bytes(buf)
         };
-        Ok(Self { from: Ip(word(0)), to: Ip(word(1)), predicted: word(2) & PREDICTED != 0 })
+        Ok(Self {
+            from: Ip(word(0)),
+            to: Ip(word(1)),
+            predicted: word(2) & PREDICTED != 0,
+        })
     }
 
     /// Writes the record to the start of `out` (reserved flag bits zero),
@@ -60,7 +68,11 @@ impl BtsRecord {
         let w = format.word();
         let needed = 3 * w;
         let got = out.len();
-        let rec = out.get_mut(..needed).ok_or(BtsError::TooShort { format, needed, got })?;
+        let rec = out.get_mut(..needed).ok_or(BtsError::TooShort {
+            format,
+            needed,
+            got,
+        })?;
         let flags = if self.predicted { PREDICTED } else { 0 };
         for (i, value) in [self.from.0, self.to.0, flags].into_iter().enumerate() {
             if format == DsFormat::Bits32 && value > u64::from(u32::MAX) {
@@ -76,7 +88,9 @@ impl BtsRecord {
 /// a trailing partial record is ignored.
 pub fn records(buffer: &[u8], format: DsFormat) -> impl Iterator<Item = BtsRecord> + '_ {
     let size = 3 * format.word();
-    buffer.chunks_exact(size).filter_map(move |c| BtsRecord::parse(c, format).ok())
+    buffer
+        .chunks_exact(size)
+        .filter_map(move |c| BtsRecord::parse(c, format).ok())
 }
 
 #[cfg(test)]
@@ -86,10 +100,17 @@ mod tests {
     /// Seed 001's example: `jnz` at 0x80001240 taken to 0x80002000.
     #[test]
     fn seed_001_record_round_trips_in_both_sizes() {
-        let r = BtsRecord { from: Ip(0x8000_1240), to: Ip(0x8000_2000), predicted: true };
+        let r = BtsRecord {
+            from: Ip(0x8000_1240),
+            to: Ip(0x8000_2000),
+            predicted: true,
+        };
         let mut buf = [0u8; 24];
         assert_eq!(r.write(DsFormat::Bits32, &mut buf), Ok(12));
-        assert_eq!(&buf[..12], &[0x40, 0x12, 0, 0x80, 0, 0x20, 0, 0x80, 0x10, 0, 0, 0]);
+        assert_eq!(
+            &buf[..12],
+            &[0x40, 0x12, 0, 0x80, 0, 0x20, 0, 0x80, 0x10, 0, 0, 0]
+        );
         assert_eq!(BtsRecord::parse(&buf, DsFormat::Bits32), Ok(r));
         assert_eq!(r.write(DsFormat::Bits64, &mut buf), Ok(24));
         assert_eq!(BtsRecord::parse(&buf, DsFormat::Bits64), Ok(r));
@@ -100,21 +121,44 @@ mod tests {
     fn short_input_and_wide_addresses_are_errors() {
         assert_eq!(
             BtsRecord::parse(&[0; 23], DsFormat::Bits64),
-            Err(BtsError::TooShort { format: DsFormat::Bits64, needed: 24, got: 23 })
+            Err(BtsError::TooShort {
+                format: DsFormat::Bits64,
+                needed: 24,
+                got: 23
+            })
         );
-        let wide = BtsRecord { from: Ip(0xFFFF_8000_0000_0000), to: Ip(0), predicted: false };
-        assert!(matches!(wide.write(DsFormat::Bits32, &mut [0; 12]), Err(BtsError::AddressTooWide(_))));
+        let wide = BtsRecord {
+            from: Ip(0xFFFF_8000_0000_0000),
+            to: Ip(0),
+            predicted: false,
+        };
+        assert!(matches!(
+            wide.write(DsFormat::Bits32, &mut [0; 12]),
+            Err(BtsError::AddressTooWide(_))
+        ));
     }
 
     #[test]
     fn buffer_iterates_whole_records_only() {
         let mut buf = [0u8; 12 * 3 + 5];
         for i in 0..3u64 {
-            let r = BtsRecord { from: Ip(0x100 + i), to: Ip(0x200 + i), predicted: i == 1 };
-            r.write(DsFormat::Bits32, &mut buf[i as usize * 12..]).expect("room");
+            let r = BtsRecord {
+                from: Ip(0x100 + i),
+                to: Ip(0x200 + i),
+                predicted: i == 1,
+            };
+            r.write(DsFormat::Bits32, &mut buf[i as usize * 12..])
+                .expect("room");
         }
         let got: std::vec::Vec<_> = records(&buf, DsFormat::Bits32).collect();
         assert_eq!(got.len(), 3);
-        assert_eq!(got[1], BtsRecord { from: Ip(0x101), to: Ip(0x201), predicted: true });
+        assert_eq!(
+            got[1],
+            BtsRecord {
+                from: Ip(0x101),
+                to: Ip(0x201),
+                predicted: true
+            }
+        );
     }
 }

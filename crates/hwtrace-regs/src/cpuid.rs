@@ -130,8 +130,18 @@ impl PtCaps {
     /// Every capability (for tests and tools that want "anything goes").
     pub const fn everything() -> Self {
         Self {
-            sub0: CpuidRegs { eax: 1, ebx: 0x1FF, ecx: 0x8000_000F, edx: 0 },
-            sub1: CpuidRegs { eax: 0xFFFF_0004, ebx: 0xFFFF_FFFF, ecx: 0, edx: 0 },
+            sub0: CpuidRegs {
+                eax: 1,
+                ebx: 0x1FF,
+                ecx: 0x8000_000F,
+                edx: 0,
+            },
+            sub1: CpuidRegs {
+                eax: 0xFFFF_0004,
+                ebx: 0xFFFF_FFFF,
+                ecx: 0,
+                edx: 0,
+            },
         }
     }
 }
@@ -142,7 +152,12 @@ pub static CPUID_07_0_EBX: RegisterDef = RegisterDef {
     sdm: "SDM Vol. 2A “CPUID”, Structured Extended Feature Flags",
     reserved: 0,
     width: 32,
-    fields: &[FieldDef::flag("Intel PT", 25, "Intel Processor Trace supported", "no Intel Processor Trace")],
+    fields: &[FieldDef::flag(
+        "Intel PT",
+        25,
+        "Intel Processor Trace supported",
+        "no Intel Processor Trace",
+    )],
 };
 
 /// Layout of CPUID.(EAX=14H,ECX=0):EAX.
@@ -161,7 +176,12 @@ pub static CPUID_14_0_EBX: RegisterDef = RegisterDef {
     reserved: 0xFFFF_FE00,
     width: 32,
     fields: &[
-        FieldDef::flag("CR3Filtering", 0, "CR3Filter and IA32_RTIT_CR3_MATCH supported", "CR3 filtering absent (CR3Filter=1 faults)"),
+        FieldDef::flag(
+            "CR3Filtering",
+            0,
+            "CR3Filter and IA32_RTIT_CR3_MATCH supported",
+            "CR3 filtering absent (CR3Filter=1 faults)",
+        ),
         FieldDef::flag(
             "ConfigurablePsbCyc",
             1,
@@ -174,17 +194,42 @@ pub static CPUID_14_0_EBX: RegisterDef = RegisterDef {
             "IP filtering and TraceStop supported (ADDRn_CFG); PT MSRs kept across warm reset",
             "no IP filtering",
         ),
-        FieldDef::flag("MTC", 3, "MTC packets and COFI suppression (BranchEn=0) supported", "no MTC"),
-        FieldDef::flag("PTWRITE", 4, "PTWRITE supported (PTWEn, FUPonPTW)", "no PTWRITE"),
-        FieldDef::flag("PowerEventTrace", 5, "power event trace supported (PwrEvtEn)", "no power event trace"),
+        FieldDef::flag(
+            "MTC",
+            3,
+            "MTC packets and COFI suppression (BranchEn=0) supported",
+            "no MTC",
+        ),
+        FieldDef::flag(
+            "PTWRITE",
+            4,
+            "PTWRITE supported (PTWEn, FUPonPTW)",
+            "no PTWRITE",
+        ),
+        FieldDef::flag(
+            "PowerEventTrace",
+            5,
+            "power event trace supported (PwrEvtEn)",
+            "no power event trace",
+        ),
         FieldDef::flag(
             "PsbPmiPreservation",
             6,
             "PSB and PMI preservation supported (InjectPsbPmiOnEnable)",
             "no PSB/PMI preservation",
         ),
-        FieldDef::flag("EventTrace", 7, "event trace supported (EventEn)", "no event trace"),
-        FieldDef::flag("TntDisable", 8, "TNT disable supported (DisTNT)", "no TNT disable"),
+        FieldDef::flag(
+            "EventTrace",
+            7,
+            "event trace supported (EventEn)",
+            "no event trace",
+        ),
+        FieldDef::flag(
+            "TntDisable",
+            8,
+            "TNT disable supported (DisTNT)",
+            "no TNT disable",
+        ),
     ],
 };
 
@@ -202,9 +247,24 @@ pub static CPUID_14_0_ECX: RegisterDef = RegisterDef {
             "ToPA tables may hold any number of output entries",
             "one output entry per ToPA table, followed by END back to the table",
         ),
-        FieldDef::flag("SingleRangeOutput", 2, "single-range output supported", "no single-range output"),
-        FieldDef::flag("TraceTransport", 3, "output to the trace transport subsystem (FabricEn)", "no trace transport output"),
-        FieldDef::flag("LIP", 31, "IP payloads are linear addresses (CS base included)", "IP payloads are RIP (CS base excluded)"),
+        FieldDef::flag(
+            "SingleRangeOutput",
+            2,
+            "single-range output supported",
+            "no single-range output",
+        ),
+        FieldDef::flag(
+            "TraceTransport",
+            3,
+            "output to the trace transport subsystem (FabricEn)",
+            "no trace transport output",
+        ),
+        FieldDef::flag(
+            "LIP",
+            31,
+            "IP payloads are linear addresses (CS base included)",
+            "IP payloads are RIP (CS base excluded)",
+        ),
     ],
 };
 
@@ -239,9 +299,15 @@ mod tests {
     /// Seed 000: `cpuid(7,0)` returned EBX = 0x02942607; bit 25 is set.
     #[test]
     fn seed_000_leaf_7_reports_intel_pt() {
-        let leaf7 = CpuidRegs { ebx: 0x0294_2607, ..CpuidRegs::default() };
+        let leaf7 = CpuidRegs {
+            ebx: 0x0294_2607,
+            ..CpuidRegs::default()
+        };
         assert!(has_intel_pt(&leaf7));
-        assert!(!has_intel_pt(&CpuidRegs { ebx: 0x0294_2607 & !(1 << 25), ..leaf7 }));
+        assert!(!has_intel_pt(&CpuidRegs {
+            ebx: 0x0294_2607 & !(1 << 25),
+            ..leaf7
+        }));
     }
 
     /// Seed 000: `cpuid(0x14,1)` returned EAX = 0x02490002: two address
@@ -249,8 +315,16 @@ mod tests {
     #[test]
     fn seed_000_leaf_14_sub_1_has_two_ranges() {
         let caps = PtCaps::new(
-            CpuidRegs { eax: 1, ebx: 0b0100, ecx: 0, edx: 0 },
-            CpuidRegs { eax: 0x0249_0002, ..CpuidRegs::default() },
+            CpuidRegs {
+                eax: 1,
+                ebx: 0b0100,
+                ecx: 0,
+                edx: 0,
+            },
+            CpuidRegs {
+                eax: 0x0249_0002,
+                ..CpuidRegs::default()
+            },
         );
         assert_eq!(caps.num_address_ranges(), 2);
         assert_eq!(caps.mtc_period_bitmap(), 0x0249);
@@ -260,14 +334,43 @@ mod tests {
 
     #[test]
     fn no_ranges_without_ip_filtering_or_sub_leaf_1() {
-        let sub1 = CpuidRegs { eax: 2, ..CpuidRegs::default() };
-        assert_eq!(PtCaps::new(CpuidRegs { eax: 1, ..CpuidRegs::default() }, sub1).num_address_ranges(), 0);
-        assert_eq!(PtCaps::new(CpuidRegs { eax: 0, ebx: 4, ..CpuidRegs::default() }, sub1).num_address_ranges(), 0);
+        let sub1 = CpuidRegs {
+            eax: 2,
+            ..CpuidRegs::default()
+        };
+        assert_eq!(
+            PtCaps::new(
+                CpuidRegs {
+                    eax: 1,
+                    ..CpuidRegs::default()
+                },
+                sub1
+            )
+            .num_address_ranges(),
+            0
+        );
+        assert_eq!(
+            PtCaps::new(
+                CpuidRegs {
+                    eax: 0,
+                    ebx: 4,
+                    ..CpuidRegs::default()
+                },
+                sub1
+            )
+            .num_address_ranges(),
+            0
+        );
     }
 
     #[test]
     fn vendor_string_is_ebx_edx_ecx() {
-        let amd = CpuidRegs { eax: 0x10, ebx: 0x6874_7541, ecx: 0x444D_4163, edx: 0x6974_6E65 };
+        let amd = CpuidRegs {
+            eax: 0x10,
+            ebx: 0x6874_7541,
+            ecx: 0x444D_4163,
+            edx: 0x6974_6E65,
+        };
         assert_eq!(&vendor(&amd), b"AuthenticAMD");
     }
 }

@@ -129,8 +129,12 @@ impl fmt::Display for BtsMode {
         f.write_str(match self {
             Self::Off => "branch trace messages off",
             Self::BusMessages => "branch trace messages sent on the system bus",
-            Self::CircularBuffer => "branch records stored in the BTS buffer, used as a circular buffer",
-            Self::InterruptOnThreshold => "branch records stored in the BTS buffer, interrupt when it is nearly full",
+            Self::CircularBuffer => {
+                "branch records stored in the BTS buffer, used as a circular buffer"
+            }
+            Self::InterruptOnThreshold => {
+                "branch records stored in the BTS buffer, interrupt when it is nearly full"
+            }
         })
     }
 }
@@ -156,13 +160,17 @@ pub enum DebugCtlError {
         bits: u64,
     },
     /// BTS or BTINT without TR: nothing is stored.
-    #[error("BTS/BTINT are set but TR is clear: with TR = 0 branch trace messages are off and nothing is stored")]
+    #[error(
+        "BTS/BTINT are set but TR is clear: with TR = 0 branch trace messages are off and nothing is stored"
+    )]
     BtsWithoutTr,
     /// BTINT without BTS: no buffer, so no interrupt.
     #[error("BTINT is set but BTS is clear: messages go to the bus only and BTINT has no effect")]
     BtintWithoutBts,
     /// Both CPL filters set: BTS records nothing.
-    #[error("BTS_OFF_OS and BTS_OFF_USR are both set: branches are skipped at every CPL, nothing is recorded")]
+    #[error(
+        "BTS_OFF_OS and BTS_OFF_USR are both set: branches are skipped at every CPL, nothing is recorded"
+    )]
     AllCplsFiltered,
 }
 
@@ -206,10 +214,20 @@ impl DebugCtl {
     pub const fn with(self, flag: DebugCtlFlag, on: bool) -> Result<Self, DebugCtlError> {
         match self.layout.bit(flag) {
             Some(b) => {
-                let raw = if on { self.raw | (1 << b) } else { self.raw & !(1 << b) };
-                Ok(Self { raw, layout: self.layout })
+                let raw = if on {
+                    self.raw | (1 << b)
+                } else {
+                    self.raw & !(1 << b)
+                };
+                Ok(Self {
+                    raw,
+                    layout: self.layout,
+                })
             }
-            None => Err(DebugCtlError::NoSuchFlag { flag: flag.name(), layout: self.layout }),
+            None => Err(DebugCtlError::NoSuchFlag {
+                flag: flag.name(),
+                layout: self.layout,
+            }),
         }
     }
 
@@ -230,7 +248,10 @@ impl DebugCtl {
         use DebugCtlFlag as F;
         let bits = self.raw & self.layout.def().reserved;
         if bits != 0 {
-            return Err(DebugCtlError::ReservedBits { layout: self.layout, bits });
+            return Err(DebugCtlError::ReservedBits {
+                layout: self.layout,
+                bits,
+            });
         }
         if !self.get(F::Tr) && (self.get(F::Bts) || self.get(F::Btint)) {
             return Err(DebugCtlError::BtsWithoutTr);
@@ -245,8 +266,18 @@ impl DebugCtl {
     }
 }
 
-const LBR: FieldDef = FieldDef::flag("LBR", 0, "record branches in the LBR stack", "LBR recording off");
-const BTF: FieldDef = FieldDef::flag("BTF", 1, "TF single-steps on branches", "TF single-steps on instructions");
+const LBR: FieldDef = FieldDef::flag(
+    "LBR",
+    0,
+    "record branches in the LBR stack",
+    "LBR recording off",
+);
+const BTF: FieldDef = FieldDef::flag(
+    "BTF",
+    1,
+    "TF single-steps on branches",
+    "TF single-steps on instructions",
+);
 
 /// Modern layout (Core 2 and later).
 pub static DEBUGCTL_MODERN: RegisterDef = RegisterDef {
@@ -257,17 +288,67 @@ pub static DEBUGCTL_MODERN: RegisterDef = RegisterDef {
     fields: &[
         LBR,
         BTF,
-        FieldDef::flag("BLD", 2, "bus-lock detection at CPL > 0 (#DB after a bus lock)", "no bus-lock detection"),
-        FieldDef::flag("TR", 6, "branch trace messages enabled", "branch trace messages off"),
-        FieldDef::flag("BTS", 7, "store branch trace messages in the DS area's BTS buffer", "BTMs go to the bus only"),
-        FieldDef::flag("BTINT", 8, "interrupt when the BTS buffer reaches its threshold", "BTS buffer is circular"),
+        FieldDef::flag(
+            "BLD",
+            2,
+            "bus-lock detection at CPL > 0 (#DB after a bus lock)",
+            "no bus-lock detection",
+        ),
+        FieldDef::flag(
+            "TR",
+            6,
+            "branch trace messages enabled",
+            "branch trace messages off",
+        ),
+        FieldDef::flag(
+            "BTS",
+            7,
+            "store branch trace messages in the DS area's BTS buffer",
+            "BTMs go to the bus only",
+        ),
+        FieldDef::flag(
+            "BTINT",
+            8,
+            "interrupt when the BTS buffer reaches its threshold",
+            "BTS buffer is circular",
+        ),
         FieldDef::flag("BTS_OFF_OS", 9, "no BTS/BTM at CPL 0", "BTS/BTM at CPL 0"),
-        FieldDef::flag("BTS_OFF_USR", 10, "no BTS/BTM at CPL > 0", "BTS/BTM at CPL > 0"),
-        FieldDef::flag("FREEZE_LBRS_ON_PMI", 11, "LBR stack frozen on a PMI", "LBRs keep recording on a PMI"),
-        FieldDef::flag("FREEZE_PERFMON_ON_PMI", 12, "counters frozen on a PMI", "counters keep counting on a PMI"),
-        FieldDef::flag("ENABLE_UNCORE_PMI", 13, "uncore PMIs delivered to this core", "no uncore PMI"),
-        FieldDef::flag("FREEZE_WHILE_SMM", 14, "LBR/BTS/counters frozen while in SMM", "not frozen in SMM"),
-        FieldDef::flag("RTM_DEBUG", 15, "advanced RTM debugging (with DR7.RTM)", "no RTM debugging"),
+        FieldDef::flag(
+            "BTS_OFF_USR",
+            10,
+            "no BTS/BTM at CPL > 0",
+            "BTS/BTM at CPL > 0",
+        ),
+        FieldDef::flag(
+            "FREEZE_LBRS_ON_PMI",
+            11,
+            "LBR stack frozen on a PMI",
+            "LBRs keep recording on a PMI",
+        ),
+        FieldDef::flag(
+            "FREEZE_PERFMON_ON_PMI",
+            12,
+            "counters frozen on a PMI",
+            "counters keep counting on a PMI",
+        ),
+        FieldDef::flag(
+            "ENABLE_UNCORE_PMI",
+            13,
+            "uncore PMIs delivered to this core",
+            "no uncore PMI",
+        ),
+        FieldDef::flag(
+            "FREEZE_WHILE_SMM",
+            14,
+            "LBR/BTS/counters frozen while in SMM",
+            "not frozen in SMM",
+        ),
+        FieldDef::flag(
+            "RTM_DEBUG",
+            15,
+            "advanced RTM debugging (with DR7.RTM)",
+            "no RTM debugging",
+        ),
     ],
 };
 
@@ -280,11 +361,31 @@ pub static DEBUGCTL_NETBURST: RegisterDef = RegisterDef {
     fields: &[
         LBR,
         BTF,
-        FieldDef::flag("TR", 2, "branch trace messages enabled", "branch trace messages off"),
-        FieldDef::flag("BTS", 3, "store branch trace messages in the DS area's BTS buffer", "BTMs go to the bus only"),
-        FieldDef::flag("BTINT", 4, "interrupt when the BTS buffer reaches its threshold", "BTS buffer is circular"),
+        FieldDef::flag(
+            "TR",
+            2,
+            "branch trace messages enabled",
+            "branch trace messages off",
+        ),
+        FieldDef::flag(
+            "BTS",
+            3,
+            "store branch trace messages in the DS area's BTS buffer",
+            "BTMs go to the bus only",
+        ),
+        FieldDef::flag(
+            "BTINT",
+            4,
+            "interrupt when the BTS buffer reaches its threshold",
+            "BTS buffer is circular",
+        ),
         FieldDef::flag("BTS_OFF_OS", 5, "no BTS/BTM at CPL 0", "BTS/BTM at CPL 0"),
-        FieldDef::flag("BTS_OFF_USR", 6, "no BTS/BTM at CPL > 0", "BTS/BTM at CPL > 0"),
+        FieldDef::flag(
+            "BTS_OFF_USR",
+            6,
+            "no BTS/BTM at CPL > 0",
+            "BTS/BTM at CPL > 0",
+        ),
     ],
 };
 
@@ -310,7 +411,10 @@ mod tests {
         // On a modern processor the same write sets reserved bits 3 and 4.
         assert_eq!(
             DebugCtl::from_raw(0x1C, DebugCtlLayout::Modern).validate(),
-            Err(DebugCtlError::ReservedBits { layout: DebugCtlLayout::Modern, bits: 0x18 })
+            Err(DebugCtlError::ReservedBits {
+                layout: DebugCtlLayout::Modern,
+                bits: 0x18
+            })
         );
     }
 
@@ -320,20 +424,34 @@ mod tests {
         let m = |raw| DebugCtl::from_raw(raw, DebugCtlLayout::Modern);
         assert_eq!(m(0).validate(), Ok(BtsMode::Off));
         assert_eq!(m(1 << 6).validate(), Ok(BtsMode::BusMessages));
-        assert_eq!(m((1 << 6) | (1 << 7)).validate(), Ok(BtsMode::CircularBuffer));
-        assert_eq!(m((1 << 6) | (1 << 7) | (1 << 8)).validate(), Ok(BtsMode::InterruptOnThreshold));
+        assert_eq!(
+            m((1 << 6) | (1 << 7)).validate(),
+            Ok(BtsMode::CircularBuffer)
+        );
+        assert_eq!(
+            m((1 << 6) | (1 << 7) | (1 << 8)).validate(),
+            Ok(BtsMode::InterruptOnThreshold)
+        );
         // TR = 0 turns everything off: BTS/BTINT alone are ignored by hardware.
         assert_eq!(m(1 << 7).bts_mode(), BtsMode::Off);
         assert_eq!(m(1 << 7).validate(), Err(DebugCtlError::BtsWithoutTr));
         assert_eq!(m(1 << 8).validate(), Err(DebugCtlError::BtsWithoutTr));
         assert_eq!(m((1 << 6) | (1 << 8)).bts_mode(), BtsMode::BusMessages);
-        assert_eq!(m((1 << 6) | (1 << 8)).validate(), Err(DebugCtlError::BtintWithoutBts));
-        assert_eq!(m((1 << 6) | (1 << 7) | (1 << 9) | (1 << 10)).validate(), Err(DebugCtlError::AllCplsFiltered));
+        assert_eq!(
+            m((1 << 6) | (1 << 8)).validate(),
+            Err(DebugCtlError::BtintWithoutBts)
+        );
+        assert_eq!(
+            m((1 << 6) | (1 << 7) | (1 << 9) | (1 << 10)).validate(),
+            Err(DebugCtlError::AllCplsFiltered)
+        );
     }
 
     #[test]
     fn modern_only_flags_are_refused_on_netburst() {
-        let err = DebugCtl::new(DebugCtlLayout::NetBurst).with(F::FreezeLbrsOnPmi, true).unwrap_err();
+        let err = DebugCtl::new(DebugCtlLayout::NetBurst)
+            .with(F::FreezeLbrsOnPmi, true)
+            .unwrap_err();
         assert!(format!("{err}").contains("FREEZE_LBRS_ON_PMI"));
         assert!(!DebugCtl::from_raw(u64::MAX, DebugCtlLayout::NetBurst).get(F::RtmDebug));
     }
@@ -342,8 +460,16 @@ mod tests {
     fn typed_bits_match_the_tables() {
         for layout in [DebugCtlLayout::Modern, DebugCtlLayout::NetBurst] {
             for field in layout.def().fields {
-                let flag = ALL.iter().find(|f| f.name() == field.name).expect("every table field is a flag");
-                assert_eq!(layout.bit(*flag), Some(field.bits.lo), "{} in {layout:?}", field.name);
+                let flag = ALL
+                    .iter()
+                    .find(|f| f.name() == field.name)
+                    .expect("every table field is a flag");
+                assert_eq!(
+                    layout.bit(*flag),
+                    Some(field.bits.lo),
+                    "{} in {layout:?}",
+                    field.name
+                );
             }
         }
     }

@@ -91,7 +91,9 @@ pub enum DsError {
         record: u64,
     },
     /// A pointer not a whole number of records from the base.
-    #[error("{field} {value:#x} is not a whole number of {record}-byte records from the buffer base {base:#x}")]
+    #[error(
+        "{field} {value:#x} is not a whole number of {record}-byte records from the buffer base {base:#x}"
+    )]
     NotOnRecordBoundary {
         /// The field.
         field: &'static str,
@@ -187,7 +189,11 @@ impl DsManagementArea {
     /// Parses the area from little-endian bytes.
     pub fn parse(bytes: &[u8], format: DsFormat) -> Result<Self, DsError> {
         let needed = format.area_size();
-        let area = bytes.get(..needed).ok_or(DsError::TooShort { format, needed, got: bytes.len() })?;
+        let area = bytes.get(..needed).ok_or(DsError::TooShort {
+            format,
+            needed,
+            got: bytes.len(),
+        })?;
         let w = format.word();
         let mut p = [0u64; 8];
         for (i, slot) in p.iter_mut().enumerate() {
@@ -212,7 +218,11 @@ impl DsManagementArea {
     pub fn write(&self, format: DsFormat, out: &mut [u8]) -> Result<usize, DsError> {
         let needed = format.area_size();
         let got = out.len();
-        let area = out.get_mut(..needed).ok_or(DsError::TooShort { format, needed, got })?;
+        let area = out.get_mut(..needed).ok_or(DsError::TooShort {
+            format,
+            needed,
+            got,
+        })?;
         let w = format.word();
         for (i, (value, field)) in self.pointers().into_iter().zip(NAMES).enumerate() {
             if format == DsFormat::Bits32 && value > u64::from(u32::MAX) {
@@ -229,8 +239,12 @@ impl DsManagementArea {
     /// Checks the BTS fields for `mode` and summarises the buffer.
     pub fn check_bts(&self, format: DsFormat, mode: BtsMode) -> Result<BtsBufferInfo, DsError> {
         let record = format.bts_record_size();
-        let (base, max, index, threshold) =
-            (self.bts_buffer_base, self.bts_absolute_maximum, self.bts_index, self.bts_interrupt_threshold);
+        let (base, max, index, threshold) = (
+            self.bts_buffer_base,
+            self.bts_absolute_maximum,
+            self.bts_index,
+            self.bts_interrupt_threshold,
+        );
         if base % 4 != 0 {
             return Err(DsError::BaseMisaligned { base });
         }
@@ -241,14 +255,24 @@ impl DsManagementArea {
         // plus 1" past the base; common drivers use an exact multiple. Accept both.
         let span = max - base;
         if span % record > 1 {
-            return Err(DsError::NotOnRecordBoundary { field: "BTS absolute maximum", value: max, base, record });
+            return Err(DsError::NotOnRecordBoundary {
+                field: "BTS absolute maximum",
+                value: max,
+                base,
+                record,
+            });
         }
         let capacity = span / record;
         if index < base || index > max {
             return Err(DsError::IndexOutOfBuffer { index, base, max });
         }
         if (index - base) % record != 0 {
-            return Err(DsError::NotOnRecordBoundary { field: "BTS index", value: index, base, record });
+            return Err(DsError::NotOnRecordBoundary {
+                field: "BTS index",
+                value: index,
+                base,
+                record,
+            });
         }
         let threshold_record = match mode {
             BtsMode::InterruptOnThreshold => {
@@ -273,7 +297,11 @@ impl DsManagementArea {
             }
             BtsMode::Off | BtsMode::BusMessages => None,
         };
-        Ok(BtsBufferInfo { capacity, written: (index - base) / record, threshold_record })
+        Ok(BtsBufferInfo {
+            capacity,
+            written: (index - base) / record,
+            threshold_record,
+        })
     }
 }
 
@@ -311,7 +339,12 @@ pub static DS_AREA: RegisterDef = RegisterDef {
     sdm: "SDM Vol. 3B §18.4.9 “BTS and DS Save Area”",
     reserved: 0,
     width: 64,
-    fields: &[FieldDef::field("DSBufferManagementArea", 63, 0, FieldKind::Address)],
+    fields: &[FieldDef::field(
+        "DSBufferManagementArea",
+        63,
+        0,
+        FieldKind::Address,
+    )],
 };
 
 #[cfg(test)]
@@ -333,21 +366,43 @@ mod tests {
     #[test]
     fn seed_001_buffer_interrupts_at_record_1900() {
         let ds = seed_001(0x8100_0000);
-        let info = ds.check_bts(DsFormat::Bits32, BtsMode::InterruptOnThreshold).expect("seed 001 is valid");
-        assert_eq!(info, BtsBufferInfo { capacity: 2000, written: 0, threshold_record: Some(1900) });
+        let info = ds
+            .check_bts(DsFormat::Bits32, BtsMode::InterruptOnThreshold)
+            .expect("seed 001 is valid");
+        assert_eq!(
+            info,
+            BtsBufferInfo {
+                capacity: 2000,
+                written: 0,
+                threshold_record: Some(1900)
+            }
+        );
         assert_eq!(info.headroom(), Some(100));
         // The same area used as a circular buffer would still interrupt.
         assert_eq!(
             ds.check_bts(DsFormat::Bits32, BtsMode::CircularBuffer),
-            Err(DsError::CircularWithThreshold { threshold: 0x8100_0000 + 1900 * 12, max: 0x8100_0000 + 24000 })
+            Err(DsError::CircularWithThreshold {
+                threshold: 0x8100_0000 + 1900 * 12,
+                max: 0x8100_0000 + 24000
+            })
         );
-        let circular = DsManagementArea { bts_interrupt_threshold: ds.bts_absolute_maximum + 1, ..ds };
-        assert!(circular.check_bts(DsFormat::Bits32, BtsMode::CircularBuffer).is_ok());
+        let circular = DsManagementArea {
+            bts_interrupt_threshold: ds.bts_absolute_maximum + 1,
+            ..ds
+        };
+        assert!(
+            circular
+                .check_bts(DsFormat::Bits32, BtsMode::CircularBuffer)
+                .is_ok()
+        );
     }
 
     #[test]
     fn seed_001_area_round_trips_through_bytes_in_both_layouts() {
-        let ds = DsManagementArea { pebs_counter_reset: 0xFFFF_FFFF_FF00_0000, ..seed_001(0x8100_0000) };
+        let ds = DsManagementArea {
+            pebs_counter_reset: 0xFFFF_FFFF_FF00_0000,
+            ..seed_001(0x8100_0000)
+        };
         for format in [DsFormat::Bits32, DsFormat::Bits64] {
             let mut bytes = [0xAAu8; 0x48];
             let n = ds.write(format, &mut bytes).expect("fits");
@@ -359,39 +414,80 @@ mod tests {
         assert_eq!(&bytes[8..12], &(0x8100_0000u32 + 24000).to_le_bytes());
         assert_eq!(
             DsManagementArea::parse(&bytes[..0x27], DsFormat::Bits32),
-            Err(DsError::TooShort { format: DsFormat::Bits32, needed: 0x28, got: 0x27 })
+            Err(DsError::TooShort {
+                format: DsFormat::Bits32,
+                needed: 0x28,
+                got: 0x27
+            })
         );
         let wide = seed_001(0x1_0000_0000);
-        assert!(matches!(wide.write(DsFormat::Bits32, &mut bytes), Err(DsError::PointerTooWide { .. })));
+        assert!(matches!(
+            wide.write(DsFormat::Bits32, &mut bytes),
+            Err(DsError::PointerTooWide { .. })
+        ));
     }
 
     #[test]
     fn bts_rules_are_enforced() {
         let base = 0x1000;
         let good = seed_001(base);
-        let check = |ds: DsManagementArea| ds.check_bts(DsFormat::Bits32, BtsMode::InterruptOnThreshold);
-        assert!(matches!(check(DsManagementArea { bts_buffer_base: 0x1002, ..good }), Err(DsError::BaseMisaligned { .. })));
+        let check =
+            |ds: DsManagementArea| ds.check_bts(DsFormat::Bits32, BtsMode::InterruptOnThreshold);
         assert!(matches!(
-            check(DsManagementArea { bts_absolute_maximum: base + 11, ..good }),
+            check(DsManagementArea {
+                bts_buffer_base: 0x1002,
+                ..good
+            }),
+            Err(DsError::BaseMisaligned { .. })
+        ));
+        assert!(matches!(
+            check(DsManagementArea {
+                bts_absolute_maximum: base + 11,
+                ..good
+            }),
             Err(DsError::BufferTooSmall { .. })
         ));
         assert!(matches!(
-            check(DsManagementArea { bts_interrupt_threshold: base + 13, ..good }),
-            Err(DsError::NotOnRecordBoundary { field: "BTS interrupt threshold", .. })
+            check(DsManagementArea {
+                bts_interrupt_threshold: base + 13,
+                ..good
+            }),
+            Err(DsError::NotOnRecordBoundary {
+                field: "BTS interrupt threshold",
+                ..
+            })
         ));
         assert!(matches!(
-            check(DsManagementArea { bts_interrupt_threshold: good.bts_absolute_maximum, ..good }),
+            check(DsManagementArea {
+                bts_interrupt_threshold: good.bts_absolute_maximum,
+                ..good
+            }),
             Err(DsError::ThresholdNotBeforeEnd { .. })
         ));
         assert!(matches!(
-            check(DsManagementArea { bts_index: good.bts_absolute_maximum + 12, ..good }),
+            check(DsManagementArea {
+                bts_index: good.bts_absolute_maximum + 12,
+                ..good
+            }),
             Err(DsError::IndexOutOfBuffer { .. })
         ));
         // "A multiple of the record size plus 1" is accepted.
-        assert!(check(DsManagementArea { bts_absolute_maximum: good.bts_absolute_maximum + 1, ..good }).is_ok());
+        assert!(
+            check(DsManagementArea {
+                bts_absolute_maximum: good.bts_absolute_maximum + 1,
+                ..good
+            })
+            .is_ok()
+        );
         assert!(matches!(
-            check(DsManagementArea { bts_absolute_maximum: good.bts_absolute_maximum + 5, ..good }),
-            Err(DsError::NotOnRecordBoundary { field: "BTS absolute maximum", .. })
+            check(DsManagementArea {
+                bts_absolute_maximum: good.bts_absolute_maximum + 5,
+                ..good
+            }),
+            Err(DsError::NotOnRecordBoundary {
+                field: "BTS absolute maximum",
+                ..
+            })
         ));
     }
 }

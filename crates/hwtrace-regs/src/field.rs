@@ -145,7 +145,12 @@ impl fmt::Display for Meaning {
 }
 
 fn write_bytes(f: &mut fmt::Formatter<'_>, b: u64) -> fmt::Result {
-    const UNITS: [(u64, &str); 4] = [(1 << 40, "TiB"), (1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
     for (size, name) in UNITS {
         if b >= size && b % size == 0 {
             return write!(f, "{} {name}", b / size);
@@ -168,12 +173,20 @@ pub struct FieldDef {
 impl FieldDef {
     /// A one-bit flag.
     pub const fn flag(name: &'static str, bit: u8, set: &'static str, clear: &'static str) -> Self {
-        Self { name, bits: BitRange::bit(bit), kind: FieldKind::Flag { set, clear } }
+        Self {
+            name,
+            bits: BitRange::bit(bit),
+            kind: FieldKind::Flag { set, clear },
+        }
     }
 
     /// A multi-bit field.
     pub const fn field(name: &'static str, hi: u8, lo: u8, kind: FieldKind) -> Self {
-        Self { name, bits: BitRange::new(hi, lo), kind }
+        Self {
+            name,
+            bits: BitRange::new(hi, lo),
+            kind,
+        }
     }
 
     /// The field's value as [`explain`](crate::explain) reports it and
@@ -231,11 +244,18 @@ impl FieldDef {
             _ => {
                 let width = self.bits.width();
                 if width < 64 && value >> width != 0 {
-                    return Err(ComposeError::ValueTooWide { field: self.name, value, bits: width });
+                    return Err(ComposeError::ValueTooWide {
+                        field: self.name,
+                        value,
+                        bits: width,
+                    });
                 }
                 if let FieldKind::Enum(table) = self.kind {
                     if !table.iter().any(|(v, _)| *v == value) {
-                        return Err(ComposeError::ReservedEncoding { field: self.name, value });
+                        return Err(ComposeError::ReservedEncoding {
+                            field: self.name,
+                            value,
+                        });
                     }
                 }
                 Ok(self.bits.set(raw, value))
@@ -263,12 +283,18 @@ pub struct RegisterDef {
 impl RegisterDef {
     /// The field called `name`, compared without regard to case.
     pub fn field(&self, name: &str) -> Option<&'static FieldDef> {
-        self.fields.iter().find(|f| f.name.eq_ignore_ascii_case(name))
+        self.fields
+            .iter()
+            .find(|f| f.name.eq_ignore_ascii_case(name))
     }
 
     /// Bits of `raw` outside the register width or in reserved positions.
     pub const fn reserved_set(&self, raw: u64) -> u64 {
-        let beyond = if self.width >= 64 { 0 } else { !0u64 << self.width };
+        let beyond = if self.width >= 64 {
+            0
+        } else {
+            !0u64 << self.width
+        };
         raw & (self.reserved | beyond)
     }
 }
@@ -309,7 +335,9 @@ pub enum ComposeError {
         mask: u64,
     },
     /// The value is an encoding the SDM reserves.
-    #[error("{value:#x} is a reserved encoding of {field}; the processor would #GP or mis-handle it")]
+    #[error(
+        "{value:#x} is a reserved encoding of {field}; the processor would #GP or mis-handle it"
+    )]
     ReservedEncoding {
         /// The field.
         field: &'static str,
@@ -334,7 +362,10 @@ impl FieldName {
         }
         let mut buf = [0u8; 32];
         buf[..end].copy_from_slice(&s.as_bytes()[..end]);
-        Self { buf, len: end as u8 }
+        Self {
+            buf,
+            len: end as u8,
+        }
     }
 
     /// The stored text.

@@ -36,7 +36,9 @@ pub enum LbrError {
     #[error("LBR format {0:#08b} is not defined by the SDM (known formats are 000000b to 000111b)")]
     UnknownFormat(u8),
     /// The address cannot be stored in this format's IP field.
-    #[error("address {ip} does not fit the {bits}-bit sign-extended IP field of LBR format {format:?}")]
+    #[error(
+        "address {ip} does not fit the {bits}-bit sign-extended IP field of LBR format {format:?}"
+    )]
     AddressDoesNotFit {
         /// The address.
         ip: Ip,
@@ -146,7 +148,11 @@ const fn extend(v: u64, bits: u32) -> u64 {
 }
 
 const fn field_mask(bits: u32) -> u64 {
-    if bits >= 64 { u64::MAX } else { (1u64 << bits) - 1 }
+    if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    }
 }
 
 fn fit(ip: Ip, bits: u32, format: LbrFormat) -> Result<u64, LbrError> {
@@ -179,16 +185,23 @@ impl LbrFrom {
             LbrFormat::EipWithFlagsTsx => (flag(63), flag(62), flag(61)),
             _ => (None, None, None),
         };
-        Self { ip: Ip(extend(raw & field_mask(bits), bits)), mispredicted, in_tsx, tsx_abort }
+        Self {
+            ip: Ip(extend(raw & field_mask(bits), bits)),
+            mispredicted,
+            in_tsx,
+            tsx_abort,
+        }
     }
 
     /// Encodes into `format`; flags the format lacks must be `None`.
     pub fn encode(&self, format: LbrFormat) -> Result<u64, LbrError> {
         let mut raw = fit(self.ip, format.from_ip_bits(), format)?;
         let lacks = |what| LbrError::NotInFormat { format, what };
-        for (value, bit, what) in
-            [(self.mispredicted, 63, "a mispredicted flag"), (self.in_tsx, 62, "IN_TSX"), (self.tsx_abort, 61, "TSX_ABORT")]
-        {
+        for (value, bit, what) in [
+            (self.mispredicted, 63, "a mispredicted flag"),
+            (self.in_tsx, 62, "IN_TSX"),
+            (self.tsx_abort, 61, "TSX_ABORT"),
+        ] {
             let Some(on) = value else { continue };
             let has = match format {
                 LbrFormat::EipWithFlags | LbrFormat::LipWithFlagsCycles => bit == 63,
@@ -221,7 +234,10 @@ impl LbrTo {
             LbrFormat::LipWithFlagsCycles => Some((raw >> 48) as u16),
             _ => None,
         };
-        Self { ip: Ip(extend(raw & field_mask(bits), bits)), cycles }
+        Self {
+            ip: Ip(extend(raw & field_mask(bits), bits)),
+            cycles,
+        }
     }
 
     /// Encodes into `format`.
@@ -230,7 +246,10 @@ impl LbrTo {
         match (self.cycles, format) {
             (None, _) => Ok(raw),
             (Some(c), LbrFormat::LipWithFlagsCycles) => Ok(raw | (u64::from(c) << 48)),
-            (Some(_), _) => Err(LbrError::NotInFormat { format, what: "a cycle count" }),
+            (Some(_), _) => Err(LbrError::NotInFormat {
+                format,
+                what: "a cycle count",
+            }),
         }
     }
 }
@@ -282,10 +301,19 @@ const LBR_FMT: &[(u64, &str)] = &[
     (0, "000000b: 32-bit record format"),
     (1, "000001b: 64-bit LIP record format"),
     (2, "000010b: 64-bit EIP record format"),
-    (3, "000011b: 64-bit EIP with flags (FROM bit 63 = mispredicted)"),
-    (4, "000100b: 64-bit EIP with flags and TSX (FROM bits 63:61)"),
+    (
+        3,
+        "000011b: 64-bit EIP with flags (FROM bit 63 = mispredicted)",
+    ),
+    (
+        4,
+        "000100b: 64-bit EIP with flags and TSX (FROM bits 63:61)",
+    ),
     (5, "000101b: 64-bit EIP, flags and cycles in MSR_LBR_INFO_n"),
-    (6, "000110b: 64-bit LIP with flags; cycle count in TO bits 63:48"),
+    (
+        6,
+        "000110b: 64-bit LIP with flags; cycle count in TO bits 63:48",
+    ),
     (7, "000111b: 64-bit LIP, flags and cycles in MSR_LBR_INFO_n"),
 ];
 
@@ -297,19 +325,64 @@ pub static PERF_CAPABILITIES: RegisterDef = RegisterDef {
     width: 64,
     fields: &[
         FieldDef::field("LBR_FMT", 5, 0, FieldKind::Enum(LBR_FMT)),
-        FieldDef::flag("PEBS_TRAP", 6, "PEBS records are trap-like (after the instruction)", "PEBS records are fault-like"),
-        FieldDef::flag("PEBS_ARCH_REG", 7, "PEBS saves architectural registers", "no architectural registers in PEBS"),
+        FieldDef::flag(
+            "PEBS_TRAP",
+            6,
+            "PEBS records are trap-like (after the instruction)",
+            "PEBS records are fault-like",
+        ),
+        FieldDef::flag(
+            "PEBS_ARCH_REG",
+            7,
+            "PEBS saves architectural registers",
+            "no architectural registers in PEBS",
+        ),
         FieldDef::field("PEBS_REC_FMT", 11, 8, FieldKind::Number),
-        FieldDef::flag("SMM_FREEZE", 12, "IA32_DEBUGCTL.FREEZE_WHILE_SMM supported", "no FREEZE_WHILE_SMM"),
-        FieldDef::flag("FW_WRITE", 13, "full-width counter writes (IA32_A_PMCx)", "no full-width writes"),
-        FieldDef::flag("PEBS_BASELINE", 14, "adaptive PEBS baseline", "no PEBS baseline"),
-        FieldDef::flag("PERF_METRICS", 15, "PERF_METRICS available", "no PERF_METRICS"),
-        FieldDef::flag("PEBS_OUTPUT_PT", 16, "PEBS output to Intel PT available", "no PEBS output to Intel PT"),
+        FieldDef::flag(
+            "SMM_FREEZE",
+            12,
+            "IA32_DEBUGCTL.FREEZE_WHILE_SMM supported",
+            "no FREEZE_WHILE_SMM",
+        ),
+        FieldDef::flag(
+            "FW_WRITE",
+            13,
+            "full-width counter writes (IA32_A_PMCx)",
+            "no full-width writes",
+        ),
+        FieldDef::flag(
+            "PEBS_BASELINE",
+            14,
+            "adaptive PEBS baseline",
+            "no PEBS baseline",
+        ),
+        FieldDef::flag(
+            "PERF_METRICS",
+            15,
+            "PERF_METRICS available",
+            "no PERF_METRICS",
+        ),
+        FieldDef::flag(
+            "PEBS_OUTPUT_PT",
+            16,
+            "PEBS output to Intel PT available",
+            "no PEBS output to Intel PT",
+        ),
     ],
 };
 
-const MISPRED: FieldDef = FieldDef::flag("MISPRED", 63, "branch was mispredicted", "branch was predicted");
-const IN_TSX: FieldDef = FieldDef::flag("IN_TSX", 62, "inside a TSX transaction", "not in a transaction");
+const MISPRED: FieldDef = FieldDef::flag(
+    "MISPRED",
+    63,
+    "branch was mispredicted",
+    "branch was predicted",
+);
+const IN_TSX: FieldDef = FieldDef::flag(
+    "IN_TSX",
+    62,
+    "inside a TSX transaction",
+    "not in a transaction",
+);
 const TSX_ABORT: FieldDef = FieldDef::flag("TSX_ABORT", 61, "TSX abort", "not an abort");
 
 /// FROM_IP, format 000000b.
@@ -336,7 +409,10 @@ pub static LBR_FROM_FLAGS: RegisterDef = RegisterDef {
     sdm: "SDM Vol. 3B §18.4.8.1 (LBR formats 000011b, 000110b)",
     reserved: 0,
     width: 64,
-    fields: &[FieldDef::field("FROM_IP", 62, 0, FieldKind::SignedAddress), MISPRED],
+    fields: &[
+        FieldDef::field("FROM_IP", 62, 0, FieldKind::SignedAddress),
+        MISPRED,
+    ],
 };
 
 /// FROM_IP, format 000100b.
@@ -345,7 +421,12 @@ pub static LBR_FROM_TSX: RegisterDef = RegisterDef {
     sdm: "SDM Vol. 3B §18.4.8.1 (LBR format 000100b)",
     reserved: 0,
     width: 64,
-    fields: &[FieldDef::field("FROM_IP", 60, 0, FieldKind::SignedAddress), TSX_ABORT, IN_TSX, MISPRED],
+    fields: &[
+        FieldDef::field("FROM_IP", 60, 0, FieldKind::SignedAddress),
+        TSX_ABORT,
+        IN_TSX,
+        MISPRED,
+    ],
 };
 
 /// TO_IP, format 000000b.
@@ -384,7 +465,12 @@ pub static LBR_INFO: RegisterDef = RegisterDef {
     sdm: "SDM Vol. 3B, “LBR Stack Enhancement” (MSR_LBR_INFO_x, Skylake)",
     reserved: 0x1FFF_FFFF_FFFF_0000,
     width: 64,
-    fields: &[FieldDef::field("CYC_CNT", 15, 0, FieldKind::Number), TSX_ABORT, IN_TSX, MISPRED],
+    fields: &[
+        FieldDef::field("CYC_CNT", 15, 0, FieldKind::Number),
+        TSX_ABORT,
+        IN_TSX,
+        MISPRED,
+    ],
 };
 
 /// MSR_LASTBRANCH_TOS for a 4-entry stack.
@@ -435,7 +521,10 @@ mod tests {
                 let from = LbrFrom { ip: Ip(ip), ..from };
                 let raw = from.encode(f).expect("canonical addresses fit");
                 assert_eq!(LbrFrom::decode(raw, f), from, "{f:?}");
-                let to = LbrTo { ip: Ip(ip), cycles: LbrTo::decode(0, f).cycles };
+                let to = LbrTo {
+                    ip: Ip(ip),
+                    cycles: LbrTo::decode(0, f).cycles,
+                };
                 assert_eq!(LbrTo::decode(to.encode(f).expect("fits"), f), to, "{f:?}");
             }
         }
@@ -445,41 +534,89 @@ mod tests {
     fn flags_sit_where_each_format_says() {
         let raw = (1 << 63) | (KERNEL & ((1 << 63) - 1));
         let d = LbrFrom::decode(raw, LbrFormat::EipWithFlags);
-        assert_eq!(d, LbrFrom { ip: Ip(KERNEL), mispredicted: Some(true), in_tsx: None, tsx_abort: None });
+        assert_eq!(
+            d,
+            LbrFrom {
+                ip: Ip(KERNEL),
+                mispredicted: Some(true),
+                in_tsx: None,
+                tsx_abort: None
+            }
+        );
         let tsx = LbrFrom::decode((1 << 62) | 0x40_1000, LbrFormat::EipWithFlagsTsx);
         assert_eq!(tsx.in_tsx, Some(true));
         assert_eq!(tsx.tsx_abort, Some(false));
         assert_eq!(tsx.mispredicted, Some(false));
         let to = LbrTo::decode((0x1234 << 48) | 0x40_1000, LbrFormat::LipWithFlagsCycles);
-        assert_eq!(to, LbrTo { ip: Ip(0x40_1000), cycles: Some(0x1234) });
-        assert_eq!(LbrFrom::decode(u64::MAX, LbrFormat::Bits32).ip, Ip(0xFFFF_FFFF));
+        assert_eq!(
+            to,
+            LbrTo {
+                ip: Ip(0x40_1000),
+                cycles: Some(0x1234)
+            }
+        );
+        assert_eq!(
+            LbrFrom::decode(u64::MAX, LbrFormat::Bits32).ip,
+            Ip(0xFFFF_FFFF)
+        );
     }
 
     #[test]
     fn encoding_refuses_what_the_format_cannot_hold() {
-        let wide = LbrFrom { ip: Ip(KERNEL), mispredicted: None, in_tsx: None, tsx_abort: None };
-        assert!(matches!(wide.encode(LbrFormat::Bits32), Err(LbrError::AddressDoesNotFit { bits: 32, .. })));
-        let noncanonical = LbrFrom { ip: Ip(0x4000_0000_0000_0000), ..wide };
+        let wide = LbrFrom {
+            ip: Ip(KERNEL),
+            mispredicted: None,
+            in_tsx: None,
+            tsx_abort: None,
+        };
+        assert!(matches!(
+            wide.encode(LbrFormat::Bits32),
+            Err(LbrError::AddressDoesNotFit { bits: 32, .. })
+        ));
+        let noncanonical = LbrFrom {
+            ip: Ip(0x4000_0000_0000_0000),
+            ..wide
+        };
         assert!(noncanonical.encode(LbrFormat::EipWithFlagsTsx).is_err());
-        let flagged = LbrFrom { mispredicted: Some(true), ..wide };
+        let flagged = LbrFrom {
+            mispredicted: Some(true),
+            ..wide
+        };
         assert_eq!(
             flagged.encode(LbrFormat::Eip),
-            Err(LbrError::NotInFormat { format: LbrFormat::Eip, what: "a mispredicted flag" })
+            Err(LbrError::NotInFormat {
+                format: LbrFormat::Eip,
+                what: "a mispredicted flag"
+            })
         );
-        let cyc = LbrTo { ip: Ip(0), cycles: Some(1) };
+        let cyc = LbrTo {
+            ip: Ip(0),
+            cycles: Some(1),
+        };
         assert!(cyc.encode(LbrFormat::EipWithFlagsInfo).is_err());
     }
 
     #[test]
     fn info_and_tos() {
-        let info = LbrInfo { mispredicted: true, in_tsx: false, tsx_abort: true, cycles: 77 };
+        let info = LbrInfo {
+            mispredicted: true,
+            in_tsx: false,
+            tsx_abort: true,
+            cycles: 77,
+        };
         assert_eq!(info.encode(), (1 << 63) | (1 << 61) | 77);
         assert_eq!(LbrInfo::decode(info.encode()), info);
-        assert_eq!(LbrFormat::from_perf_capabilities(0x33C5), Ok(LbrFormat::EipWithFlagsInfo));
+        assert_eq!(
+            LbrFormat::from_perf_capabilities(0x33C5),
+            Ok(LbrFormat::EipWithFlagsInfo)
+        );
         assert_eq!(LbrFormat::from_encoding(8), Err(LbrError::UnknownFormat(8)));
         // Seed 003: a full 16-entry stack on Westmere with TOS at entry 9.
         assert_eq!(tos_index(9, 16), Ok(9));
-        assert_eq!(tos_index(16, 16), Err(LbrError::TosOutOfRange { tos: 16, depth: 16 }));
+        assert_eq!(
+            tos_index(16, 16),
+            Err(LbrError::TosOutOfRange { tos: 16, depth: 16 })
+        );
         assert_eq!(tos_def_for_depth(16).reserved, !0xF);
     }
 }

@@ -46,11 +46,21 @@ impl LbrSelect {
 
     /// Whether a branch of class `branch` ending at privilege level
     /// `target_cpl` is recorded on `uarch`.
-    pub fn records(self, branch: BranchClass, target_cpl: u8, uarch: Uarch) -> Result<bool, LbrSelectError> {
-        let semantics = uarch.lbr_select().ok_or(LbrSelectError::NotPresent(uarch))?;
+    pub fn records(
+        self,
+        branch: BranchClass,
+        target_cpl: u8,
+        uarch: Uarch,
+    ) -> Result<bool, LbrSelectError> {
+        let semantics = uarch
+            .lbr_select()
+            .ok_or(LbrSelectError::NotPresent(uarch))?;
         let reserved = self.0 & semantics_def(semantics).reserved;
         if reserved != 0 {
-            return Err(LbrSelectError::ReservedBits { uarch, bits: reserved });
+            return Err(LbrSelectError::ReservedBits {
+                uarch,
+                bits: reserved,
+            });
         }
         if (target_cpl == 0 && self.cpl_eq_0()) || (target_cpl != 0 && self.cpl_neq_0()) {
             return Ok(false);
@@ -62,7 +72,9 @@ impl LbrSelect {
             BranchClass::NearIndJmp => self.near_ind_jmp(),
             BranchClass::NearRelCall => self.near_rel_call() || (quirk && self.near_rel_jmp()),
             BranchClass::NearIndCall => self.near_ind_call() || (quirk && self.near_ind_jmp()),
-            BranchClass::NearRet => self.near_ret() || (quirk && (self.near_ind_jmp() || self.near_rel_jmp())),
+            BranchClass::NearRet => {
+                self.near_ret() || (quirk && (self.near_ind_jmp() || self.near_rel_jmp()))
+            }
             BranchClass::Far => self.far_branch(),
         };
         Ok(!filtered)
@@ -105,15 +117,42 @@ pub enum LbrSelectError {
     },
 }
 
-const CPL_EQ_0: FieldDef = FieldDef::flag("CPL_EQ_0", 0, "do not record branches ending in ring 0", "record ring-0 branches");
-const CPL_NEQ_0: FieldDef =
-    FieldDef::flag("CPL_NEQ_0", 1, "do not record branches ending in ring > 0", "record ring > 0 branches");
-const JCC: FieldDef = FieldDef::flag("JCC", 2, "do not record conditional branches", "record conditional branches");
-const NEAR_REL_CALL: FieldDef =
-    FieldDef::flag("NEAR_REL_CALL", 3, "do not record near relative calls", "record near relative calls");
-const NEAR_IND_CALL: FieldDef =
-    FieldDef::flag("NEAR_IND_CALL", 4, "do not record near indirect calls", "record near indirect calls");
-const NEAR_RET: FieldDef = FieldDef::flag("NEAR_RET", 5, "do not record near returns", "record near returns");
+const CPL_EQ_0: FieldDef = FieldDef::flag(
+    "CPL_EQ_0",
+    0,
+    "do not record branches ending in ring 0",
+    "record ring-0 branches",
+);
+const CPL_NEQ_0: FieldDef = FieldDef::flag(
+    "CPL_NEQ_0",
+    1,
+    "do not record branches ending in ring > 0",
+    "record ring > 0 branches",
+);
+const JCC: FieldDef = FieldDef::flag(
+    "JCC",
+    2,
+    "do not record conditional branches",
+    "record conditional branches",
+);
+const NEAR_REL_CALL: FieldDef = FieldDef::flag(
+    "NEAR_REL_CALL",
+    3,
+    "do not record near relative calls",
+    "record near relative calls",
+);
+const NEAR_IND_CALL: FieldDef = FieldDef::flag(
+    "NEAR_IND_CALL",
+    4,
+    "do not record near indirect calls",
+    "record near indirect calls",
+);
+const NEAR_RET: FieldDef = FieldDef::flag(
+    "NEAR_RET",
+    5,
+    "do not record near returns",
+    "record near returns",
+);
 const FAR_BRANCH: FieldDef = FieldDef::flag(
     "FAR_BRANCH",
     8,
@@ -150,10 +189,18 @@ pub static LBR_SELECT_NEHALEM: RegisterDef = RegisterDef {
     ],
 };
 
-const NEAR_IND_JMP: FieldDef =
-    FieldDef::flag("NEAR_IND_JMP", 6, "do not record near indirect jumps", "record near indirect jumps");
-const NEAR_REL_JMP: FieldDef =
-    FieldDef::flag("NEAR_REL_JMP", 7, "do not record near relative jumps", "record near relative jumps");
+const NEAR_IND_JMP: FieldDef = FieldDef::flag(
+    "NEAR_IND_JMP",
+    6,
+    "do not record near indirect jumps",
+    "record near indirect jumps",
+);
+const NEAR_REL_JMP: FieldDef = FieldDef::flag(
+    "NEAR_REL_JMP",
+    7,
+    "do not record near relative jumps",
+    "record near relative jumps",
+);
 
 /// Sandy Bridge and Ivy Bridge.
 pub static LBR_SELECT_SANDY_BRIDGE: RegisterDef = RegisterDef {
@@ -161,7 +208,17 @@ pub static LBR_SELECT_SANDY_BRIDGE: RegisterDef = RegisterDef {
     sdm: "SDM Vol. 3B “Filtering of Last Branch Records” (Sandy Bridge: enhanced JMP filters)",
     reserved: !0x1FF,
     width: 64,
-    fields: &[CPL_EQ_0, CPL_NEQ_0, JCC, NEAR_REL_CALL, NEAR_IND_CALL, NEAR_RET, NEAR_IND_JMP, NEAR_REL_JMP, FAR_BRANCH],
+    fields: &[
+        CPL_EQ_0,
+        CPL_NEQ_0,
+        JCC,
+        NEAR_REL_CALL,
+        NEAR_IND_CALL,
+        NEAR_RET,
+        NEAR_IND_JMP,
+        NEAR_REL_JMP,
+        FAR_BRANCH,
+    ],
 };
 
 /// Haswell and later (and Goldmont).
@@ -201,8 +258,8 @@ pub const fn semantics_def(s: LbrSelectSemantics) -> &'static RegisterDef {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::vec::Vec;
     use BranchClass as B;
+    use std::vec::Vec;
 
     /// One branch of seed 003's experiments 14-3/14-4: from, to, class.
     type Branch = (u64, u64, BranchClass);
@@ -214,7 +271,11 @@ mod tests {
     /// `call __putc`), returns, the `iret` back, and `func`'s return.
     /// Only the addresses seed 003 prints are real; the others are placeholders.
     fn path(far_call: bool) -> Vec<Branch> {
-        let enter = if far_call { (0x90A7, 0x40_0000, B::Far) } else { (0x90A5, 0x40_0000, B::NearIndCall) };
+        let enter = if far_call {
+            (0x90A7, 0x40_0000, B::Far)
+        } else {
+            (0x90A5, 0x40_0000, B::NearIndCall)
+        };
         vec![
             enter,
             (0x40_0005, 0x40_0007, B::NearIndJmp),
@@ -236,7 +297,10 @@ mod tests {
         let sel = LbrSelect::from_raw(select);
         path(far_call)
             .into_iter()
-            .filter(|b| sel.records(b.2, 0, uarch).expect("Westmere and Sandy Bridge have LBR_SELECT"))
+            .filter(|b| {
+                sel.records(b.2, 0, uarch)
+                    .expect("Westmere and Sandy Bridge have LBR_SELECT")
+            })
             .collect()
     }
 
@@ -249,7 +313,10 @@ mod tests {
         assert!(sel.near_rel_call() && sel.near_ret() && !sel.near_ind_call());
         let wsm = recorded(0x28, Uarch::Westmere, false);
         assert_eq!(wsm, recorded(0x28, Uarch::SandyBridge, false));
-        assert!(wsm.iter().all(|b| !matches!(b.2, B::NearRelCall | B::NearRet)));
+        assert!(
+            wsm.iter()
+                .all(|b| !matches!(b.2, B::NearRelCall | B::NearRet))
+        );
         assert_eq!(wsm.first(), Some(&(0x90A5, 0x40_0000, B::NearIndCall)));
         assert!(wsm.contains(&(0x40_0017, 0xD8E0, B::Far)));
         assert!(wsm.contains(&(0xE883, 0x40_0019, B::Far)));
@@ -263,7 +330,10 @@ mod tests {
         assert!(recorded(0x1C4, Uarch::Westmere, false).is_empty());
         let snb = recorded(0x1C4, Uarch::SandyBridge, false);
         assert_eq!(snb.len(), 7);
-        assert!(snb.iter().all(|b| matches!(b.2, B::NearIndCall | B::NearRelCall | B::NearRet)));
+        assert!(
+            snb.iter()
+                .all(|b| matches!(b.2, B::NearIndCall | B::NearRelCall | B::NearRet))
+        );
     }
 
     /// Experiment 14-4 test two, 0xC4 with a far call into `func`: Westmere
@@ -272,7 +342,11 @@ mod tests {
     fn seed_003_0xc4_keeps_only_far_branches_on_westmere() {
         assert_eq!(
             recorded(0xC4, Uarch::Westmere, true),
-            vec![(0x90A7, 0x40_0000, B::Far), (0x40_0017, 0xD8E0, B::Far), (0xE883, 0x40_0019, B::Far)]
+            vec![
+                (0x90A7, 0x40_0000, B::Far),
+                (0x40_0017, 0xD8E0, B::Far),
+                (0xE883, 0x40_0019, B::Far)
+            ]
         );
         assert_eq!(recorded(0xC4, Uarch::SandyBridge, true).len(), 3 + 6);
     }
@@ -282,12 +356,18 @@ mod tests {
         let sel = LbrSelect::new().with_cpl_eq_0(true);
         assert_eq!(sel.records(B::Jcc, 0, Uarch::Skylake), Ok(false));
         assert_eq!(sel.records(B::Jcc, 3, Uarch::Skylake), Ok(true));
-        assert_eq!(sel.records(B::Jcc, 3, Uarch::Core2), Err(LbrSelectError::NotPresent(Uarch::Core2)));
+        assert_eq!(
+            sel.records(B::Jcc, 3, Uarch::Core2),
+            Err(LbrSelectError::NotPresent(Uarch::Core2))
+        );
         let callstack = LbrSelect::new().with_en_callstack(true);
         assert!(callstack.records(B::Jcc, 3, Uarch::Haswell).is_ok());
         assert_eq!(
             callstack.records(B::Jcc, 3, Uarch::SandyBridge),
-            Err(LbrSelectError::ReservedBits { uarch: Uarch::SandyBridge, bits: 1 << 9 })
+            Err(LbrSelectError::ReservedBits {
+                uarch: Uarch::SandyBridge,
+                bits: 1 << 9
+            })
         );
     }
 }

@@ -39,7 +39,9 @@ pub enum OutputError {
         size: u64,
     },
     /// OutputOffset outside the single range.
-    #[error("OutputOffset {offset:#x} is beyond the single-range mask {mask:#x} (operational error on enable)")]
+    #[error(
+        "OutputOffset {offset:#x} is beyond the single-range mask {mask:#x} (operational error on enable)"
+    )]
     OffsetBeyondMask {
         /// The offset.
         offset: u64,
@@ -53,13 +55,17 @@ pub enum OutputError {
         bytes: u64,
     },
     /// ToPA table base with bits 11:7 set.
-    #[error("ToPA table base {base} is not 4 KiB aligned (bits 11:7 set: operational error on enable)")]
+    #[error(
+        "ToPA table base {base} is not 4 KiB aligned (bits 11:7 set: operational error on enable)"
+    )]
     TopaBaseMisaligned {
         /// The base.
         base: PhysAddr,
     },
     /// OutputOffset not inside the current ToPA region.
-    #[error("OutputOffset {offset:#x} is not below the current ToPA region size {size:#x} (operational error)")]
+    #[error(
+        "OutputOffset {offset:#x} is not below the current ToPA region size {size:#x} (operational error)"
+    )]
     OffsetBeyondRegion {
         /// The offset.
         offset: u64,
@@ -95,7 +101,11 @@ impl SingleRange {
         if base.0 & mask != 0 {
             return Err(OutputError::BaseNotAligned { base, size });
         }
-        Ok(Self { base, mask, offset: 0 })
+        Ok(Self {
+            base,
+            mask,
+            offset: 0,
+        })
     }
 
     /// Reads the position from the two MSRs, refusing what the processor
@@ -107,7 +117,10 @@ impl SingleRange {
         }
         let base = PhysAddr(base.base_phys_addr());
         if base.0 & mask != 0 {
-            return Err(OutputError::BaseNotAligned { base, size: mask + 1 });
+            return Err(OutputError::BaseNotAligned {
+                base,
+                size: mask + 1,
+            });
         }
         let offset = ptrs.output_offset();
         if offset > mask {
@@ -140,7 +153,10 @@ impl SingleRange {
     /// The position after `bytes` more bytes of output; the region wraps.
     #[must_use]
     pub const fn advance(self, bytes: u64) -> Self {
-        Self { offset: self.offset.wrapping_add(bytes) & self.mask, ..self }
+        Self {
+            offset: self.offset.wrapping_add(bytes) & self.mask,
+            ..self
+        }
     }
 
     /// The IA32_RTIT_OUTPUT_BASE value.
@@ -176,12 +192,20 @@ impl TopaPosition {
         if entry >= 1 << 25 {
             return Err(OutputError::EntryIndexTooLarge { index: entry });
         }
-        Ok(Self { table, entry: entry as u32, offset })
+        Ok(Self {
+            table,
+            entry: entry as u32,
+            offset,
+        })
     }
 
     /// Reads the position from the two MSRs.
     pub fn from_msrs(base: RtitOutputBase, ptrs: RtitOutputMaskPtrs) -> Result<Self, OutputError> {
-        Self::new(PhysAddr(base.base_phys_addr()), ptrs.mask_or_table_offset(), ptrs.output_offset() as u32)
+        Self::new(
+            PhysAddr(base.base_phys_addr()),
+            ptrs.mask_or_table_offset(),
+            ptrs.output_offset() as u32,
+        )
     }
 
     /// The current table's base.
@@ -212,7 +236,10 @@ impl TopaPosition {
         }
         let size = entry.size().bytes();
         if u64::from(self.offset) >= size {
-            return Err(OutputError::OffsetBeyondRegion { offset: u64::from(self.offset), size });
+            return Err(OutputError::OffsetBeyondRegion {
+                offset: u64::from(self.offset),
+                size,
+            });
         }
         Ok(PhysAddr(entry.base().0 + u64::from(self.offset)))
     }
@@ -224,7 +251,9 @@ impl TopaPosition {
 
     /// The IA32_RTIT_OUTPUT_MASK_PTRS value (LowerMask written as 7FH).
     pub const fn mask_ptrs(&self) -> RtitOutputMaskPtrs {
-        RtitOutputMaskPtrs::from_raw(((self.offset as u64) << 32) | ((self.entry as u64) << 7) | 0x7F)
+        RtitOutputMaskPtrs::from_raw(
+            ((self.offset as u64) << 32) | ((self.entry as u64) << 7) | 0x7F,
+        )
     }
 }
 
@@ -246,7 +275,11 @@ mod tests {
         assert_eq!(r.size(), 4096);
         assert_eq!(r.write_address(), PhysAddr(0x1234_5000));
         let later = r.advance(4096 + 0x10);
-        assert_eq!(later.write_address(), PhysAddr(0x1234_5010), "wraps within the page");
+        assert_eq!(
+            later.write_address(),
+            PhysAddr(0x1234_5010),
+            "wraps within the page"
+        );
         assert_eq!(later.mask_ptrs().raw(), (0x10 << 32) | 0xFFF);
         assert_eq!(SingleRange::new(PhysAddr(0x1234_5000), 4096), Ok(r));
     }
@@ -259,14 +292,26 @@ mod tests {
             Err(OutputError::MaskNotContiguous { mask: 0x2FFF })
         );
         assert_eq!(
-            SingleRange::from_msrs(RtitOutputBase::from_raw(0x10_0800), RtitOutputMaskPtrs::from_raw(0xFFF)),
-            Err(OutputError::BaseNotAligned { base: PhysAddr(0x10_0800), size: 4096 })
+            SingleRange::from_msrs(
+                RtitOutputBase::from_raw(0x10_0800),
+                RtitOutputMaskPtrs::from_raw(0xFFF)
+            ),
+            Err(OutputError::BaseNotAligned {
+                base: PhysAddr(0x10_0800),
+                size: 4096
+            })
         );
         assert_eq!(
             SingleRange::from_msrs(base, RtitOutputMaskPtrs::from_raw((0x1000 << 32) | 0xFFF)),
-            Err(OutputError::OffsetBeyondMask { offset: 0x1000, mask: 0xFFF })
+            Err(OutputError::OffsetBeyondMask {
+                offset: 0x1000,
+                mask: 0xFFF
+            })
         );
-        assert_eq!(SingleRange::new(PhysAddr(0x10_0000), 64), Err(OutputError::BadRegionSize { bytes: 64 }));
+        assert_eq!(
+            SingleRange::new(PhysAddr(0x10_0000), 64),
+            Err(OutputError::BadRegionSize { bytes: 64 })
+        );
     }
 
     /// Seed 000's ToPA start: LowerMask 7FH, MaskOrTableOffset 0, OutputOffset 0.
@@ -283,9 +328,15 @@ mod tests {
         assert_eq!(p.entry_address(), PhysAddr(0x7_0018));
         let e = TopaEntry::output(PhysAddr(0x9_F000), TopaSize::SIZE_4K, true, true);
         assert_eq!(p.write_address(e), Ok(PhysAddr(0x9_F123)));
-        assert_eq!(p.write_address(TopaEntry::end_link(PhysAddr(0x7_0000))), Err(OutputError::PositionOnEnd));
+        assert_eq!(
+            p.write_address(TopaEntry::end_link(PhysAddr(0x7_0000))),
+            Err(OutputError::PositionOnEnd)
+        );
         let far = TopaPosition::new(PhysAddr(0x7_0000), 0, 0x2000).expect("valid");
-        assert!(matches!(far.write_address(e), Err(OutputError::OffsetBeyondRegion { .. })));
+        assert!(matches!(
+            far.write_address(e),
+            Err(OutputError::OffsetBeyondRegion { .. })
+        ));
         assert!(TopaPosition::start(PhysAddr(0x7_0080)).is_err());
     }
 }

@@ -34,7 +34,9 @@ pub enum PtConfigError {
         capability: &'static str,
     },
     /// ADDRn_CFG with a reserved encoding.
-    #[error("ADDR{range}_CFG = {value} is reserved (only 0 unused, 1 FilterEn, 2 TraceStop exist): WRMSR raises #GP")]
+    #[error(
+        "ADDR{range}_CFG = {value} is reserved (only 0 unused, 1 FilterEn, 2 TraceStop exist): WRMSR raises #GP"
+    )]
     AddrCfgReserved {
         /// The range.
         range: u8,
@@ -53,7 +55,9 @@ pub enum PtConfigError {
         available: u8,
     },
     /// An ADDRn_A/B value that is not canonical.
-    #[error("IA32_RTIT_ADDR{range}_{which} = {value:#x} is not canonical (bits 63:48 must copy bit 47): WRMSR raises #GP")]
+    #[error(
+        "IA32_RTIT_ADDR{range}_{which} = {value:#x} is not canonical (bits 63:48 must copy bit 47): WRMSR raises #GP"
+    )]
     NonCanonical {
         /// The range.
         range: u8,
@@ -63,7 +67,9 @@ pub enum PtConfigError {
         value: u64,
     },
     /// ADDRn_A above ADDRn_B: the range matches nothing.
-    #[error("IP range {range} starts at {a} above its end {b}: it can never match, so the filter silently traces nothing")]
+    #[error(
+        "IP range {range} starts at {a} above its end {b}: it can never match, so the filter silently traces nothing"
+    )]
     RangeInverted {
         /// The range.
         range: u8,
@@ -94,7 +100,9 @@ pub enum PtConfigError {
     )]
     BranchEnRequired,
     /// An address at or above MAXPHYADDR.
-    #[error("{register} = {value:#x} has bits at or above MAXPHYADDR ({max_phys_addr}): WRMSR raises #GP")]
+    #[error(
+        "{register} = {value:#x} has bits at or above MAXPHYADDR ({max_phys_addr}): WRMSR raises #GP"
+    )]
     BeyondMaxPhysAddr {
         /// The register.
         register: &'static str,
@@ -136,7 +144,10 @@ impl PtConfig {
     pub fn validate(&self, caps: &PtCaps, max_phys_addr: u8) -> Result<(), PtConfigError> {
         let ctl = self.ctl;
         if ctl.reserved_set() != 0 {
-            return Err(PtConfigError::ReservedBits { register: "IA32_RTIT_CTL", bits: ctl.reserved_set() });
+            return Err(PtConfigError::ReservedBits {
+                register: "IA32_RTIT_CTL",
+                bits: ctl.reserved_set(),
+            });
         }
         check_features(ctl, caps)?;
         check_timing(ctl, caps)?;
@@ -161,16 +172,27 @@ impl PtConfig {
                 });
             }
             if n >= caps.num_address_ranges() {
-                return Err(PtConfigError::AddressRangeNotAvailable { range: n, available: caps.num_address_ranges() });
+                return Err(PtConfigError::AddressRangeNotAvailable {
+                    range: n,
+                    available: caps.num_address_ranges(),
+                });
             }
             let (a, b) = self.addr[usize::from(n)];
             for (reg, which) in [(a, 'A'), (b, 'B')] {
                 if !reg.is_canonical() {
-                    return Err(PtConfigError::NonCanonical { range: n, which, value: reg.raw() });
+                    return Err(PtConfigError::NonCanonical {
+                        range: n,
+                        which,
+                        value: reg.raw(),
+                    });
                 }
             }
             if a.ip().0 > b.ip().0 {
-                return Err(PtConfigError::RangeInverted { range: n, a: a.ip(), b: b.ip() });
+                return Err(PtConfigError::RangeInverted {
+                    range: n,
+                    a: a.ip(),
+                    b: b.ip(),
+                });
             }
         }
         Ok(())
@@ -179,7 +201,10 @@ impl PtConfig {
     fn check_cr3(&self, caps: &PtCaps) -> Result<(), PtConfigError> {
         let reserved = self.cr3_match.raw() & RtitCr3Match::RESERVED;
         if reserved != 0 {
-            return Err(PtConfigError::ReservedBits { register: "IA32_RTIT_CR3_MATCH", bits: reserved });
+            return Err(PtConfigError::ReservedBits {
+                register: "IA32_RTIT_CR3_MATCH",
+                bits: reserved,
+            });
         }
         if self.cr3_match.raw() != 0 && !caps.cr3_filtering() {
             return Err(PtConfigError::Unsupported {
@@ -199,14 +224,21 @@ impl PtConfig {
             });
         }
         if max_phys_addr < 64 && base >> max_phys_addr != 0 {
-            return Err(PtConfigError::BeyondMaxPhysAddr { register: "IA32_RTIT_OUTPUT_BASE", value: base, max_phys_addr });
+            return Err(PtConfigError::BeyondMaxPhysAddr {
+                register: "IA32_RTIT_OUTPUT_BASE",
+                value: base,
+                max_phys_addr,
+            });
         }
         if self.ctl.fabric_en() {
             return Ok(());
         }
         if self.ctl.topa() {
             if !caps.topa() {
-                return Err(PtConfigError::Unsupported { field: "ToPA", capability: "ToPA output (CPUID.(EAX=14H,ECX=0):ECX[0])" });
+                return Err(PtConfigError::Unsupported {
+                    field: "ToPA",
+                    capability: "ToPA output (CPUID.(EAX=14H,ECX=0):ECX[0])",
+                });
             }
             TopaPosition::from_msrs(self.output_base, self.output_mask_ptrs)?;
         } else {
@@ -230,21 +262,66 @@ fn ctl_addr_cfg(ctl: RtitCtl, n: u8) -> AddrCfg {
 
 fn check_features(ctl: RtitCtl, caps: &PtCaps) -> Result<(), PtConfigError> {
     let rules: [(bool, bool, &str, &str); 10] = [
-        (ctl.cr3_filter(), caps.cr3_filtering(), "CR3Filter", "CR3 filtering (CPUID.(EAX=14H,ECX=0):EBX[0])"),
-        (ctl.cyc_en(), caps.configurable_psb_and_cyc(), "CYCEn", "cycle-accurate mode (CPUID.(EAX=14H,ECX=0):EBX[1])"),
-        (ctl.mtc_en(), caps.mtc(), "MTCEn", "MTC (CPUID.(EAX=14H,ECX=0):EBX[3])"),
-        (ctl.ptw_en(), caps.ptwrite(), "PTWEn", "PTWRITE (CPUID.(EAX=14H,ECX=0):EBX[4])"),
-        (ctl.fup_on_ptw(), caps.ptwrite(), "FUPonPTW", "PTWRITE (CPUID.(EAX=14H,ECX=0):EBX[4])"),
-        (ctl.pwr_evt_en(), caps.power_event_trace(), "PwrEvtEn", "power event trace (CPUID.(EAX=14H,ECX=0):EBX[5])"),
+        (
+            ctl.cr3_filter(),
+            caps.cr3_filtering(),
+            "CR3Filter",
+            "CR3 filtering (CPUID.(EAX=14H,ECX=0):EBX[0])",
+        ),
+        (
+            ctl.cyc_en(),
+            caps.configurable_psb_and_cyc(),
+            "CYCEn",
+            "cycle-accurate mode (CPUID.(EAX=14H,ECX=0):EBX[1])",
+        ),
+        (
+            ctl.mtc_en(),
+            caps.mtc(),
+            "MTCEn",
+            "MTC (CPUID.(EAX=14H,ECX=0):EBX[3])",
+        ),
+        (
+            ctl.ptw_en(),
+            caps.ptwrite(),
+            "PTWEn",
+            "PTWRITE (CPUID.(EAX=14H,ECX=0):EBX[4])",
+        ),
+        (
+            ctl.fup_on_ptw(),
+            caps.ptwrite(),
+            "FUPonPTW",
+            "PTWRITE (CPUID.(EAX=14H,ECX=0):EBX[4])",
+        ),
+        (
+            ctl.pwr_evt_en(),
+            caps.power_event_trace(),
+            "PwrEvtEn",
+            "power event trace (CPUID.(EAX=14H,ECX=0):EBX[5])",
+        ),
         (
             ctl.inject_psb_pmi_on_enable(),
             caps.psb_pmi_preservation(),
             "InjectPsbPmiOnEnable",
             "PSB and PMI preservation (CPUID.(EAX=14H,ECX=0):EBX[6])",
         ),
-        (ctl.event_en(), caps.event_trace(), "EventEn", "event trace (CPUID.(EAX=14H,ECX=0):EBX[7])"),
-        (ctl.dis_tnt(), caps.tnt_disable(), "DisTNT", "TNT disable (CPUID.(EAX=14H,ECX=0):EBX[8])"),
-        (ctl.fabric_en(), caps.trace_transport(), "FabricEn", "trace transport output (CPUID.(EAX=14H,ECX=0):ECX[3])"),
+        (
+            ctl.event_en(),
+            caps.event_trace(),
+            "EventEn",
+            "event trace (CPUID.(EAX=14H,ECX=0):EBX[7])",
+        ),
+        (
+            ctl.dis_tnt(),
+            caps.tnt_disable(),
+            "DisTNT",
+            "TNT disable (CPUID.(EAX=14H,ECX=0):EBX[8])",
+        ),
+        (
+            ctl.fabric_en(),
+            caps.trace_transport(),
+            "FabricEn",
+            "trace transport output (CPUID.(EAX=14H,ECX=0):ECX[3])",
+        ),
     ];
     for (used, present, field, capability) in rules {
         if used && !present {
@@ -261,7 +338,10 @@ fn check_timing(ctl: RtitCtl, caps: &PtCaps) -> Result<(), PtConfigError> {
     let in_bitmap = |v: u64, bitmap: u16| v < 16 && (bitmap >> v) & 1 != 0;
     if ctl.mtc_en() || ctl.mtc_freq() != 0 {
         if !caps.mtc() {
-            return Err(PtConfigError::Unsupported { field: "MTCFreq", capability: "MTC (CPUID.(EAX=14H,ECX=0):EBX[3])" });
+            return Err(PtConfigError::Unsupported {
+                field: "MTCFreq",
+                capability: "MTC (CPUID.(EAX=14H,ECX=0):EBX[3])",
+            });
         }
         if !in_bitmap(ctl.mtc_freq(), caps.mtc_period_bitmap()) {
             return Err(PtConfigError::NotInBitmap {
@@ -321,8 +401,16 @@ impl PtConfigBuilder {
     /// Starts from all-zero MSRs with BranchEn set, for a processor with
     /// `caps` and physical address width `max_phys_addr`.
     pub fn new(caps: PtCaps, max_phys_addr: u8) -> Self {
-        let config = PtConfig { ctl: RtitCtl::new().with_branch_en(true), ..PtConfig::default() };
-        Self { caps, max_phys_addr, config, error: None }
+        let config = PtConfig {
+            ctl: RtitCtl::new().with_branch_en(true),
+            ..PtConfig::default()
+        };
+        Self {
+            caps,
+            max_phys_addr,
+            config,
+            error: None,
+        }
     }
 
     /// Applies `f` to IA32_RTIT_CTL (for options without a dedicated method).
@@ -394,7 +482,8 @@ impl PtConfigBuilder {
         match self.config.ctl.with_addr_cfg(n, cfg) {
             Some(ctl) => {
                 self.config.ctl = ctl;
-                self.config.addr[usize::from(n)] = (RtitAddr::from_raw(a.0), RtitAddr::from_raw(b.0));
+                self.config.addr[usize::from(n)] =
+                    (RtitAddr::from_raw(a.0), RtitAddr::from_raw(b.0));
             }
             None => self.error = self.error.or(Some(PtConfigError::NoSuchRange(n))),
         }
@@ -449,14 +538,32 @@ mod tests {
     /// two ranges, MTC bitmap 0x249, CYC bitmap 0x3FFF, PSB bitmap 0x3F.
     fn skylake() -> PtCaps {
         PtCaps::new(
-            CpuidRegs { eax: 1, ebx: 0x3F, ecx: 0b111, edx: 0 },
-            CpuidRegs { eax: 0x0249_0002, ebx: 0x003F_3FFF, ecx: 0, edx: 0 },
+            CpuidRegs {
+                eax: 1,
+                ebx: 0x3F,
+                ecx: 0b111,
+                edx: 0,
+            },
+            CpuidRegs {
+                eax: 0x0249_0002,
+                ebx: 0x003F_3FFF,
+                ecx: 0,
+                edx: 0,
+            },
         )
     }
 
     /// Broadwell, the first generation: no configurable PSB, no MTC, one ToPA entry.
     fn broadwell() -> PtCaps {
-        PtCaps::new(CpuidRegs { eax: 0, ebx: 0x1, ecx: 0b101, edx: 0 }, CpuidRegs::default())
+        PtCaps::new(
+            CpuidRegs {
+                eax: 0,
+                ebx: 0x1,
+                ecx: 0b101,
+                edx: 0,
+            },
+            CpuidRegs::default(),
+        )
     }
 
     #[test]
@@ -471,19 +578,45 @@ mod tests {
             .output_topa(PhysAddr(0x7_0000))
             .build()
             .expect("valid on Skylake");
-        assert_eq!(cfg.ctl.raw(), 0x1 | 0x8 | 0x100 | 0x200 | 0x400 | 0x2000 | (3 << 14) | (2 << 24) | (1 << 32));
+        assert_eq!(
+            cfg.ctl.raw(),
+            0x1 | 0x8 | 0x100 | 0x200 | 0x400 | 0x2000 | (3 << 14) | (2 << 24) | (1 << 32)
+        );
         assert_eq!(cfg.output_mask_ptrs.raw(), 0x7F);
         assert_eq!(cfg.addr[0].0.raw(), 0x40_0000);
     }
 
     #[test]
     fn features_missing_from_cpuid_are_refused_with_the_bit_named() {
-        let err = PtConfigBuilder::new(broadwell(), 39).mtc(Some(0)).output_topa(PhysAddr(0x1000)).build().unwrap_err();
-        assert_eq!(err, PtConfigError::Unsupported { field: "MTCEn", capability: "MTC (CPUID.(EAX=14H,ECX=0):EBX[3])" });
+        let err = PtConfigBuilder::new(broadwell(), 39)
+            .mtc(Some(0))
+            .output_topa(PhysAddr(0x1000))
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err,
+            PtConfigError::Unsupported {
+                field: "MTCEn",
+                capability: "MTC (CPUID.(EAX=14H,ECX=0):EBX[3])"
+            }
+        );
         assert!(format!("{err}").contains("EBX[3]"));
-        let err = PtConfigBuilder::new(broadwell(), 39).ctl(|c| c.with_dis_tnt(true)).build().unwrap_err();
-        assert!(matches!(err, PtConfigError::Unsupported { field: "DisTNT", .. }));
-        let err = PtConfigBuilder::new(broadwell(), 39).enable(true).ctl(|c| c.with_branch_en(false)).build().unwrap_err();
+        let err = PtConfigBuilder::new(broadwell(), 39)
+            .ctl(|c| c.with_dis_tnt(true))
+            .build()
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            PtConfigError::Unsupported {
+                field: "DisTNT",
+                ..
+            }
+        ));
+        let err = PtConfigBuilder::new(broadwell(), 39)
+            .enable(true)
+            .ctl(|c| c.with_branch_en(false))
+            .build()
+            .unwrap_err();
         assert_eq!(err, PtConfigError::BranchEnRequired);
     }
 
@@ -494,70 +627,194 @@ mod tests {
             .output_topa(PhysAddr(0x1000))
             .build()
             .unwrap_err();
-        assert_eq!(err, PtConfigError::AddressRangeNotAvailable { range: 2, available: 2 });
         assert_eq!(
-            PtConfigBuilder::new(skylake(), 39).ip_range(4, AddrCfg::Filter, Ip(0), Ip(1)).build(),
+            err,
+            PtConfigError::AddressRangeNotAvailable {
+                range: 2,
+                available: 2
+            }
+        );
+        assert_eq!(
+            PtConfigBuilder::new(skylake(), 39)
+                .ip_range(4, AddrCfg::Filter, Ip(0), Ip(1))
+                .build(),
             Err(PtConfigError::NoSuchRange(4))
         );
         let inverted = PtConfigBuilder::new(skylake(), 39)
             .ip_range(1, AddrCfg::TraceStop, Ip(0x2000), Ip(0x1000))
             .output_topa(PhysAddr(0x1000))
             .build();
-        assert!(matches!(inverted, Err(PtConfigError::RangeInverted { range: 1, .. })));
-        let reserved = PtConfig { ctl: RtitCtl::from_raw(3 << 36), ..PtConfig::default() };
-        assert_eq!(reserved.validate(&skylake(), 39), Err(PtConfigError::AddrCfgReserved { range: 1, value: 3 }));
+        assert!(matches!(
+            inverted,
+            Err(PtConfigError::RangeInverted { range: 1, .. })
+        ));
+        let reserved = PtConfig {
+            ctl: RtitCtl::from_raw(3 << 36),
+            ..PtConfig::default()
+        };
+        assert_eq!(
+            reserved.validate(&skylake(), 39),
+            Err(PtConfigError::AddrCfgReserved { range: 1, value: 3 })
+        );
     }
 
     #[test]
     fn timing_encodings_must_be_in_the_bitmaps() {
-        let err = PtConfigBuilder::new(skylake(), 39).mtc(Some(4)).output_topa(PhysAddr(0x1000)).build().unwrap_err();
+        let err = PtConfigBuilder::new(skylake(), 39)
+            .mtc(Some(4))
+            .output_topa(PhysAddr(0x1000))
+            .build()
+            .unwrap_err();
         assert_eq!(
             err,
-            PtConfigError::NotInBitmap { field: "MTCFreq", value: 4, bitmap: 0x249, cpuid: "CPUID.(EAX=14H,ECX=1):EAX[31:16]" }
+            PtConfigError::NotInBitmap {
+                field: "MTCFreq",
+                value: 4,
+                bitmap: 0x249,
+                cpuid: "CPUID.(EAX=14H,ECX=1):EAX[31:16]"
+            }
         );
-        assert!(PtConfigBuilder::new(skylake(), 39).mtc(Some(9)).output_topa(PhysAddr(0x1000)).build().is_ok());
-        let err = PtConfigBuilder::new(skylake(), 39).psb_freq(6).output_topa(PhysAddr(0x1000)).build().unwrap_err();
-        assert!(matches!(err, PtConfigError::NotInBitmap { field: "PSBFreq", value: 6, .. }));
-        let err = PtConfigBuilder::new(skylake(), 39).cyc(Some(14)).output_topa(PhysAddr(0x1000)).build().unwrap_err();
-        assert!(matches!(err, PtConfigError::NotInBitmap { field: "CYCThresh", value: 14, .. }));
-        assert!(PtConfigBuilder::new(skylake(), 39).mtc(Some(16)).build().is_err());
+        assert!(
+            PtConfigBuilder::new(skylake(), 39)
+                .mtc(Some(9))
+                .output_topa(PhysAddr(0x1000))
+                .build()
+                .is_ok()
+        );
+        let err = PtConfigBuilder::new(skylake(), 39)
+            .psb_freq(6)
+            .output_topa(PhysAddr(0x1000))
+            .build()
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            PtConfigError::NotInBitmap {
+                field: "PSBFreq",
+                value: 6,
+                ..
+            }
+        ));
+        let err = PtConfigBuilder::new(skylake(), 39)
+            .cyc(Some(14))
+            .output_topa(PhysAddr(0x1000))
+            .build()
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            PtConfigError::NotInBitmap {
+                field: "CYCThresh",
+                value: 14,
+                ..
+            }
+        ));
+        assert!(
+            PtConfigBuilder::new(skylake(), 39)
+                .mtc(Some(16))
+                .build()
+                .is_err()
+        );
     }
 
     #[test]
     fn output_errors_are_reported() {
-        let err = PtConfigBuilder::new(skylake(), 39).output_single_range(PhysAddr(0x1800), 4096).build().unwrap_err();
-        assert!(matches!(err, PtConfigError::Output(OutputError::BaseNotAligned { .. })));
+        let err = PtConfigBuilder::new(skylake(), 39)
+            .output_single_range(PhysAddr(0x1800), 4096)
+            .build()
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            PtConfigError::Output(OutputError::BaseNotAligned { .. })
+        ));
         let cfg = PtConfig {
             output_mask_ptrs: RtitOutputMaskPtrs::from_raw(0x2FFF),
             output_base: RtitOutputBase::from_raw(0x10_0000),
             ..PtConfig::default()
         };
-        assert_eq!(cfg.validate(&skylake(), 39), Err(PtConfigError::Output(OutputError::MaskNotContiguous { mask: 0x2FFF })));
-        let high = PtConfigBuilder::new(skylake(), 39).output_topa(PhysAddr(1 << 40)).build().unwrap_err();
-        assert!(matches!(high, PtConfigError::BeyondMaxPhysAddr { max_phys_addr: 39, .. }));
+        assert_eq!(
+            cfg.validate(&skylake(), 39),
+            Err(PtConfigError::Output(OutputError::MaskNotContiguous {
+                mask: 0x2FFF
+            }))
+        );
+        let high = PtConfigBuilder::new(skylake(), 39)
+            .output_topa(PhysAddr(1 << 40))
+            .build()
+            .unwrap_err();
+        assert!(matches!(
+            high,
+            PtConfigError::BeyondMaxPhysAddr {
+                max_phys_addr: 39,
+                ..
+            }
+        ));
         let no_single = PtConfigBuilder::new(
-            PtCaps::new(CpuidRegs { ecx: 1, ..CpuidRegs::default() }, CpuidRegs::default()),
+            PtCaps::new(
+                CpuidRegs {
+                    ecx: 1,
+                    ..CpuidRegs::default()
+                },
+                CpuidRegs::default(),
+            ),
             39,
         )
         .output_single_range(PhysAddr(0x10_0000), 4096)
         .build();
-        assert!(matches!(no_single, Err(PtConfigError::Unsupported { field: "ToPA = 0 (single-range output)", .. })));
+        assert!(matches!(
+            no_single,
+            Err(PtConfigError::Unsupported {
+                field: "ToPA = 0 (single-range output)",
+                ..
+            })
+        ));
     }
 
     #[test]
     fn reserved_ctl_bits_are_refused_first() {
-        let cfg = PtConfig { ctl: RtitCtl::from_raw(1 << 18), ..PtConfig::default() };
+        let cfg = PtConfig {
+            ctl: RtitCtl::from_raw(1 << 18),
+            ..PtConfig::default()
+        };
         let err = cfg.validate(&PtCaps::everything(), 52).unwrap_err();
-        assert_eq!(err, PtConfigError::ReservedBits { register: "IA32_RTIT_CTL", bits: 1 << 18 });
+        assert_eq!(
+            err,
+            PtConfigError::ReservedBits {
+                register: "IA32_RTIT_CTL",
+                bits: 1 << 18
+            }
+        );
         assert!(format!("{err}").contains("#GP"));
     }
 
     #[test]
     fn cr3_filter_needs_the_capability_and_clean_low_bits() {
-        let caps = PtCaps::new(CpuidRegs { ecx: 1, ..CpuidRegs::default() }, CpuidRegs::default());
-        let err = PtConfigBuilder::new(caps, 39).cr3_filter(Some(Cr3(0x1234_5000))).output_topa(PhysAddr(0x1000)).build();
-        assert!(matches!(err, Err(PtConfigError::Unsupported { field: "CR3Filter", .. })));
-        let err = PtConfigBuilder::new(skylake(), 39).cr3_filter(Some(Cr3(0x1234_5007))).output_topa(PhysAddr(0x1000)).build();
-        assert_eq!(err, Err(PtConfigError::ReservedBits { register: "IA32_RTIT_CR3_MATCH", bits: 7 }));
+        let caps = PtCaps::new(
+            CpuidRegs {
+                ecx: 1,
+                ..CpuidRegs::default()
+            },
+            CpuidRegs::default(),
+        );
+        let err = PtConfigBuilder::new(caps, 39)
+            .cr3_filter(Some(Cr3(0x1234_5000)))
+            .output_topa(PhysAddr(0x1000))
+            .build();
+        assert!(matches!(
+            err,
+            Err(PtConfigError::Unsupported {
+                field: "CR3Filter",
+                ..
+            })
+        ));
+        let err = PtConfigBuilder::new(skylake(), 39)
+            .cr3_filter(Some(Cr3(0x1234_5007)))
+            .output_topa(PhysAddr(0x1000))
+            .build();
+        assert_eq!(
+            err,
+            Err(PtConfigError::ReservedBits {
+                register: "IA32_RTIT_CR3_MATCH",
+                bits: 7
+            })
+        );
     }
 }

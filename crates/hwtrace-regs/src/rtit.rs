@@ -70,7 +70,9 @@ impl RtitCtl {
         if n > 3 {
             return None;
         }
-        Some(AddrCfg::from_bits(((self.0 >> (32 + 4 * n as u32)) & 0xF) as u8))
+        Some(AddrCfg::from_bits(
+            ((self.0 >> (32 + 4 * n as u32)) & 0xF) as u8,
+        ))
     }
 
     /// Returns a copy with ADDRn_CFG set; `None` for `n > 3`.
@@ -80,7 +82,9 @@ impl RtitCtl {
             return None;
         }
         let shift = 32 + 4 * n as u32;
-        Some(Self((self.0 & !(0xF << shift)) | ((cfg.bits() as u64) << shift)))
+        Some(Self(
+            (self.0 & !(0xF << shift)) | ((cfg.bits() as u64) << shift),
+        ))
     }
 
     /// Reserved bits that are set.
@@ -125,25 +129,40 @@ impl AddrCfg {
 }
 
 fn mtc_freq_meaning(v: u64) -> Meaning {
-    Meaning::Period { log2: v as u32, unit: "crystal-clock (ART) ticks, when MTCEn=1" }
+    Meaning::Period {
+        log2: v as u32,
+        unit: "crystal-clock (ART) ticks, when MTCEn=1",
+    }
 }
 
 fn cyc_thresh_meaning(v: u64) -> Meaning {
     if v == 0 {
         Meaning::Text("CYC may be sent on any cycle (no threshold)")
     } else {
-        Meaning::Period { log2: (v - 1) as u32, unit: "core cycles at least between CYC packets" }
+        Meaning::Period {
+            log2: (v - 1) as u32,
+            unit: "core cycles at least between CYC packets",
+        }
     }
 }
 
 fn psb_freq_meaning(v: u64) -> Meaning {
-    Meaning::Period { log2: v as u32 + 11, unit: "bytes of trace output (approximately)" }
+    Meaning::Period {
+        log2: v as u32 + 11,
+        unit: "bytes of trace output (approximately)",
+    }
 }
 
 const ADDR_CFG: &[(u64, &str)] = &[
     (0, "range not used"),
-    (1, "FilterEn: trace only while IP is inside ADDRn_A..ADDRn_B"),
-    (2, "TraceStop: stop tracing when execution enters ADDRn_A..ADDRn_B"),
+    (
+        1,
+        "FilterEn: trace only while IP is inside ADDRn_A..ADDRn_B",
+    ),
+    (
+        2,
+        "TraceStop: stop tracing when execution enters ADDRn_A..ADDRn_B",
+    ),
 ];
 
 /// Layout of IA32_RTIT_CTL.
@@ -153,29 +172,84 @@ pub static RTIT_CTL: RegisterDef = RegisterDef {
     reserved: RtitCtl::RESERVED,
     width: 64,
     fields: &[
-        FieldDef::flag("TraceEn", 0, "packet generation enabled", "packet generation disabled"),
-        FieldDef::flag("CYCEn", 1, "cycle-accurate mode: CYC packets", "no CYC packets"),
+        FieldDef::flag(
+            "TraceEn",
+            0,
+            "packet generation enabled",
+            "packet generation disabled",
+        ),
+        FieldDef::flag(
+            "CYCEn",
+            1,
+            "cycle-accurate mode: CYC packets",
+            "no CYC packets",
+        ),
         FieldDef::flag("OS", 2, "trace at CPL 0", "do not trace at CPL 0"),
         FieldDef::flag("User", 3, "trace at CPL > 0", "do not trace at CPL > 0"),
-        FieldDef::flag("PwrEvtEn", 4, "power event packets (PWRE, PWRX, ...)", "no power event packets"),
-        FieldDef::flag("FUPonPTW", 5, "a FUP follows each PTW packet", "no FUP after PTW"),
-        FieldDef::flag("FabricEn", 6, "output to the trace transport subsystem", "output to memory (ToPA or single range)"),
-        FieldDef::flag("CR3Filter", 7, "trace only while CR3 = IA32_RTIT_CR3_MATCH", "no CR3 filtering"),
-        FieldDef::flag("ToPA", 8, "ToPA output (OUTPUT_BASE points at a ToPA table)", "single-range output"),
+        FieldDef::flag(
+            "PwrEvtEn",
+            4,
+            "power event packets (PWRE, PWRX, ...)",
+            "no power event packets",
+        ),
+        FieldDef::flag(
+            "FUPonPTW",
+            5,
+            "a FUP follows each PTW packet",
+            "no FUP after PTW",
+        ),
+        FieldDef::flag(
+            "FabricEn",
+            6,
+            "output to the trace transport subsystem",
+            "output to memory (ToPA or single range)",
+        ),
+        FieldDef::flag(
+            "CR3Filter",
+            7,
+            "trace only while CR3 = IA32_RTIT_CR3_MATCH",
+            "no CR3 filtering",
+        ),
+        FieldDef::flag(
+            "ToPA",
+            8,
+            "ToPA output (OUTPUT_BASE points at a ToPA table)",
+            "single-range output",
+        ),
         FieldDef::flag("MTCEn", 9, "MTC timing packets", "no MTC packets"),
         FieldDef::flag("TSCEn", 10, "TSC packets", "no TSC packets"),
-        FieldDef::flag("DisRETC", 11, "return compression disabled: every RET gives a TIP", "return compression enabled"),
+        FieldDef::flag(
+            "DisRETC",
+            11,
+            "return compression disabled: every RET gives a TIP",
+            "return compression enabled",
+        ),
         FieldDef::flag("PTWEn", 12, "PTWRITE packets", "PTWRITE does not trace"),
-        FieldDef::flag("BranchEn", 13, "COFI packets (TNT, TIP, FUP, MODE)", "no control-flow packets"),
+        FieldDef::flag(
+            "BranchEn",
+            13,
+            "COFI packets (TNT, TIP, FUP, MODE)",
+            "no control-flow packets",
+        ),
         FieldDef::field("MTCFreq", 17, 14, FieldKind::Computed(mtc_freq_meaning)),
         FieldDef::field("CYCThresh", 22, 19, FieldKind::Computed(cyc_thresh_meaning)),
         FieldDef::field("PSBFreq", 27, 24, FieldKind::Computed(psb_freq_meaning)),
-        FieldDef::flag("EventEn", 31, "event trace packets (CFE, EVD)", "no event trace packets"),
+        FieldDef::flag(
+            "EventEn",
+            31,
+            "event trace packets (CFE, EVD)",
+            "no event trace packets",
+        ),
         FieldDef::field("ADDR0_CFG", 35, 32, FieldKind::Enum(ADDR_CFG)),
         FieldDef::field("ADDR1_CFG", 39, 36, FieldKind::Enum(ADDR_CFG)),
         FieldDef::field("ADDR2_CFG", 43, 40, FieldKind::Enum(ADDR_CFG)),
         FieldDef::field("ADDR3_CFG", 47, 44, FieldKind::Enum(ADDR_CFG)),
-        FieldDef::flag("DisTNT", 55, "no TNT packets", "TNT packets for conditional branches"),
+        FieldDef::flag(
+            "DisTNT",
+            55,
+            "no TNT packets",
+            "TNT packets for conditional branches",
+        ),
         FieldDef::flag(
             "InjectPsbPmiOnEnable",
             56,
@@ -225,13 +299,48 @@ pub static RTIT_STATUS: RegisterDef = RegisterDef {
     reserved: RtitStatus::RESERVED,
     width: 64,
     fields: &[
-        FieldDef::flag("FilterEn", 0, "IP is inside a FilterEn range (or no IP filtering)", "IP is outside every FilterEn range"),
-        FieldDef::flag("ContextEn", 1, "CPL/CR3 conditions allow tracing", "CPL/CR3 conditions block tracing"),
-        FieldDef::flag("TriggerEn", 2, "tracing is triggered on", "tracing is off (TraceEn=0, Stopped or Error)"),
-        FieldDef::flag("Error", 4, "an operational error stopped tracing", "no operational error"),
-        FieldDef::flag("Stopped", 5, "tracing stopped by a ToPA STOP entry or a TraceStop range", "not stopped"),
-        FieldDef::flag("PendPSB", 6, "a PSB is pending and will be sent on enable", "no PSB pending"),
-        FieldDef::flag("PendTopaPMI", 7, "a ToPA PMI is pending and will be raised on enable", "no ToPA PMI pending"),
+        FieldDef::flag(
+            "FilterEn",
+            0,
+            "IP is inside a FilterEn range (or no IP filtering)",
+            "IP is outside every FilterEn range",
+        ),
+        FieldDef::flag(
+            "ContextEn",
+            1,
+            "CPL/CR3 conditions allow tracing",
+            "CPL/CR3 conditions block tracing",
+        ),
+        FieldDef::flag(
+            "TriggerEn",
+            2,
+            "tracing is triggered on",
+            "tracing is off (TraceEn=0, Stopped or Error)",
+        ),
+        FieldDef::flag(
+            "Error",
+            4,
+            "an operational error stopped tracing",
+            "no operational error",
+        ),
+        FieldDef::flag(
+            "Stopped",
+            5,
+            "tracing stopped by a ToPA STOP entry or a TraceStop range",
+            "not stopped",
+        ),
+        FieldDef::flag(
+            "PendPSB",
+            6,
+            "a PSB is pending and will be sent on enable",
+            "no PSB pending",
+        ),
+        FieldDef::flag(
+            "PendTopaPMI",
+            7,
+            "a ToPA PMI is pending and will be raised on enable",
+            "no ToPA PMI pending",
+        ),
         FieldDef::field("PacketByteCnt", 48, 32, FieldKind::Number),
     ],
 };
@@ -300,7 +409,12 @@ pub static RTIT_OUTPUT_MASK_PTRS: RegisterDef = RegisterDef {
     width: 64,
     fields: &[
         FieldDef::field("LowerMask", 6, 0, FieldKind::Computed(lower_mask_meaning)),
-        FieldDef::field("MaskOrTableOffset", 31, 7, FieldKind::Computed(mask_or_table_offset_meaning)),
+        FieldDef::field(
+            "MaskOrTableOffset",
+            31,
+            7,
+            FieldKind::Computed(mask_or_table_offset_meaning),
+        ),
         FieldDef::field("OutputOffset", 63, 32, FieldKind::Number),
     ],
 };
@@ -403,10 +517,23 @@ mod tests {
 
     #[test]
     fn table_and_reserved_mask_partition_the_register() {
-        for def in [&RTIT_CTL, &RTIT_STATUS, &RTIT_OUTPUT_BASE, &RTIT_OUTPUT_MASK_PTRS, &RTIT_CR3_MATCH, &RTIT_ADDR] {
+        for def in [
+            &RTIT_CTL,
+            &RTIT_STATUS,
+            &RTIT_OUTPUT_BASE,
+            &RTIT_OUTPUT_MASK_PTRS,
+            &RTIT_CR3_MATCH,
+            &RTIT_ADDR,
+        ] {
             let mut seen = def.reserved;
             for f in def.fields {
-                assert_eq!(seen & f.bits.mask(), 0, "{} overlaps in {}", f.name, def.name);
+                assert_eq!(
+                    seen & f.bits.mask(),
+                    0,
+                    "{} overlaps in {}",
+                    f.name,
+                    def.name
+                );
                 seen |= f.bits.mask();
             }
             if def.name == "IA32_RTIT_CTL" || def.name == "IA32_RTIT_STATUS" {
@@ -440,7 +567,10 @@ mod tests {
 
     #[test]
     fn addresses_sign_extend_from_bit_47() {
-        assert_eq!(RtitAddr::from_raw(0xFFFF_8000_0000_1000).ip().0, 0xFFFF_8000_0000_1000);
+        assert_eq!(
+            RtitAddr::from_raw(0xFFFF_8000_0000_1000).ip().0,
+            0xFFFF_8000_0000_1000
+        );
         assert!(RtitAddr::from_raw(0xFFFF_8000_0000_1000).is_canonical());
         assert!(!RtitAddr::from_raw(0x0000_8000_0000_1000).is_canonical());
     }

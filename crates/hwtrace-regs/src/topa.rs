@@ -104,9 +104,19 @@ pub static TOPA_ENTRY: RegisterDef = RegisterDef {
     reserved: TopaEntry::RESERVED,
     width: 64,
     fields: &[
-        FieldDef::flag("END", 0, "link: the base is the next ToPA table", "output region entry"),
+        FieldDef::flag(
+            "END",
+            0,
+            "link: the base is the next ToPA table",
+            "output region entry",
+        ),
         FieldDef::flag("INT", 2, "PMI when this region is filled", "no PMI"),
-        FieldDef::flag("STOP", 4, "tracing stops (STATUS.Stopped) when this region is filled", "tracing goes on"),
+        FieldDef::flag(
+            "STOP",
+            4,
+            "tracing stops (STATUS.Stopped) when this region is filled",
+            "tracing goes on",
+        ),
         FieldDef::field("Size", 9, 6, FieldKind::Computed(topa_size_meaning)),
         FieldDef::field("OutputRegionBase", 63, 12, FieldKind::Address),
     ],
@@ -152,7 +162,9 @@ pub enum TopaError {
         index: usize,
     },
     /// Reserved bits set in an entry.
-    #[error("ToPA entry {index} has reserved bits {bits:#x} set: the processor signals an operational error")]
+    #[error(
+        "ToPA entry {index} has reserved bits {bits:#x} set: the processor signals an operational error"
+    )]
     ReservedBits {
         /// The entry index.
         index: usize,
@@ -160,7 +172,9 @@ pub enum TopaError {
         bits: u64,
     },
     /// INT or STOP set on an END entry, which the SDM treats as a reserved-bit violation.
-    #[error("ToPA entry {index} is an END entry with INT or STOP set; those bits must be 0 when END=1")]
+    #[error(
+        "ToPA entry {index} is an END entry with INT or STOP set; those bits must be 0 when END=1"
+    )]
     FlagsOnEnd {
         /// The entry index.
         index: usize,
@@ -260,12 +274,19 @@ pub fn build_table(
 ) -> Result<usize, TopaError> {
     let needed = regions.len() + usize::from(matches!(link, TopaLink::End(_)));
     if needed > out.len() {
-        return Err(TopaError::BufferTooSmall { needed, capacity: out.len() });
+        return Err(TopaError::BufferTooSmall {
+            needed,
+            capacity: out.len(),
+        });
     }
     for (index, (slot, r)) in out.iter_mut().zip(regions).enumerate() {
         if r.base.0 & !TopaEntry::BASE_MASK != 0 {
             // The low 12 bits would be silently dropped: refuse instead.
-            return Err(TopaError::RegionMisaligned { index, base: r.base, size: r.size.bytes() });
+            return Err(TopaError::RegionMisaligned {
+                index,
+                base: r.base,
+                size: r.size.bytes(),
+            });
         }
         *slot = TopaEntry::output(r.base, r.size, r.int, r.stop);
     }
@@ -293,29 +314,53 @@ pub fn validate_table(
     if table_base.0 & 0xFFF != 0 {
         return Err(TopaError::TableMisaligned { table: table_base });
     }
-    let phys_limit = if max_phys_addr >= 64 { u64::MAX } else { !(u64::MAX << max_phys_addr) };
-    let mut summary = TopaSummary { output_entries: 0, total_bytes: 0, end_link: None, first_stop: None, interrupts: 0 };
+    let phys_limit = if max_phys_addr >= 64 {
+        u64::MAX
+    } else {
+        !(u64::MAX << max_phys_addr)
+    };
+    let mut summary = TopaSummary {
+        output_entries: 0,
+        total_bytes: 0,
+        end_link: None,
+        first_stop: None,
+        interrupts: 0,
+    };
     for (index, e) in entries.iter().enumerate() {
         let reserved = e.raw() & TopaEntry::RESERVED;
         if reserved != 0 {
-            return Err(TopaError::ReservedBits { index, bits: reserved });
+            return Err(TopaError::ReservedBits {
+                index,
+                bits: reserved,
+            });
         }
         if e.base().0 & !phys_limit != 0 {
-            return Err(TopaError::BeyondMaxPhysAddr { index, base: e.base(), max_phys_addr });
+            return Err(TopaError::BeyondMaxPhysAddr {
+                index,
+                base: e.base(),
+                max_phys_addr,
+            });
         }
         if e.end() {
             if e.int() || e.stop() {
                 return Err(TopaError::FlagsOnEnd { index });
             }
             if summary.output_entries == 0 && e.base() == table_base {
-                return Err(TopaError::NoOutputRegion { table: table_base, index });
+                return Err(TopaError::NoOutputRegion {
+                    table: table_base,
+                    index,
+                });
             }
             summary.end_link = Some(e.base());
             return check_single_entry(table_base, summary, caps);
         }
         let size = e.size().bytes();
         if e.base().0 & (size - 1) != 0 {
-            return Err(TopaError::RegionMisaligned { index, base: e.base(), size });
+            return Err(TopaError::RegionMisaligned {
+                index,
+                base: e.base(),
+                size,
+            });
         }
         summary.output_entries += 1;
         summary.total_bytes = summary.total_bytes.saturating_add(size);
@@ -327,15 +372,25 @@ pub fn validate_table(
     if summary.first_stop.is_some() {
         return check_single_entry(table_base, summary, caps);
     }
-    Err(TopaError::NotTerminated { table: table_base, entries: entries.len() })
+    Err(TopaError::NotTerminated {
+        table: table_base,
+        entries: entries.len(),
+    })
 }
 
-fn check_single_entry(table: PhysAddr, summary: TopaSummary, caps: &PtCaps) -> Result<TopaSummary, TopaError> {
+fn check_single_entry(
+    table: PhysAddr,
+    summary: TopaSummary,
+    caps: &PtCaps,
+) -> Result<TopaSummary, TopaError> {
     if caps.topa_multiple_entries() {
         return Ok(summary);
     }
     if summary.output_entries > 1 {
-        return Err(TopaError::MultipleEntriesUnsupported { table, count: summary.output_entries });
+        return Err(TopaError::MultipleEntriesUnsupported {
+            table,
+            count: summary.output_entries,
+        });
     }
     if summary.end_link != Some(table) {
         return Err(TopaError::SingleEntryNeedsEndToSelf { table });
@@ -350,7 +405,15 @@ mod tests {
 
     fn caps(multi: bool) -> PtCaps {
         let ecx = if multi { 0b11 } else { 0b01 };
-        PtCaps::new(CpuidRegs { eax: 1, ebx: 0, ecx, edx: 0 }, CpuidRegs::default())
+        PtCaps::new(
+            CpuidRegs {
+                eax: 1,
+                ebx: 0,
+                ecx,
+                edx: 0,
+            },
+            CpuidRegs::default(),
+        )
     }
 
     /// Seed 000 (WindowsIntelPT's AllocAndSetTopa): one 4 KiB entry per page
@@ -360,14 +423,27 @@ mod tests {
     fn seed_000_topa_with_int_and_stop_on_the_last_entry() {
         let table = PhysAddr(0x7_0000);
         let pages = [0x10_0000u64, 0x23_4000, 0x11_1000, 0x9_F000];
-        let mut regions = [TopaRegion { base: PhysAddr(0), size: TopaSize::SIZE_4K, int: false, stop: false }; 4];
+        let mut regions = [TopaRegion {
+            base: PhysAddr(0),
+            size: TopaSize::SIZE_4K,
+            int: false,
+            stop: false,
+        }; 4];
         for (r, p) in regions.iter_mut().zip(pages) {
             r.base = PhysAddr(p);
         }
         regions[3].int = true;
         regions[3].stop = true;
         let mut out = [TopaEntry::new(); 8];
-        let n = build_table(table, &regions, TopaLink::End(table), &mut out, &caps(true), 39).expect("valid table");
+        let n = build_table(
+            table,
+            &regions,
+            TopaLink::End(table),
+            &mut out,
+            &caps(true),
+            39,
+        )
+        .expect("valid table");
         assert_eq!(n, 5);
         assert_eq!(out[3].raw(), 0x9_F000 | 0b10100);
         assert_eq!(out[4].raw(), 0x7_0001);
@@ -381,16 +457,33 @@ mod tests {
 
     #[test]
     fn table_without_end_or_stop_is_refused() {
-        let entries = [TopaEntry::output(PhysAddr(0x1000), TopaSize::SIZE_4K, true, false)];
+        let entries = [TopaEntry::output(
+            PhysAddr(0x1000),
+            TopaSize::SIZE_4K,
+            true,
+            false,
+        )];
         let err = validate_table(PhysAddr(0x8000), &entries, &caps(true), 46).unwrap_err();
-        assert_eq!(err, TopaError::NotTerminated { table: PhysAddr(0x8000), entries: 1 });
+        assert_eq!(
+            err,
+            TopaError::NotTerminated {
+                table: PhysAddr(0x8000),
+                entries: 1
+            }
+        );
         assert!(format!("{err}").contains("no END entry and no STOP entry"));
     }
 
     #[test]
     fn stop_without_end_is_enough() {
-        let entries = [TopaEntry::output(PhysAddr(0x1000), TopaSize::SIZE_4K, false, true)];
-        let s = validate_table(PhysAddr(0x8000), &entries, &caps(true), 46).expect("STOP terminates");
+        let entries = [TopaEntry::output(
+            PhysAddr(0x1000),
+            TopaSize::SIZE_4K,
+            false,
+            true,
+        )];
+        let s =
+            validate_table(PhysAddr(0x8000), &entries, &caps(true), 46).expect("STOP terminates");
         assert_eq!(s.end_link, None);
     }
 
@@ -400,27 +493,63 @@ mod tests {
         let bad = [TopaEntry::output(PhysAddr(0x10_1000), two_meg, false, true)];
         assert!(matches!(
             validate_table(PhysAddr(0), &bad, &caps(true), 46),
-            Err(TopaError::RegionMisaligned { index: 0, size: 0x20_0000, .. })
+            Err(TopaError::RegionMisaligned {
+                index: 0,
+                size: 0x20_0000,
+                ..
+            })
         ));
         let reserved = [TopaEntry::from_raw(0x1000 | 0b10010)];
         assert_eq!(
             validate_table(PhysAddr(0), &reserved, &caps(true), 46),
-            Err(TopaError::ReservedBits { index: 0, bits: 0b10 })
+            Err(TopaError::ReservedBits {
+                index: 0,
+                bits: 0b10
+            })
         );
     }
 
     #[test]
     fn single_entry_processors_need_one_region_and_end_to_self() {
         let table = PhysAddr(0x5000);
-        let r = TopaRegion { base: PhysAddr(0x10_0000), size: TopaSize::SIZE_4K, int: true, stop: false };
+        let r = TopaRegion {
+            base: PhysAddr(0x10_0000),
+            size: TopaSize::SIZE_4K,
+            int: true,
+            stop: false,
+        };
         let mut out = [TopaEntry::new(); 4];
-        assert_eq!(build_table(table, &[r], TopaLink::End(table), &mut out, &caps(false), 39), Ok(2));
         assert_eq!(
-            build_table(table, &[r, r], TopaLink::End(table), &mut out, &caps(false), 39),
+            build_table(
+                table,
+                &[r],
+                TopaLink::End(table),
+                &mut out,
+                &caps(false),
+                39
+            ),
+            Ok(2)
+        );
+        assert_eq!(
+            build_table(
+                table,
+                &[r, r],
+                TopaLink::End(table),
+                &mut out,
+                &caps(false),
+                39
+            ),
             Err(TopaError::MultipleEntriesUnsupported { table, count: 2 })
         );
         assert_eq!(
-            build_table(table, &[r], TopaLink::End(PhysAddr(0x6000)), &mut out, &caps(false), 39),
+            build_table(
+                table,
+                &[r],
+                TopaLink::End(PhysAddr(0x6000)),
+                &mut out,
+                &caps(false),
+                39
+            ),
             Err(TopaError::SingleEntryNeedsEndToSelf { table })
         );
     }
@@ -447,11 +576,26 @@ mod tests {
 
     #[test]
     fn buffer_too_small_is_an_error() {
-        let r = TopaRegion { base: PhysAddr(0x1000), size: TopaSize::SIZE_4K, int: false, stop: true };
+        let r = TopaRegion {
+            base: PhysAddr(0x1000),
+            size: TopaSize::SIZE_4K,
+            int: false,
+            stop: true,
+        };
         let mut out = [TopaEntry::new(); 1];
         assert_eq!(
-            build_table(PhysAddr(0), &[r], TopaLink::End(PhysAddr(0)), &mut out, &caps(true), 39),
-            Err(TopaError::BufferTooSmall { needed: 2, capacity: 1 })
+            build_table(
+                PhysAddr(0),
+                &[r],
+                TopaLink::End(PhysAddr(0)),
+                &mut out,
+                &caps(true),
+                39
+            ),
+            Err(TopaError::BufferTooSmall {
+                needed: 2,
+                capacity: 1
+            })
         );
     }
 }

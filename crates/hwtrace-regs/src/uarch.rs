@@ -101,7 +101,9 @@ impl Uarch {
     pub const fn lbr_format(self) -> Option<LbrFormat> {
         match self {
             Self::NetBurst | Self::Core2 => None,
-            Self::Nehalem | Self::Westmere | Self::SandyBridge | Self::IvyBridge => Some(LbrFormat::EipWithFlags),
+            Self::Nehalem | Self::Westmere | Self::SandyBridge | Self::IvyBridge => {
+                Some(LbrFormat::EipWithFlags)
+            }
             Self::Haswell | Self::Broadwell => Some(LbrFormat::EipWithFlagsTsx),
             Self::Skylake => Some(LbrFormat::EipWithFlagsInfo),
             Self::Goldmont => Some(LbrFormat::LipWithFlagsCycles),
@@ -130,15 +132,20 @@ impl Uarch {
             Self::NetBurst | Self::Core2 => None,
             Self::Nehalem | Self::Westmere => Some(LbrSelectSemantics::JmpAlsoFiltersCalls),
             Self::SandyBridge | Self::IvyBridge => Some(LbrSelectSemantics::Enhanced),
-            Self::Haswell | Self::Broadwell | Self::Skylake | Self::Goldmont | Self::GoldmontPlus => {
-                Some(LbrSelectSemantics::EnhancedWithCallStack)
-            }
+            Self::Haswell
+            | Self::Broadwell
+            | Self::Skylake
+            | Self::Goldmont
+            | Self::GoldmontPlus => Some(LbrSelectSemantics::EnhancedWithCallStack),
         }
     }
 
     /// The canonical lower-case name.
     pub fn name(self) -> &'static str {
-        NAMES.iter().find(|(_, u)| *u == self).map_or("?", |(n, _)| n)
+        NAMES
+            .iter()
+            .find(|(_, u)| *u == self)
+            .map_or("?", |(n, _)| n)
     }
 }
 
