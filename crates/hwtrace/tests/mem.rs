@@ -317,3 +317,52 @@ fn elf_core_supplies_cr3_and_la57() {
     let o = hwtrace(&["mem", "maps", "--dump", &arg]);
     assert_eq!(o.status.code(), Some(1));
 }
+
+/// The real-guest acceptance check: a Debian kernel booted under QEMU by
+/// `scripts/guest-dump.sh`, whose monitor answered `gva2gpa` for every
+/// address in `gva2gpa.txt` and printed `info mem`.
+#[test]
+#[ignore = "needs a real guest dump: run scripts/guest-dump.sh, then set HWTRACE_GUEST_DIR=target/guest/la4 (or la5)"]
+fn real_guest_matches_qemu() {
+    use hwtrace_mem::paging::{PageTables, PagingConfig};
+    use hwtrace_mem::phys::Dump;
+    let dir = PathBuf::from(std::env::var("HWTRACE_GUEST_DIR").expect("HWTRACE_GUEST_DIR"));
+    let dump_path = dir.join("guest.elf");
+    let dump = Dump::open(&dump_path, None).unwrap();
+    let cpu = dump.cpus()[0];
+    let tables = PageTables::new(&dump, cpu.cr3(), PagingConfig::with_mode(cpu.paging_mode()));
+    let answers = std::fs::read_to_string(dir.join("gva2gpa.txt")).unwrap();
+    let (mut mapped, mut unmapped) = (0, 0);
+    for line in answers.lines() {
+        let (va, gpa) = line.split_once(' ').unwrap();
+        let va = u64::from_str_radix(va.trim_start_matches("0x"), 16).unwrap();
+        let ours = tables.translate(Ip(va)).ok().map(|t| t.pa.0);
+        let qemu =
+            (gpa != "-").then(|| u64::from_str_radix(gpa.trim_start_matches("0x"), 16).unwrap());
+        assert_eq!(ours, qemu, "{va:#x}");
+        if qemu.is_some() {
+            mapped += 1
+        } else {
+            unmapped += 1
+        }
+    }
+    assert!(
+        mapped > 1000 && unmapped > 100,
+        "{mapped} mapped, {unmapped} unmapped"
+    );
+    let info_mem = std::fs::read_to_string(dir.join("info-mem.txt"))
+        .unwrap()
+        .replace("\r\n", "\n");
+    let o = hwtrace(&[
+        "mem",
+        "maps",
+        "--qemu",
+        "--dump",
+        dump_path.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stdout(&o) == info_mem,
+        "hwtrace mem maps --qemu differs from QEMU's info mem"
+    );
+}
