@@ -144,25 +144,40 @@ impl<'a> PacketDecoder<'a> {
     /// Decodes the next packet; `Ok(None)` at the end of the trace.
     #[inline]
     pub fn next_packet(&mut self) -> Result<Option<DecodedPacket>, DecodeError> {
-        let Some(rest) = self.data.get(self.pos..).filter(|r| !r.is_empty()) else {
+        let pos = self.pos;
+        let Some(&b0) = self.data.get(pos) else {
             return Ok(None);
         };
         self.fresh = false;
-        match decode_in_context(rest, self.block) {
+        let offset = TraceOffset(pos as u64);
+        // The one-byte packets (PAD, TNT-8) are most of a typical trace:
+        // decode them without the general dispatch.
+        if b0 & 1 == 0 && b0 != 0x02 && self.block == BlockContext::None {
+            self.pos = pos + 1;
+            let packet = if b0 == 0 {
+                Packet::Pad
+            } else {
+                Packet::Tnt(short_tnt(b0))
+            };
+            return Ok(Some(DecodedPacket {
+                offset,
+                size: 1,
+                packet,
+            }));
+        }
+        match decode_in_context(&self.data[pos..], self.block) {
             Ok((packet, size)) => {
-                let offset = TraceOffset(self.pos as u64);
-                self.pos += size;
-                self.block = self.block.after(&packet);
+                self.pos = pos + size;
+                if self.block != BlockContext::None || matches!(packet, Packet::Bbp(_)) {
+                    self.block = self.block.after(&packet);
+                }
                 Ok(Some(DecodedPacket {
                     offset,
                     size: size as u8,
                     packet,
                 }))
             }
-            Err(kind) => Err(DecodeError {
-                offset: TraceOffset(self.pos as u64),
-                kind,
-            }),
+            Err(kind) => Err(DecodeError { offset, kind }),
         }
     }
 
