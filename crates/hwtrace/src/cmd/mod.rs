@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
+mod cpuid;
 mod dump;
 mod mem;
+mod msr;
 mod ptdump;
 
 use std::process::ExitCode;
@@ -16,6 +18,10 @@ pub enum Command {
     Ptdump(ptdump::PtdumpArgs),
     /// Page tables of a physical memory dump: translate, maps, selfmap.
     Mem(mem::MemArgs),
+    /// Explain or build trace-hardware register values (IA32_RTIT_*, DEBUGCTL, LBR MSRs).
+    Msr(msr::MsrArgs),
+    /// Decode the Intel PT CPUID leaves (07H, 14H), given or read from this CPU.
+    Cpuid(cpuid::CpuidArgs),
 }
 
 /// Runs one subcommand.
@@ -24,5 +30,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Dump(args) => dump::run(args),
         Command::Ptdump(args) => ptdump::run(args),
         Command::Mem(args) => mem::run(args),
+        Command::Msr(args) => msr::run(args),
+        Command::Cpuid(args) => cpuid::run(args),
     }
 }
