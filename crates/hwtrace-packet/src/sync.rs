@@ -60,7 +60,8 @@ pub fn find_psb_forward(data: &[u8], start: usize) -> Option<usize> {
     None
 }
 
-/// The last PSB found through an aligned word wholly before `end`.
+/// The last PSB that starts before `end`, found through an aligned word
+/// wholly before `end`.
 pub fn find_psb_backward(data: &[u8], end: usize) -> Option<usize> {
     let mut pos = end.min(data.len()) / WORD * WORD;
     while pos >= WORD {
@@ -71,8 +72,12 @@ pub fn find_psb_backward(data: &[u8], end: usize) -> Option<usize> {
         if w != PATTERN_LOHI && w != PATTERN_HILO {
             continue;
         }
-        if let Some(found) = psb_ending_run(data, pos) {
-            return Some(found);
+        // A run of pattern can continue past `end`; the PSB that ends it is
+        // then not before `end`, and returning it would make a backward
+        // search stand still (libipt returns it; we keep looking).
+        match psb_ending_run(data, pos) {
+            Some(found) if found < end => return Some(found),
+            _ => {}
         }
     }
     None
@@ -118,6 +123,22 @@ mod tests {
         }
         // 24 bytes of pattern from offset 4: the PSB is the last 16 of them.
         assert_eq!(find_psb_forward(&t, 0), Some(12));
+    }
+
+    #[test]
+    fn backward_never_returns_a_psb_at_or_after_its_start() {
+        // Found by fuzzing: a pattern run that starts before `end` and ends
+        // after it resolves to a PSB beyond `end`; the search must go on.
+        let mut t = std::vec![0u8; 0x80];
+        t[0x10..0x20].copy_from_slice(&PSB);
+        for i in 0..10 {
+            t[0x41 + 2 * i] = 0x02;
+            t[0x42 + 2 * i] = 0x82;
+        }
+        assert_eq!(find_psb_backward(&t, t.len()), Some(0x45));
+        assert_eq!(find_psb_backward(&t, 0x50), Some(0x45));
+        assert_eq!(find_psb_backward(&t, 0x48), Some(0x10));
+        assert_eq!(find_psb_backward(&t, 0x45), Some(0x10));
     }
 
     #[test]
