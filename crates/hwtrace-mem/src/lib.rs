@@ -1,6 +1,8 @@
 //! Memory the traced code ran over: images, physical dumps, and x86-64
 //! page-table walking.
 //!
+//! - [`image`]: code images (raw, ELF, PE sections and page caches, per
+//!   CR3) behind [`hwtrace_types::ReadMemory`], and their command-line forms;
 //! - [`phys`]: physical memory sources (raw dumps, QEMU ELF cores, sparse
 //!   memory) behind [`hwtrace_types::PhysMemory`];
 //! - [`paging`]: the page-table walker (SDM vol. 3A, ch. 4);
@@ -13,6 +15,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod backing;
+pub mod image;
 pub mod pagecache;
 pub mod paging;
 pub mod phys;
