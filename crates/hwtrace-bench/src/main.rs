@@ -18,7 +18,9 @@ fn main() -> Result<()> {
         match a.as_str() {
             "--size-mib" => size_mib = args.next().and_then(|v| v.parse().ok()).unwrap_or(size_mib),
             "--runs" => runs = args.next().and_then(|v| v.parse().ok()).unwrap_or(runs),
-            other => bail!("unknown option {other}; usage: hwtrace-bench [packets|all] [--size-mib N] [--runs N]"),
+            other => bail!(
+                "unknown option {other}; usage: hwtrace-bench [packets|all] [--size-mib N] [--runs N]"
+            ),
         }
     }
     match what.as_str() {

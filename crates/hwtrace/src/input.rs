@@ -15,7 +15,10 @@ impl MappedFile {
     /// Maps `path` read-only.
     pub fn open(path: &Path) -> Result<Self> {
         let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let len = file.metadata().with_context(|| format!("cannot stat {}", path.display()))?.len();
+        let len = file
+            .metadata()
+            .with_context(|| format!("cannot stat {}", path.display()))?
+            .len();
         if len == 0 {
             return Ok(Self { map: None });
         }
@@ -26,7 +29,8 @@ impl MappedFile {
         // the run with SIGBUS, never corrupt memory we hand out as &[u8]
         // beyond the lifetime of this struct.
         #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("cannot map {}", path.display()))?;
         Ok(Self { map: Some(map) })
     }
 

@@ -8,7 +8,9 @@ fn hwtrace() -> Command {
 }
 
 fn real(case: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real").join(case)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus/real")
+        .join(case)
 }
 
 /// `(offset, packet name)` of every line of libipt's ptdump listing.
@@ -24,8 +26,18 @@ fn reference_packets(case: &str) -> Vec<(u64, String)> {
 }
 
 fn dump_json(trace: &Path, extra: &[&str]) -> (Vec<serde_json::Value>, Option<i32>) {
-    let out = hwtrace().arg("dump").arg("--json").args(extra).arg(trace).output().unwrap();
-    let lines = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let out = hwtrace()
+        .arg("dump")
+        .arg("--json")
+        .args(extra)
+        .arg(trace)
+        .output()
+        .unwrap();
+    let lines = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     (lines, out.status.code())
 }
 
@@ -38,7 +50,10 @@ fn real_traces_dump_like_libipt() {
             .iter()
             .map(|v| {
                 assert!(v.get("error").is_none(), "{case}: {v}");
-                (v["offset"].as_u64().unwrap(), v["kind"].as_str().unwrap().to_string())
+                (
+                    v["offset"].as_u64().unwrap(),
+                    v["kind"].as_str().unwrap().to_string(),
+                )
             })
             .collect();
         let reference = reference_packets(case);
@@ -70,14 +85,29 @@ fn corrupt_bytes_are_reported_and_decoding_resyncs() {
     std::fs::write(&path, &trace).unwrap();
     let (lines, code) = dump_json(&path, &[]);
     assert_eq!(code, Some(2), "errors give exit code 2");
-    let err = lines.iter().find(|v| v.get("error").is_some()).expect("an error line");
+    let err = lines
+        .iter()
+        .find(|v| v.get("error").is_some())
+        .expect("an error line");
     assert_eq!(err["offset"], 0x3d);
-    assert!(err["error"].as_str().unwrap().contains("unknown opcode 0xc9"), "{err}");
+    assert!(
+        err["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown opcode 0xc9"),
+        "{err}"
+    );
     let resync = err["resync"].as_u64().unwrap();
     let reference = reference_packets("foo");
-    assert!(reference.iter().any(|(o, n)| *o == resync && n == "psb"), "resynced at a real PSB");
+    assert!(
+        reference.iter().any(|(o, n)| *o == resync && n == "psb"),
+        "resynced at a real PSB"
+    );
     // Everything from the resync point on is decoded as before.
-    let after = lines.iter().filter(|v| v.get("kind").is_some() && v["offset"].as_u64().unwrap() >= resync).count();
+    let after = lines
+        .iter()
+        .filter(|v| v.get("kind").is_some() && v["offset"].as_u64().unwrap() >= resync)
+        .count();
     let expected = reference.iter().filter(|(o, _)| *o >= resync).count();
     assert_eq!(after, expected);
     std::fs::remove_dir_all(&dir).ok();
@@ -85,7 +115,11 @@ fn corrupt_bytes_are_reported_and_decoding_resyncs() {
 
 #[test]
 fn text_listing_and_stats() {
-    let out = hwtrace().args(["dump", "--stats"]).arg(real("icelake_tip").join("trace.pt")).output().unwrap();
+    let out = hwtrace()
+        .args(["dump", "--stats"])
+        .arg(real("icelake_tip").join("trace.pt"))
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.starts_with("0000000000000000  psb\n"), "{text}");
@@ -95,7 +129,10 @@ fn text_listing_and_stats() {
 
 #[test]
 fn missing_file_is_a_clear_error() {
-    let out = hwtrace().args(["dump", "/nonexistent/trace.pt"]).output().unwrap();
+    let out = hwtrace()
+        .args(["dump", "/nonexistent/trace.pt"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("cannot open /nonexistent/trace.pt"), "{err}");

@@ -54,7 +54,10 @@ pub fn run(args: DumpArgs) -> Result<ExitCode> {
     let from = args.from.unwrap_or(0);
     let to = args.to.unwrap_or(all.len() as u64);
     if from > to || to > all.len() as u64 {
-        bail!("range {from:#x}..{to:#x} is outside the trace ({} bytes)", all.len());
+        bail!(
+            "range {from:#x}..{to:#x} is outside the trace ({} bytes)",
+            all.len()
+        );
     }
     let bytes = &all[from as usize..to as usize];
     let out = std::io::stdout().lock();
@@ -64,7 +67,11 @@ pub fn run(args: DumpArgs) -> Result<ExitCode> {
         write_stats(&health, args.json, &mut out)?;
     }
     out.flush()?;
-    Ok(if health.errors == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) })
+    Ok(if health.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
 }
 
 fn dump(bytes: &[u8], base: u64, args: &DumpArgs, out: &mut dyn Write) -> std::io::Result<Health> {
@@ -73,10 +80,20 @@ fn dump(bytes: &[u8], base: u64, args: &DumpArgs, out: &mut dyn Write) -> std::i
     let mut last_ip = LastIp::new();
     if !args.no_sync {
         match d.sync_forward() {
-            Ok(at) if at.0 > 0 => note(out, args.json, base, &format!("no psb before {:#x}: skipped {} bytes", base + at.0, at.0))?,
+            Ok(at) if at.0 > 0 => note(
+                out,
+                args.json,
+                base,
+                &format!("no psb before {:#x}: skipped {} bytes", base + at.0, at.0),
+            )?,
             Ok(_) => {}
             Err(_) => {
-                note(out, args.json, base, "no psb in the trace: nothing decoded (use --no-sync to decode from the first byte)")?;
+                note(
+                    out,
+                    args.json,
+                    base,
+                    "no psb in the trace: nothing decoded (use --no-sync to decode from the first byte)",
+                )?;
                 health.errors += 1;
                 return Ok(health);
             }
@@ -119,7 +136,10 @@ fn dump(bytes: &[u8], base: u64, args: &DumpArgs, out: &mut dyn Write) -> std::i
                     Err(_) => {
                         let lost = bytes.len() as u64 - e.offset.0;
                         health.skipped_bytes += lost;
-                        let msg = format!("error: {}; no psb after it: last {lost} bytes not decoded", e.kind);
+                        let msg = format!(
+                            "error: {}; no psb after it: last {lost} bytes not decoded",
+                            e.kind
+                        );
                         error_line(out, args.json, at, &msg, None)?;
                         break;
                     }
@@ -130,7 +150,12 @@ fn dump(bytes: &[u8], base: u64, args: &DumpArgs, out: &mut dyn Write) -> std::i
     Ok(health)
 }
 
-fn write_text(out: &mut dyn Write, p: &DecodedPacket, base: u64, ip: Option<Option<u64>>) -> std::io::Result<()> {
+fn write_text(
+    out: &mut dyn Write,
+    p: &DecodedPacket,
+    base: u64,
+    ip: Option<Option<u64>>,
+) -> std::io::Result<()> {
     let offset = base + p.offset.0;
     let text = p.packet.to_string();
     match ip {
@@ -148,9 +173,19 @@ fn note(out: &mut dyn Write, json: bool, at: u64, msg: &str) -> std::io::Result<
     }
 }
 
-fn error_line(out: &mut dyn Write, json: bool, at: u64, msg: &str, resync: Option<u64>) -> std::io::Result<()> {
+fn error_line(
+    out: &mut dyn Write,
+    json: bool,
+    at: u64,
+    msg: &str,
+    resync: Option<u64>,
+) -> std::io::Result<()> {
     if json {
-        writeln!(out, "{}", json!({ "offset": at, "error": msg, "resync": resync }))
+        writeln!(
+            out,
+            "{}",
+            json!({ "offset": at, "error": msg, "resync": resync })
+        )
     } else {
         writeln!(out, "[{at:#x}: {msg}]")
     }
@@ -158,13 +193,21 @@ fn error_line(out: &mut dyn Write, json: bool, at: u64, msg: &str, resync: Optio
 
 fn write_stats(h: &Health, json: bool, out: &mut dyn Write) -> Result<()> {
     if json {
-        writeln!(out, "{}", json!({ "stats": { "packets": h.counts, "errors": h.errors, "skipped_bytes": h.skipped_bytes } }))?;
+        writeln!(
+            out,
+            "{}",
+            json!({ "stats": { "packets": h.counts, "errors": h.errors, "skipped_bytes": h.skipped_bytes } })
+        )?;
     } else {
         writeln!(out, "\npackets:")?;
         for (k, n) in &h.counts {
             writeln!(out, "  {k:<10} {n}")?;
         }
-        writeln!(out, "errors: {}, bytes skipped: {}", h.errors, h.skipped_bytes)?;
+        writeln!(
+            out,
+            "errors: {}, bytes skipped: {}",
+            h.errors, h.skipped_bytes
+        )?;
     }
     Ok(())
 }
@@ -175,7 +218,9 @@ fn packet_json(p: &DecodedPacket, base: u64, ip: Option<Option<u64>>) -> Value {
     let hex = |v: u64| Value::String(format!("{v:#x}"));
     let fields = match p.packet {
         Packet::Pad | Packet::Psb | Packet::Psbend | Packet::Ovf | Packet::Stop => json!({}),
-        Packet::Tnt(t) => json!({ "bits": t.iter().map(|b| if b { '!' } else { '.' }).collect::<String>() }),
+        Packet::Tnt(t) => {
+            json!({ "bits": t.iter().map(|b| if b { '!' } else { '.' }).collect::<String>() })
+        }
         Packet::Tip(i) | Packet::TipPge(i) | Packet::TipPgd(i) | Packet::Fup(i) => {
             json!({ "ipbytes": i.compression.bits(), "payload": hex(i.raw) })
         }
@@ -189,7 +234,9 @@ fn packet_json(p: &DecodedPacket, base: u64, ip: Option<Option<u64>>) -> Value {
         Packet::Cyc(v) => json!({ "cycles": v }),
         Packet::Vmcs(v) => json!({ "vmcs": hex(v) }),
         Packet::Mnt(v) => json!({ "payload": hex(v) }),
-        Packet::Ptw(w) => json!({ "payload": hex(w.payload), "bytes": if w.eight_bytes { 8 } else { 4 }, "ip": w.ip }),
+        Packet::Ptw(w) => {
+            json!({ "payload": hex(w.payload), "bytes": if w.eight_bytes { 8 } else { 4 }, "ip": w.ip })
+        }
         Packet::Exstop { ip } | Packet::Bep { ip } => json!({ "ip": ip }),
         Packet::Mwait(m) => json!({ "hints": hex(m.hints.into()), "ext": hex(m.ext.into()) }),
         Packet::Pwre(w) => json!({ "state": w.state(), "sub_state": w.sub_state(), "hw": w.hw() }),
@@ -198,8 +245,12 @@ fn packet_json(p: &DecodedPacket, base: u64, ip: Option<Option<u64>>) -> Value {
         }
         Packet::Bbp(b) => json!({ "type": b.ty, "item_bytes": if b.four_bytes { 4 } else { 8 } }),
         Packet::Bip { id, value, .. } => json!({ "id": id, "value": hex(value) }),
-        Packet::Cfe(c) => json!({ "type": hwtrace_packet::cfe_type_name(c.ty), "type_id": c.ty, "vector": c.vector, "ip": c.ip }),
-        Packet::Evd(e) => json!({ "type": hwtrace_packet::evd_type_name(e.ty), "type_id": e.ty, "payload": hex(e.payload) }),
+        Packet::Cfe(c) => {
+            json!({ "type": hwtrace_packet::cfe_type_name(c.ty), "type_id": c.ty, "vector": c.vector, "ip": c.ip })
+        }
+        Packet::Evd(e) => {
+            json!({ "type": hwtrace_packet::evd_type_name(e.ty), "type_id": e.ty, "payload": hex(e.payload) })
+        }
         Packet::Trig(t) => json!({ "trbv": t.trbv, "ip": t.ip, "mult": t.mult, "icnt": t.icnt }),
     };
     let mut v = json!({
