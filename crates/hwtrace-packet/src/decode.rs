@@ -638,6 +638,25 @@ mod tests {
     }
 
     #[test]
+    fn tnt64_with_only_the_stop_bit_is_empty() {
+        let (p, n) = one(&[0x02, 0xa3, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            (p, n),
+            (
+                Packet::Tnt(Tnt {
+                    bits: 0,
+                    len: 0,
+                    long: true
+                }),
+                8
+            )
+        );
+        let mut out = [0u8; 16];
+        assert_eq!(crate::encode(&p, &mut out), Ok(8));
+        assert_eq!(out[..8], [0x02, 0xa3, 1, 0, 0, 0, 0, 0]);
+    }
+
+    #[test]
     fn truncated_packets_name_what_is_missing() {
         assert_eq!(
             decode_packet(&[0x19, 1, 2]),
