@@ -514,10 +514,12 @@ fn decode_ext(bytes: &[u8]) -> Result<(Packet, usize), DecodeErrorKind> {
         0xa3 => {
             need(bytes, PacketKind::Tnt64, 8)?;
             let payload = le(bytes, 2, 6);
-            if payload == 0 {
+            // A TNT holds at least one branch (SDM 33.4.2.1): a payload of
+            // zero has no stop bit, and one of 1 has nothing below it.
+            if payload <= 1 {
                 return Err(DecodeErrorKind::Reserved {
                     packet: PacketKind::Tnt64,
-                    what: "payload without stop bit",
+                    what: "payload without branches",
                 });
             }
             let len = 63 - payload.leading_zeros() as u8;
@@ -638,22 +640,15 @@ mod tests {
     }
 
     #[test]
-    fn tnt64_with_only_the_stop_bit_is_empty() {
-        let (p, n) = one(&[0x02, 0xa3, 1, 0, 0, 0, 0, 0]);
-        assert_eq!(
-            (p, n),
-            (
-                Packet::Tnt(Tnt {
-                    bits: 0,
-                    len: 0,
-                    long: true
-                }),
-                8
-            )
-        );
-        let mut out = [0u8; 16];
-        assert_eq!(crate::encode(&p, &mut out), Ok(8));
-        assert_eq!(out[..8], [0x02, 0xa3, 1, 0, 0, 0, 0, 0]);
+    fn tnt64_without_branches_is_reserved() {
+        // Found by fuzzing; libipt rejects it too.
+        for payload in [0u8, 1] {
+            let bytes = [0x02, 0xa3, payload, 0, 0, 0, 0, 0];
+            assert!(matches!(
+                decode_packet(&bytes),
+                Err(DecodeErrorKind::Reserved { .. })
+            ));
+        }
     }
 
     #[test]

@@ -89,7 +89,10 @@ impl fmt::Display for Packet {
             ),
             Packet::Bip { id, value, .. } => write!(f, "{name} id {id:#x}: {value:#x}"),
             Packet::Cfe(c) => {
-                write!(f, "{name} type {}", cfe_type_name(c.ty))?;
+                match cfe_type_name(c.ty) {
+                    Some(ty) => write!(f, "{name} type {ty}")?,
+                    None => write!(f, "{name} type {} (reserved)", c.ty)?,
+                }
                 if c.vector != 0 {
                     write!(f, ", vector {:#x}", c.vector)?;
                 }
@@ -116,9 +119,10 @@ impl fmt::Display for Packet {
     }
 }
 
-/// The name of a CFE type (SDM 33.4.2.29, table 33-50).
-pub fn cfe_type_name(ty: u8) -> &'static str {
-    match ty {
+/// The name of a CFE type (SDM vol. 3C, 33.4.2.29, table "CFE Packet
+/// Type and Vector Fields"); `None` for a type the SDM does not define.
+pub fn cfe_type_name(ty: u8) -> Option<&'static str> {
+    Some(match ty {
         1 => "intr",
         2 => "iret",
         3 => "smi",
@@ -131,8 +135,10 @@ pub fn cfe_type_name(ty: u8) -> &'static str {
         10 => "shutdown",
         12 => "uintr",
         13 => "uiret",
-        _ => "reserved",
-    }
+        14 => "swintr",
+        15 => "syscall",
+        _ => return None,
+    })
 }
 
 /// The name of an EVD type (SDM 33.4.2.30).

@@ -55,10 +55,7 @@ fn encode_into(packet: &Packet, b: &mut [u8; MAX_PACKET_LEN]) -> Result<usize, E
             } else {
                 crate::Tnt::MAX_SHORT
             };
-            // A TNT-64 may carry no branch at all (payload 1: only the stop
-            // bit); a TNT-8 cannot, since 0x02 is the extended opcode.
-            let min = u8::from(!t.long);
-            check(t.len >= min && t.len <= max, kind, "len")?;
+            check(t.len >= 1 && t.len <= max, kind, "len")?;
             check(fits(t.bits, u32::from(t.len)), kind, "bits")?;
             let payload = (1u64 << t.len) | t.bits;
             if t.long {

@@ -267,8 +267,7 @@ impl Packet {
 pub struct Tnt {
     /// The branch bits, oldest in bit `len - 1`; 1 means taken.
     pub bits: u64,
-    /// How many branches (1..=6 for TNT-8, 0..=47 for TNT-64: a TNT-64
-    /// whose payload is only the stop bit is well-formed and empty).
+    /// How many branches (1..=6 for TNT-8, 1..=47 for TNT-64).
     pub len: u8,
     /// Whether this was a TNT-64 (long) packet.
     pub long: bool,

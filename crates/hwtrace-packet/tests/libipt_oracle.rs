@@ -9,80 +9,10 @@
 //! cover them.
 
 use hwtrace_libipt::{Config, OracleKind, SyncMode};
-use hwtrace_packet::{
-    IpCompression, IpPayload, ModeExec, ModeTsx, Mwait, Packet, PacketDecoder, Pip, Ptw, Pwre,
-    Pwrx, Tma, Tnt, TraceBuilder,
-};
-use hwtrace_types::Cr3;
+use hwtrace_packet::{Packet, PacketDecoder, TraceBuilder};
 use proptest::prelude::*;
 
-fn ip_payload() -> impl Strategy<Value = IpPayload> {
-    (prop::sample::select(vec![0u8, 1, 2, 3, 4, 6]), any::<u64>()).prop_map(|(bits, raw)| {
-        let compression = IpCompression::from_bits(bits).unwrap();
-        let n = compression.payload_len() * 8;
-        let raw = match n {
-            0 => 0,
-            64 => raw,
-            n => raw & ((1u64 << n) - 1),
-        };
-        IpPayload { compression, raw }
-    })
-}
-
-fn packet() -> impl Strategy<Value = Packet> {
-    prop_oneof![
-        Just(Packet::Pad),
-        Just(Packet::Psb),
-        Just(Packet::Psbend),
-        Just(Packet::Ovf),
-        Just(Packet::Stop),
-        (any::<bool>(), any::<u64>(), 1u8..=47).prop_map(|(long, bits, len)| {
-            let len = if long { len } else { 1 + len % 6 };
-            Packet::Tnt(Tnt {
-                bits: bits & ((1u64 << len) - 1),
-                len,
-                long,
-            })
-        }),
-        ip_payload().prop_map(Packet::Tip),
-        ip_payload().prop_map(Packet::TipPge),
-        ip_payload().prop_map(Packet::TipPgd),
-        ip_payload().prop_map(Packet::Fup),
-        (any::<bool>(), any::<bool>()).prop_map(|(csl, csd)| Packet::ModeExec(ModeExec {
-            csl,
-            csd,
-            iflag: false
-        })),
-        (any::<bool>(), any::<bool>())
-            .prop_map(|(intx, abrt)| Packet::ModeTsx(ModeTsx { intx, abrt })),
-        (any::<u64>(), any::<bool>()).prop_map(|(c, nr)| Packet::Pip(Pip {
-            cr3: Cr3(c & 0x000f_ffff_ffff_ffe0),
-            nr
-        })),
-        any::<u64>().prop_map(|v| Packet::Tsc(v >> 8)),
-        any::<u8>().prop_map(Packet::Cbr),
-        (any::<u16>(), 0u16..512).prop_map(|(ctc, fc)| Packet::Tma(Tma { ctc, fc })),
-        any::<u8>().prop_map(Packet::Mtc),
-        // libipt refuses a CYC whose ninth extension byte would be needed
-        // (values of 2^61 and more); perf and we accept it.
-        any::<u64>().prop_map(|v| Packet::Cyc(v >> 3)),
-        any::<u64>().prop_map(|v| Packet::Vmcs(v & 0x000f_ffff_ffff_f000)),
-        any::<u64>().prop_map(Packet::Mnt),
-        (any::<u64>(), any::<bool>(), any::<bool>()).prop_map(|(v, eight_bytes, ip)| Packet::Ptw(
-            Ptw {
-                payload: if eight_bytes { v } else { v & 0xffff_ffff },
-                eight_bytes,
-                ip
-            }
-        )),
-        any::<bool>().prop_map(|ip| Packet::Exstop { ip }),
-        (any::<u32>(), any::<u32>()).prop_map(|(hints, ext)| Packet::Mwait(Mwait { hints, ext })),
-        any::<u16>().prop_map(|raw| Packet::Pwre(Pwre { raw })),
-        any::<u64>().prop_map(|v| Packet::Pwrx(Pwrx {
-            raw: v & 0xff_ffff_ffff
-        })),
-    ]
-}
+mod common;
 
 /// Our packet in libipt's terms.
 fn as_oracle(p: &Packet) -> OracleKind {
@@ -170,7 +100,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn libipt_decodes_our_streams_as_we_do(packets in proptest::collection::vec(packet(), 1..300)) {
+    fn libipt_decodes_our_streams_as_we_do(packets in proptest::collection::vec(common::packet_known_to_libipt(), 1..300)) {
         let mut b = TraceBuilder::new();
         for p in &packets {
             b.push(*p).unwrap();

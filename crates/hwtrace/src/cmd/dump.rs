@@ -246,7 +246,7 @@ fn packet_json(p: &DecodedPacket, base: u64, ip: Option<Option<u64>>) -> Value {
         Packet::Bbp(b) => json!({ "type": b.ty, "item_bytes": if b.four_bytes { 4 } else { 8 } }),
         Packet::Bip { id, value, .. } => json!({ "id": id, "value": hex(value) }),
         Packet::Cfe(c) => {
-            json!({ "type": hwtrace_packet::cfe_type_name(c.ty), "type_id": c.ty, "vector": c.vector, "ip": c.ip })
+            json!({ "type": hwtrace_packet::cfe_type_name(c.ty).unwrap_or("reserved"), "type_id": c.ty, "vector": c.vector, "ip": c.ip })
         }
         Packet::Evd(e) => {
             json!({ "type": hwtrace_packet::evd_type_name(e.ty), "type_id": e.ty, "payload": hex(e.payload) })

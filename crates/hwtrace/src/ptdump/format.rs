@@ -116,23 +116,7 @@ pub fn cfe(cfe: &Cfe) -> String {
 }
 
 pub fn cfe_type(cfe: &Cfe) -> &'static str {
-    match cfe.ty {
-        1 => "intr",
-        2 => "iret",
-        3 => "smi",
-        4 => "rsm",
-        5 => "sipi",
-        6 => "init",
-        7 => "vmentry",
-        8 => "vmexit",
-        9 => "vmexit_intr",
-        10 => "shutdown",
-        12 => "uintr",
-        13 => "uiret",
-        14 => "swintr",
-        15 => "syscall",
-        _ => "unknown",
-    }
+    hwtrace_packet::cfe_type_name(cfe.ty).unwrap_or("unknown")
 }
 
 pub fn evd(evd: &Evd) -> String {
