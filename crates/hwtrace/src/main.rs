@@ -7,6 +7,7 @@ mod cmd;
 mod image_args;
 mod input;
 mod ptdump;
+mod ptxed;
 
 use clap::Parser;
 use std::process::ExitCode;

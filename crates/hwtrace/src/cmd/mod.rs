@@ -5,6 +5,7 @@ mod dump;
 mod mem;
 mod msr;
 mod ptdump;
+mod ptxed;
 
 use std::process::ExitCode;
 
@@ -16,6 +17,9 @@ pub enum Command {
     /// Print packets exactly as libipt's ptdump does (same options, same output).
     #[command(disable_help_flag = true)]
     Ptdump(ptdump::PtdumpArgs),
+    /// Decode a trace over code images exactly as libipt's ptxed does (same options, same output).
+    #[command(disable_help_flag = true)]
+    Ptxed(ptxed::PtxedArgs),
     /// Page tables of a physical memory dump: translate, maps, selfmap.
     Mem(mem::MemArgs),
     /// Explain or build trace-hardware register values (IA32_RTIT_*, DEBUGCTL, LBR MSRs).
@@ -29,6 +33,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Dump(args) => dump::run(args),
         Command::Ptdump(args) => ptdump::run(args),
+        Command::Ptxed(args) => ptxed::run(args),
         Command::Mem(args) => mem::run(args),
         Command::Msr(args) => msr::run(args),
         Command::Cpuid(args) => cpuid::run(args),

@@ -1,0 +1,1198 @@
+//! [`EventDecoder`]: packets to events.
+
+use super::queue::{Binding, EventQueue};
+use super::{Event, EventKind};
+use crate::config::Config;
+use crate::error::ErrorKind;
+use crate::time::{Time, TimeCal, TimeError};
+use hwtrace_packet::{DecodedPacket, IpPayload, LastIp, LastIpError, Packet, PacketDecoder};
+use hwtrace_types::{TraceOffset, Tsc};
+
+/// What a packet handler did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Step {
+    /// An event is ready in `self.event`.
+    Event,
+    /// The packet is done and produced no event; fetch the next one.
+    More,
+}
+
+pub(super) use Step as StepOut;
+type Res = Result<Step, ErrorKind>;
+
+/// Timing state that moves together (saved and restored around
+/// look-ahead).
+#[derive(Clone, Debug, Default)]
+struct Clock {
+    time: Time,
+    tcal: TimeCal,
+}
+
+/// Ignores the configuration errors libipt ignores while tracking time.
+fn timing(r: Result<(), TimeError>) -> Result<(), ErrorKind> {
+    match r {
+        Ok(()) | Err(TimeError::BadConfig) | Err(TimeError::NoCalibration) => Ok(()),
+        Err(TimeError::BadContext) => Err(ErrorKind::BadContext),
+        Err(TimeError::BadPacket) => Err(ErrorKind::BadPacket),
+        Err(TimeError::NoTime) => Err(ErrorKind::NoTime),
+        Err(TimeError::NoCbr) => Err(ErrorKind::NoCbr),
+        Err(_) => Err(ErrorKind::Internal),
+    }
+}
+
+impl Clock {
+    fn tsc(&mut self, tsc: u64, header: bool, cfg: &Config) -> Result<(), ErrorKind> {
+        if header {
+            timing(self.tcal.header_tsc(tsc))?;
+        } else {
+            self.tcal.update_tsc(tsc);
+        }
+        let _ = cfg;
+        self.time.update_tsc(Tsc(tsc));
+        Ok(())
+    }
+
+    fn cbr(&mut self, ratio: u8, header: bool, cfg: &Config) -> Result<(), ErrorKind> {
+        if header {
+            timing(self.tcal.header_cbr(ratio, &cfg.time))?;
+        } else {
+            timing(self.tcal.update_cbr(ratio, &cfg.time))?;
+        }
+        timing(self.time.update_cbr(ratio))
+    }
+
+    fn tma(&mut self, ctc: u16, fc: u16, cfg: &Config) -> Result<(), ErrorKind> {
+        timing(self.time.update_tma(ctc, fc, &cfg.time))
+    }
+
+    fn mtc(&mut self, ctc: u8, cfg: &Config) -> Result<(), ErrorKind> {
+        timing(self.tcal.update_mtc(ctc, &cfg.time))?;
+        timing(self.time.update_mtc(ctc, &cfg.time))
+    }
+
+    fn cyc(&mut self, cycles: u64, cfg: &Config) -> Result<(), ErrorKind> {
+        let fcr = self.tcal.fcr().ok();
+        self.tcal.update_cyc(cycles);
+        timing(self.time.update_cyc(cycles, &cfg.time, fcr))
+    }
+
+    /// Applies one timing packet; `false` if it is no timing packet.
+    fn apply(&mut self, p: &Packet, cfg: &Config) -> Result<bool, ErrorKind> {
+        match *p {
+            Packet::Tsc(t) => self.tsc(t, false, cfg)?,
+            Packet::Cbr(r) => self.cbr(r, false, cfg)?,
+            Packet::Tma(t) => self.tma(t.ctc, t.fc, cfg)?,
+            Packet::Mtc(m) => self.mtc(m, cfg)?,
+            Packet::Cyc(c) => self.cyc(c, cfg)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn stamp(&self, ev: &mut Event) {
+        let est = self.time.estimate();
+        ev.tsc = est.tsc.0;
+        ev.lost_mtc = est.lost_mtc;
+        ev.lost_cyc = est.lost_cyc;
+        ev.has_tsc = self.time.query_tsc().is_ok();
+    }
+}
+
+/// Decodes packets into [`Event`]s.
+///
+/// Call [`sync_forward`](Self::sync_forward) first, then
+/// [`next`](Self::next) until it reports [`ErrorKind::Eos`]. After an
+/// error, `sync_forward` resumes at the next PSB.
+#[derive(Clone, Debug)]
+pub struct EventDecoder<'a> {
+    pkt: PacketDecoder<'a>,
+    /// The packet being processed; `None` when fetching failed.
+    packet: Option<DecodedPacket>,
+    /// The error fetching the current packet, or `NoSync` before sync.
+    status: Result<(), ErrorKind>,
+    event: Option<Event>,
+    /// Tracing is enabled (PacketEn).
+    enabled: bool,
+    /// The current packet already produced its bound events.
+    bound: bool,
+    ip: LastIp,
+    clock: Clock,
+    evq: EventQueue,
+    /// Event data (EVD) waiting for its CFE.
+    evd: super::trace::EventData,
+    config: Config,
+}
+
+fn last_ip_error(e: LastIpError) -> ErrorKind {
+    match e {
+        LastIpError::NoIp => ErrorKind::NoIp,
+        LastIpError::Suppressed => ErrorKind::IpSuppressed,
+    }
+}
+
+impl<'a> EventDecoder<'a> {
+    /// A decoder over `trace`, not yet synchronised.
+    pub fn new(trace: &'a [u8], config: Config) -> Self {
+        Self {
+            pkt: PacketDecoder::new(trace),
+            packet: None,
+            status: Err(ErrorKind::NoSync),
+            event: None,
+            enabled: false,
+            bound: false,
+            ip: LastIp::new(),
+            clock: Clock::default(),
+            evq: EventQueue::new(),
+            evd: super::trace::EventData::default(),
+            config,
+        }
+    }
+
+    /// The configuration.
+    pub const fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The current time estimate.
+    pub fn time(&self) -> &Time {
+        &self.clock.time
+    }
+
+    fn reset(&mut self) {
+        self.packet = None;
+        self.status = Err(ErrorKind::NoSync);
+        self.event = None;
+        self.enabled = false;
+        self.bound = false;
+        self.ip.reset();
+        self.clock = Clock::default();
+        self.evq.clear();
+        self.evd = super::trace::EventData::default();
+    }
+
+    /// The offset of the packet being processed.
+    pub fn offset(&self) -> TraceOffset {
+        match self.packet {
+            Some(p) => p.offset,
+            None => self.pkt.offset(),
+        }
+    }
+
+    /// The position of the packet decoder (after the current packet).
+    pub fn position(&self) -> TraceOffset {
+        self.pkt.offset()
+    }
+
+    /// The offset of the last PSB synchronised to.
+    pub fn sync_offset(&self) -> Option<TraceOffset> {
+        self.pkt.sync_offset()
+    }
+
+    /// Moves to the next PSB and reads its PSB+ header.
+    pub fn sync_forward(&mut self) -> Result<(), ErrorKind> {
+        self.reset();
+        self.pkt
+            .sync_forward()
+            .map_err(|e| ErrorKind::from(e.kind))?;
+        self.start()
+    }
+
+    /// Synchronises at `offset`, which must hold a PSB.
+    pub fn sync_set(&mut self, offset: TraceOffset) -> Result<(), ErrorKind> {
+        self.reset();
+        self.pkt
+            .sync_at(offset)
+            .map_err(|e| ErrorKind::from(e.kind))?;
+        self.start()
+    }
+
+    fn start(&mut self) -> Result<(), ErrorKind> {
+        self.status = Ok(());
+        self.fetch_packet();
+        match self.packet.map(|p| p.packet) {
+            Some(Packet::Psb) => self.decode_psb().map(|_| ()),
+            None => Err(self.status.err().unwrap_or(ErrorKind::Internal)),
+            Some(_) => Err(ErrorKind::NoSync),
+        }
+    }
+
+    fn fetch_packet(&mut self) {
+        loop {
+            match self.pkt.next_packet() {
+                Ok(Some(p)) if matches!(p.packet, Packet::Pad) => continue,
+                Ok(Some(p)) => {
+                    self.packet = Some(p);
+                }
+                Ok(None) => {
+                    self.packet = None;
+                    self.status = Err(ErrorKind::Eos);
+                }
+                Err(e) => {
+                    self.packet = None;
+                    self.status = Err(e.kind.into());
+                }
+            }
+            return;
+        }
+    }
+
+    /// Sets `self.event` to a fresh event of `kind`, time-stamped.
+    fn standalone(&mut self, kind: EventKind) -> &mut Event {
+        let mut ev = Event::new(kind);
+        self.clock.stamp(&mut ev);
+        self.event.insert(ev)
+    }
+
+    fn enqueue(&mut self, b: Binding, ev: Event) -> Result<(), ErrorKind> {
+        if self.evq.push(b, ev) {
+            Ok(())
+        } else {
+            Err(ErrorKind::NoMemory)
+        }
+    }
+
+    /// Fills in the event's IP from the last IP, or marks it suppressed.
+    fn event_ip(ip: &LastIp, ev: &mut Event) {
+        match ip.ip() {
+            Ok(v) => ev.set_ip(v),
+            Err(_) => ev.ip_suppressed = true,
+        }
+    }
+
+    fn update_ip(&mut self, payload: IpPayload) {
+        self.ip.update(payload);
+    }
+
+    /// The next event.
+    pub fn next_event(&mut self) -> Result<Event, ErrorKind> {
+        loop {
+            match self.decode_packet()? {
+                Step::Event => break,
+                Step::More => {
+                    if self.event.is_some() {
+                        return Err(ErrorKind::Internal);
+                    }
+                    self.bound = false;
+                    self.fetch_packet();
+                }
+            }
+        }
+        self.event.take().ok_or(ErrorKind::Internal)
+    }
+
+    fn decode_packet(&mut self) -> Res {
+        let Some(p) = self.packet else {
+            return match self.status {
+                Err(e) => Err(e),
+                Ok(()) => Ok(Step::More),
+            };
+        };
+        let cfg = self.config;
+        match p.packet {
+            Packet::Pad | Packet::Bbp(_) | Packet::Bip { .. } | Packet::Bep { .. } => {
+                Ok(Step::More)
+            }
+            Packet::Tnt(t) => {
+                if !self.enabled {
+                    return Err(ErrorKind::BadContext);
+                }
+                self.standalone(EventKind::Tnt {
+                    bits: t.bits,
+                    size: t.len,
+                });
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Tsc(t) => self.clock.tsc(t, false, &cfg).map(|_| Step::More),
+            Packet::Tma(t) => self.clock.tma(t.ctc, t.fc, &cfg).map(|_| Step::More),
+            Packet::Mtc(m) => self.clock.mtc(m, &cfg).map(|_| Step::More),
+            Packet::Cyc(c) => self.clock.cyc(c, &cfg).map(|_| Step::More),
+            Packet::Cbr(r) => {
+                self.clock.cbr(r, false, &cfg)?;
+                self.standalone(EventKind::Cbr { ratio: r });
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Fup(ip) => self.decode_fup(ip),
+            Packet::Tip(ip) => self.decode_tip(ip),
+            Packet::TipPge(ip) => self.decode_tip_pge(ip),
+            Packet::TipPgd(ip) => self.decode_tip_pgd(ip),
+            Packet::ModeExec(m) => {
+                let ev = Event::new(EventKind::ExecMode {
+                    mode: m.mode(),
+                    ip: 0,
+                });
+                self.enqueue(Binding::Tip, ev)?;
+                if cfg.iflags_events {
+                    let ev = Event::new(EventKind::Iflags {
+                        iflag: m.iflag,
+                        ip: 0,
+                    });
+                    self.enqueue(Binding::Tip, ev)?;
+                }
+                Ok(Step::More)
+            }
+            Packet::ModeTsx(t) => {
+                let kind = EventKind::Tsx {
+                    speculative: t.intx,
+                    aborted: t.abrt,
+                    ip: 0,
+                };
+                if self.enabled {
+                    self.enqueue(Binding::Fup, Event::new(kind))?;
+                    return Ok(Step::More);
+                }
+                self.standalone(kind).ip_suppressed = true;
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Pip(pip) => {
+                let async_branch = self
+                    .evq
+                    .find(Binding::Tip, |e| {
+                        matches!(e.kind, EventKind::AsyncBranch { .. })
+                    })
+                    .is_some();
+                if async_branch {
+                    let ev = Event::new(EventKind::AsyncPaging {
+                        cr3: pip.cr3.0,
+                        non_root: pip.nr,
+                        ip: 0,
+                    });
+                    self.enqueue(Binding::Tip, ev)?;
+                    return Ok(Step::More);
+                }
+                self.standalone(EventKind::Paging {
+                    cr3: pip.cr3.0,
+                    non_root: pip.nr,
+                });
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Vmcs(base) => self.decode_vmcs(base),
+            Packet::Stop => {
+                self.standalone(EventKind::Stop);
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Mnt(payload) => {
+                self.standalone(EventKind::Mnt { payload });
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Ptw(ptw) => {
+                let kind = EventKind::Ptwrite {
+                    ip: 0,
+                    size: if ptw.eight_bytes { 8 } else { 4 },
+                    payload: ptw.payload,
+                };
+                if ptw.ip {
+                    self.enqueue(Binding::Fup, Event::new(kind))?;
+                    return Ok(Step::More);
+                }
+                self.standalone(kind).ip_suppressed = true;
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Exstop { ip } => self.decode_exstop(ip),
+            Packet::Mwait(m) => {
+                let ev = Event::new(EventKind::Mwait {
+                    hints: m.hints,
+                    ext: m.ext,
+                    ip: 0,
+                });
+                self.enqueue(Binding::Exstop, ev)?;
+                Ok(Step::More)
+            }
+            Packet::Pwre(p) => {
+                self.standalone(EventKind::Pwre {
+                    state: p.state(),
+                    sub_state: p.sub_state(),
+                    hw: p.hw(),
+                });
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Pwrx(p) => {
+                self.standalone(EventKind::Pwrx {
+                    last: p.last(),
+                    deepest: p.deepest(),
+                    interrupt: p.interrupt(),
+                    store: p.store(),
+                    autonomous: p.autonomous(),
+                });
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Trig(t) => {
+                let kind = EventKind::Trig {
+                    trbv: t.trbv,
+                    mult: t.mult,
+                    icnt: t.icnt.unwrap_or(0),
+                    ip: 0,
+                };
+                if t.ip {
+                    self.enqueue(Binding::Fup, Event::new(kind))?;
+                    return Ok(Step::More);
+                }
+                self.standalone(kind).ip_suppressed = true;
+                self.fetch_packet();
+                Ok(Step::Event)
+            }
+            Packet::Cfe(_) | Packet::Evd(_) => super::trace::decode(self, p.packet),
+            Packet::Psb => match self.decode_psb()? {
+                Step::Event => Ok(Step::Event),
+                Step::More => self.decode_packet(),
+            },
+            Packet::Psbend => self.decode_psbend(),
+            Packet::Ovf => self.decode_ovf(),
+        }
+    }
+
+    /// Reads the PSB+ header; status events wait for PSBEND.
+    fn decode_psb(&mut self) -> Res {
+        if !self.evq.is_empty(Binding::Psbend)
+            || !self.evq.is_empty(Binding::Tip)
+            || !self.evq.is_empty(Binding::Fup)
+        {
+            return Err(ErrorKind::BadContext);
+        }
+        self.ip.reset();
+        self.enabled = false;
+        // The enabled/disabled status comes first; its kind is settled at
+        // PSBEND.
+        let mut status = Event::new(EventKind::Disabled { ip: 0 });
+        status.status_update = true;
+        self.enqueue(Binding::Psbend, status)?;
+        let cfg = self.config;
+        loop {
+            self.fetch_packet();
+            let Some(p) = self.packet else {
+                return Err(self.status.err().unwrap_or(ErrorKind::Internal));
+            };
+            match p.packet {
+                Packet::Fup(ip) => self.header_fup(ip)?,
+                Packet::ModeExec(m) => {
+                    let mut ev = Event::new(EventKind::ExecMode {
+                        mode: m.mode(),
+                        ip: 0,
+                    });
+                    ev.status_update = true;
+                    self.enqueue(Binding::Psbend, ev)?;
+                    if cfg.iflags_events {
+                        let mut ev = Event::new(EventKind::Iflags {
+                            iflag: m.iflag,
+                            ip: 0,
+                        });
+                        ev.status_update = true;
+                        self.enqueue(Binding::Psbend, ev)?;
+                    }
+                }
+                Packet::ModeTsx(t) => {
+                    let mut ev = Event::new(EventKind::Tsx {
+                        speculative: t.intx,
+                        aborted: t.abrt,
+                        ip: 0,
+                    });
+                    ev.status_update = true;
+                    self.enqueue(Binding::Psbend, ev)?;
+                }
+                Packet::Pip(pip) => {
+                    let mut ev = Event::new(EventKind::AsyncPaging {
+                        cr3: pip.cr3.0,
+                        non_root: pip.nr,
+                        ip: 0,
+                    });
+                    ev.status_update = true;
+                    self.enqueue(Binding::Psbend, ev)?;
+                }
+                Packet::Vmcs(base) => {
+                    let mut ev = Event::new(EventKind::AsyncVmcs { base, ip: 0 });
+                    ev.status_update = true;
+                    self.enqueue(Binding::Psbend, ev)?;
+                }
+                Packet::Mnt(payload) => {
+                    self.enqueue(Binding::Psbend, Event::new(EventKind::Mnt { payload }))?;
+                }
+                Packet::Tsc(t) => self.clock.tsc(t, true, &cfg)?,
+                Packet::Cbr(r) => {
+                    self.clock.cbr(r, true, &cfg)?;
+                    let mut ev = Event::new(EventKind::Cbr { ratio: r });
+                    ev.status_update = true;
+                    self.enqueue(Binding::Psbend, ev)?;
+                }
+                Packet::Tma(t) => self.clock.tma(t.ctc, t.fc, &cfg)?,
+                Packet::Mtc(m) => self.clock.mtc(m, &cfg)?,
+                Packet::Cyc(c) => self.clock.cyc(c, &cfg)?,
+                Packet::Pad => {}
+                Packet::Psbend => {
+                    self.settle_psb_status();
+                    return Ok(Step::More);
+                }
+                Packet::Ovf => {
+                    if self.enabled {
+                        self.settle_psb_status();
+                    } else {
+                        // Without a FUP, the status event goes.
+                        let _ = self.evq.pop(Binding::Psbend);
+                    }
+                    return Ok(Step::More);
+                }
+                _ => return Err(ErrorKind::BadContext),
+            }
+        }
+    }
+
+    fn settle_psb_status(&mut self) {
+        let enabled = self.enabled;
+        if let Some(ev) = self.evq.get_mut(Binding::Psbend, 0) {
+            if enabled {
+                ev.kind = EventKind::Enabled {
+                    ip: 0,
+                    resumed: false,
+                };
+            } else {
+                ev.ip_suppressed = true;
+            }
+        }
+    }
+
+    fn header_fup(&mut self, ip: IpPayload) -> Result<(), ErrorKind> {
+        let mut enabled = ip.compression != hwtrace_packet::IpCompression::Suppressed;
+        if self.config.errata.bdm70 && self.check_bdm70()? {
+            enabled = false;
+        }
+        self.enabled = enabled;
+        if enabled {
+            self.update_ip(ip);
+        }
+        Ok(())
+    }
+
+    /// BDM70: a TIP.PGE right after PSB+ means the FUP in it is bogus.
+    fn check_bdm70(&self) -> Result<bool, ErrorKind> {
+        let mut pkt = self.pkt.clone();
+        loop {
+            match pkt.next_packet() {
+                Ok(None) => return Ok(false),
+                Err(e) => {
+                    let k = ErrorKind::from(e.kind);
+                    return if k == ErrorKind::Eos {
+                        Ok(false)
+                    } else {
+                        Err(k)
+                    };
+                }
+                Ok(Some(p)) => match p.packet {
+                    Packet::TipPge(_) => return Ok(true),
+                    Packet::Pad
+                    | Packet::Tsc(_)
+                    | Packet::Cbr(_)
+                    | Packet::Psbend
+                    | Packet::Pip(_)
+                    | Packet::ModeExec(_)
+                    | Packet::ModeTsx(_)
+                    | Packet::Vmcs(_)
+                    | Packet::Tma(_)
+                    | Packet::Mtc(_)
+                    | Packet::Cyc(_)
+                    | Packet::Mnt(_) => {}
+                    _ => return Ok(false),
+                },
+            }
+        }
+    }
+
+    fn decode_psbend(&mut self) -> Res {
+        let Some(mut ev) = self.evq.pop(Binding::Psbend) else {
+            return Ok(Step::More);
+        };
+        match ev.kind {
+            EventKind::Enabled { .. }
+            | EventKind::ExecMode { .. }
+            | EventKind::Tsx { .. }
+            | EventKind::AsyncPaging { .. }
+            | EventKind::AsyncVmcs { .. }
+            | EventKind::Iflags { .. } => Self::event_ip(&self.ip, &mut ev),
+            EventKind::Disabled { .. } | EventKind::Cbr { .. } | EventKind::Mnt { .. } => {}
+            _ => return Err(ErrorKind::BadContext),
+        }
+        self.clock.stamp(&mut ev);
+        self.event = Some(ev);
+        Ok(Step::Event)
+    }
+
+    fn decode_fup(&mut self, payload: IpPayload) -> Res {
+        self.update_ip(payload);
+        let Some(mut ev) = self.evq.pop(Binding::Fup) else {
+            if self.bound {
+                return Ok(Step::More);
+            }
+            let from = self.ip.ip().map_err(last_ip_error)?;
+            self.enqueue(
+                Binding::Tip,
+                Event::new(EventKind::AsyncBranch { from, to: 0 }),
+            )?;
+            return Ok(Step::More);
+        };
+        match ev.kind {
+            EventKind::Overflow { .. } => {
+                Self::event_ip(&self.ip, &mut ev);
+                self.enabled = true;
+                self.bound = true;
+            }
+            EventKind::Tsx { aborted, .. } => {
+                self.clock.stamp(&mut ev);
+                Self::event_ip(&self.ip, &mut ev);
+                if !aborted {
+                    self.bound = true;
+                }
+            }
+            EventKind::Exstop { .. }
+            | EventKind::Mwait { .. }
+            | EventKind::Ptwrite { .. }
+            | EventKind::Trig { .. } => {
+                self.clock.stamp(&mut ev);
+                Self::event_ip(&self.ip, &mut ev);
+                self.bound = true;
+            }
+            _ if super::trace::binds_to_fup(&ev) => {
+                self.clock.stamp(&mut ev);
+                Self::event_ip(&self.ip, &mut ev);
+                // Exceptions and interrupts leave the FUP to form the
+                // asynchronous branch with the TIP after it.
+                if !super::trace::leaves_fup(&ev) {
+                    self.bound = true;
+                }
+            }
+            _ => return Err(ErrorKind::BadContext),
+        }
+        self.event = Some(ev);
+        Ok(Step::Event)
+    }
+
+    fn decode_tip(&mut self, payload: IpPayload) -> Res {
+        if !self.enabled {
+            return Err(ErrorKind::BadContext);
+        }
+        self.update_ip(payload);
+        if !self.bound {
+            return self.decode_tip_event();
+        }
+        let Some(mut ev) = self.evq.pop(Binding::Tip) else {
+            return Ok(Step::More);
+        };
+        match ev.kind {
+            EventKind::AsyncBranch { .. } => return Err(ErrorKind::Internal),
+            EventKind::ExecMode { .. }
+            | EventKind::AsyncPaging { .. }
+            | EventKind::AsyncVmcs { .. }
+            | EventKind::Iflags { .. } => Self::event_ip(&self.ip, &mut ev),
+            _ if super::trace::binds_to_tip(&ev) => Self::event_ip(&self.ip, &mut ev),
+            _ => return Err(ErrorKind::BadContext),
+        }
+        self.clock.stamp(&mut ev);
+        self.event = Some(ev);
+        Ok(Step::Event)
+    }
+
+    /// The first event of a TIP: the asynchronous branch it completes, or
+    /// the TIP itself.
+    fn decode_tip_event(&mut self) -> Res {
+        self.bound = true;
+        let found = self.evq.find(Binding::Tip, |e| {
+            matches!(e.kind, EventKind::AsyncBranch { .. })
+        });
+        if let Some(i) = found {
+            self.evq.swap_front(Binding::Tip, i);
+            let mut ev = self.evq.pop(Binding::Tip).ok_or(ErrorKind::Internal)?;
+            Self::event_ip(&self.ip, &mut ev);
+            self.clock.stamp(&mut ev);
+            self.event = Some(ev);
+            return Ok(Step::Event);
+        }
+        let mut ev = Event::new(EventKind::Tip { ip: 0 });
+        Self::event_ip(&self.ip, &mut ev);
+        self.clock.stamp(&mut ev);
+        self.event = Some(ev);
+        Ok(Step::Event)
+    }
+
+    fn decode_tip_pge(&mut self, payload: IpPayload) -> Res {
+        self.update_ip(payload);
+        if !self.bound {
+            let mut ev = Event::new(EventKind::Enabled {
+                ip: 0,
+                resumed: false,
+            });
+            Self::event_ip(&self.ip, &mut ev);
+            self.clock.stamp(&mut ev);
+            self.event = Some(ev);
+            self.enabled = true;
+            self.bound = true;
+            return Ok(Step::Event);
+        }
+        let Some(mut ev) = self.evq.pop(Binding::Tip) else {
+            return Ok(Step::More);
+        };
+        match ev.kind {
+            EventKind::ExecMode { .. } | EventKind::Iflags { .. } => {
+                Self::event_ip(&self.ip, &mut ev)
+            }
+            _ if super::trace::binds_to_tip(&ev) => Self::event_ip(&self.ip, &mut ev),
+            _ => return Err(ErrorKind::BadContext),
+        }
+        self.clock.stamp(&mut ev);
+        self.event = Some(ev);
+        Ok(Step::Event)
+    }
+
+    fn decode_tip_pgd(&mut self, payload: IpPayload) -> Res {
+        self.update_ip(payload);
+        let Some(mut ev) = self.evq.pop(Binding::Tip) else {
+            if self.bound {
+                return Ok(Step::More);
+            }
+            let mut ev = Event::new(EventKind::Disabled { ip: 0 });
+            Self::event_ip(&self.ip, &mut ev);
+            self.clock.stamp(&mut ev);
+            self.event = Some(ev);
+            self.enabled = false;
+            self.fetch_packet();
+            return Ok(Step::Event);
+        };
+        match ev.kind {
+            EventKind::AsyncBranch { from, .. } => {
+                ev.kind = EventKind::AsyncDisabled { at: from, ip: 0 };
+                Self::event_ip(&self.ip, &mut ev);
+                self.enabled = false;
+                self.bound = true;
+            }
+            EventKind::AsyncPaging { .. } | EventKind::AsyncVmcs { .. } => {
+                if !self.bound {
+                    return Err(ErrorKind::Internal);
+                }
+                ev.ip_suppressed = true;
+            }
+            EventKind::ExecMode { .. } | EventKind::Iflags { .. } => ev.ip_suppressed = true,
+            _ if super::trace::binds_to_tip(&ev) => ev.ip_suppressed = true,
+            _ => return Err(ErrorKind::BadContext),
+        }
+        self.clock.stamp(&mut ev);
+        self.event = Some(ev);
+        Ok(Step::Event)
+    }
+
+    fn decode_vmcs(&mut self, base: u64) -> Res {
+        let paging = self.evq.find(Binding::Tip, |e| {
+            matches!(e.kind, EventKind::AsyncPaging { .. })
+        });
+        if let Some(i) = paging {
+            // VMCS goes before the PIP it arrived after.
+            let slot = self
+                .evq
+                .get_mut(Binding::Tip, i)
+                .ok_or(ErrorKind::Internal)?;
+            let pip = *slot;
+            slot.kind = EventKind::AsyncVmcs { base, ip: 0 };
+            self.enqueue(Binding::Tip, pip)?;
+            return Ok(Step::More);
+        }
+        let async_branch = self
+            .evq
+            .find(Binding::Tip, |e| {
+                matches!(e.kind, EventKind::AsyncBranch { .. })
+            })
+            .is_some();
+        if async_branch {
+            self.enqueue(
+                Binding::Tip,
+                Event::new(EventKind::AsyncVmcs { base, ip: 0 }),
+            )?;
+            return Ok(Step::More);
+        }
+        self.standalone(EventKind::Vmcs { base });
+        self.fetch_packet();
+        Ok(Step::Event)
+    }
+
+    fn decode_exstop(&mut self, ip: bool) -> Res {
+        if let Some(mut ev) = self.evq.pop(Binding::Exstop) {
+            if !matches!(ev.kind, EventKind::Mwait { .. }) {
+                return Err(ErrorKind::Internal);
+            }
+            if ip {
+                // MWAIT and EXSTOP both bind to the FUP.
+                self.enqueue(Binding::Fup, ev)?;
+            } else {
+                ev.set_ip(0);
+                ev.ip_suppressed = true;
+                self.clock.stamp(&mut ev);
+                self.event = Some(ev);
+                return Ok(Step::Event);
+            }
+        }
+        if ip {
+            self.enqueue(Binding::Fup, Event::new(EventKind::Exstop { ip: 0 }))?;
+            return Ok(Step::More);
+        }
+        self.standalone(EventKind::Exstop { ip: 0 }).ip_suppressed = true;
+        self.fetch_packet();
+        Ok(Step::Event)
+    }
+
+    // ----- overflow -----
+
+    fn decode_ovf(&mut self) -> Res {
+        // OVF ends a PSB+ like PSBEND: publish pending status first.
+        if self.decode_psbend()? == Step::Event {
+            return Ok(Step::Event);
+        }
+        let clock = self.clock.clone();
+        self.reset();
+        self.status = Ok(());
+        self.packet = None;
+        self.clock.time = clock.time;
+        if self.config.keep_tcal_on_ovf {
+            let mut tcal = clock.tcal;
+            tcal.update_ovf();
+            self.clock.tcal = tcal;
+        }
+        let found = self.find_ovf_fup();
+        let offset = match found {
+            Ok(Some(n)) => n,
+            Ok(None) | Err(_) => {
+                if self.config.errata.skd010 {
+                    if let Some(step) = self.handle_skd010()? {
+                        return Ok(step);
+                    }
+                }
+                if self.config.errata.apl11 && found == Err(ErrorKind::BadContext) {
+                    if let Some(step) = self.handle_apl11()? {
+                        return Ok(step);
+                    }
+                }
+                if let Err(e) = found {
+                    if e != ErrorKind::Eos {
+                        return Err(e);
+                    }
+                }
+                self.standalone(EventKind::Overflow { ip: 0 }).ip_suppressed = true;
+                self.fetch_packet();
+                return Ok(Step::Event);
+            }
+        };
+        if self.config.errata.apl12 {
+            if let Some(step) = self.handle_apl12(offset)? {
+                return Ok(step);
+            }
+        }
+        let mut ev = Event::new(EventKind::Overflow { ip: 0 });
+        self.clock.stamp(&mut ev);
+        self.enqueue(Binding::Fup, ev)?;
+        Ok(Step::More)
+    }
+
+    /// Looks for the FUP an OVF binds to: the number of bytes to just
+    /// after it, `None` if a packet shows tracing resumed disabled.
+    fn find_ovf_fup(&self) -> Result<Option<u64>, ErrorKind> {
+        let mut pkt = self.pkt.clone();
+        let start = pkt.offset().0;
+        loop {
+            let p = match pkt.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => return Err(ErrorKind::Eos),
+                Err(e) => return Err(e.kind.into()),
+            };
+            match p.packet {
+                Packet::Fup(_) => return Ok(Some(pkt.offset().0 - start)),
+                Packet::Pad
+                | Packet::Mnt(_)
+                | Packet::Cbr(_)
+                | Packet::Tsc(_)
+                | Packet::Tma(_)
+                | Packet::Mtc(_)
+                | Packet::Cyc(_)
+                | Packet::Bbp(_)
+                | Packet::Bip { .. }
+                | Packet::Bep { .. }
+                | Packet::Cfe(_)
+                | Packet::Evd(_)
+                | Packet::Trig(_) => {}
+                Packet::Psb
+                | Packet::TipPge(_)
+                | Packet::ModeExec(_)
+                | Packet::ModeTsx(_)
+                | Packet::Pip(_)
+                | Packet::Vmcs(_)
+                | Packet::Stop
+                | Packet::Ovf
+                | Packet::Exstop { .. }
+                | Packet::Mwait(_)
+                | Packet::Pwre(_)
+                | Packet::Pwrx(_)
+                | Packet::Ptw(_) => return Ok(None),
+                Packet::Psbend | Packet::Tip(_) | Packet::TipPgd(_) | Packet::Tnt(_) => {
+                    return Err(ErrorKind::BadContext);
+                }
+            }
+        }
+    }
+
+    /// Resumes after the OVF at `pkt` (just after `packet`) with tracing
+    /// enabled at `ip`.
+    fn recover_ovf_at_ip(
+        &mut self,
+        pkt: PacketDecoder<'a>,
+        packet: DecodedPacket,
+        ip: IpPayload,
+        clock: Clock,
+    ) -> Result<(), ErrorKind> {
+        self.update_ip(ip);
+        let mut ev = Event::new(EventKind::Overflow { ip: 0 });
+        self.clock.stamp(&mut ev);
+        self.pkt = pkt;
+        self.packet = Some(packet);
+        self.clock = clock;
+        self.enabled = true;
+        Self::event_ip(&self.ip, &mut ev);
+        self.event = Some(ev);
+        Ok(())
+    }
+
+    fn recover_ovf_disabled(
+        &mut self,
+        pkt: PacketDecoder<'a>,
+        packet: DecodedPacket,
+        clock: Clock,
+    ) {
+        let mut ev = Event::new(EventKind::Overflow { ip: 0 });
+        ev.ip_suppressed = true;
+        self.clock.stamp(&mut ev);
+        self.event = Some(ev);
+        self.pkt = pkt;
+        self.packet = Some(packet);
+        self.clock = clock;
+    }
+
+    /// SKD010: the FUP after an OVF may be missing while tracing is on.
+    fn handle_skd010(&mut self) -> Result<Option<Step>, ErrorKind> {
+        let mut pkt = self.pkt.clone();
+        let mut clock = self.clock.clone();
+        let cfg = self.config;
+        let mut tsx: Option<(bool, bool)> = None;
+        loop {
+            let p = match pkt.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let k = ErrorKind::from(e.kind);
+                    return if k == ErrorKind::Eos {
+                        Ok(None)
+                    } else {
+                        Err(k)
+                    };
+                }
+            };
+            match p.packet {
+                Packet::TipPge(_) | Packet::Tnt(_) | Packet::Ovf | Packet::Stop => return Ok(None),
+                Packet::TipPgd(_) => {
+                    self.recover_ovf_disabled(pkt, p, clock);
+                    self.fetch_packet();
+                    return Ok(Some(Step::Event));
+                }
+                Packet::Pip(_) | Packet::Vmcs(_) | Packet::ModeExec(_) => {}
+                Packet::ModeTsx(t) => {
+                    if tsx.is_some() {
+                        return Ok(None);
+                    }
+                    tsx = Some((t.intx, t.abrt));
+                }
+                Packet::Fup(ip) => {
+                    if let Some((intx, abrt)) = tsx {
+                        let ev = Event::new(EventKind::Tsx {
+                            speculative: intx,
+                            aborted: abrt,
+                            ip: 0,
+                        });
+                        self.enqueue(Binding::Fup, ev)?;
+                    }
+                    // Resume at this FUP: it is processed again next.
+                    let at = PacketDecoder::clone(&pkt);
+                    self.recover_ovf_at_ip(at, p, ip, clock)?;
+                    return Ok(Some(Step::Event));
+                }
+                Packet::Tip(ip) => {
+                    self.recover_ovf_at_ip(pkt, p, ip, clock)?;
+                    self.fetch_packet();
+                    return Ok(Some(Step::Event));
+                }
+                Packet::Psb => match find_header_fup(&pkt) {
+                    Ok(Some(ip)) => {
+                        self.recover_ovf_at_ip(pkt, p, ip, clock)?;
+                        return Ok(Some(Step::Event));
+                    }
+                    Ok(None) | Err(ErrorKind::Eos) => return Ok(None),
+                    Err(e) => return Err(e),
+                },
+                Packet::Psbend => return Err(ErrorKind::BadContext),
+                Packet::Pad | Packet::Mnt(_) | Packet::Pwre(_) | Packet::Pwrx(_) => {}
+                Packet::Exstop { ip } => {
+                    if ip {
+                        return Ok(None);
+                    }
+                }
+                Packet::Mwait(_) => return Ok(None),
+                Packet::Ptw(ptw) => {
+                    if ptw.ip {
+                        return Ok(None);
+                    }
+                }
+                ref other => {
+                    if !clock.apply(other, &cfg)? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// APL11: an OVF may be followed by a spurious TIP.PGD.
+    fn handle_apl11(&mut self) -> Result<Option<Step>, ErrorKind> {
+        let mut pkt = self.pkt.clone();
+        let mut clock = self.clock.clone();
+        let cfg = self.config;
+        loop {
+            let p = match pkt.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => return Err(ErrorKind::Eos),
+                Err(e) => return Err(e.kind.into()),
+            };
+            match p.packet {
+                Packet::TipPgd(_) => {
+                    self.recover_ovf_disabled(pkt, p, clock);
+                    self.fetch_packet();
+                    return Ok(Some(Step::Event));
+                }
+                Packet::Pad | Packet::Mnt(_) => {}
+                ref other => {
+                    if !clock.apply(other, &cfg)? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// APL12: a FUP may follow an OVF that resolved with tracing off.
+    fn handle_apl12(&mut self, offset: u64) -> Result<Option<Step>, ErrorKind> {
+        let mut pkt = self.pkt.clone();
+        let target = TraceOffset(pkt.offset().0 + offset);
+        pkt.set_offset(target).map_err(|_| ErrorKind::Internal)?;
+        loop {
+            let p = match pkt.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => return Ok(None),
+                Err(e) => {
+                    let k = ErrorKind::from(e.kind);
+                    return if k == ErrorKind::Eos {
+                        Ok(None)
+                    } else {
+                        Err(k)
+                    };
+                }
+            };
+            match p.packet {
+                Packet::Tnt(_) | Packet::Tip(_) | Packet::TipPgd(_) => return Ok(None),
+                Packet::Psb => match find_header_fup(&pkt) {
+                    Ok(None) => return self.recover_ovf_at_offset(offset).map(Some),
+                    Ok(Some(_)) | Err(ErrorKind::Eos) => return Ok(None),
+                    Err(e) => return Err(e),
+                },
+                Packet::Stop | Packet::TipPge(_) => {
+                    return self.recover_ovf_at_offset(offset).map(Some);
+                }
+                Packet::Psbend | Packet::Ovf => return Ok(None),
+                _ => {}
+            }
+        }
+    }
+
+    /// Skips `offset` bytes (up to and including the FUP), keeping time,
+    /// and reports an overflow with tracing disabled.
+    fn recover_ovf_at_offset(&mut self, offset: u64) -> Result<Step, ErrorKind> {
+        let cfg = self.config;
+        let end = self.pkt.offset().0 + offset;
+        loop {
+            let p = match self.pkt.next_packet() {
+                Ok(Some(p)) => p,
+                Ok(None) => return Err(ErrorKind::Eos),
+                Err(e) => return Err(e.kind.into()),
+            };
+            let after = p.offset.0 + u64::from(p.size);
+            if after >= end {
+                if after > end {
+                    return Err(ErrorKind::Internal);
+                }
+                break;
+            }
+            match p.packet {
+                Packet::ModeExec(_) | Packet::ModeTsx(_) | Packet::Pip(_) | Packet::Vmcs(_) => {
+                    return Err(ErrorKind::Internal);
+                }
+                ref other => {
+                    self.clock.apply(other, &cfg)?;
+                }
+            }
+        }
+        self.standalone(EventKind::Overflow { ip: 0 }).ip_suppressed = true;
+        self.fetch_packet();
+        Ok(Step::Event)
+    }
+
+    /// Test and front-end helper: whether tracing is enabled.
+    pub const fn is_enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub(super) fn push_event(&mut self, b: Binding, ev: Event) -> Result<(), ErrorKind> {
+        self.enqueue(b, ev)
+    }
+
+    pub(super) fn emit(&mut self, kind: EventKind, suppressed: bool) {
+        self.standalone(kind).ip_suppressed = suppressed;
+        self.fetch_packet();
+    }
+
+    pub(super) fn evd_mut(&mut self) -> &mut super::trace::EventData {
+        &mut self.evd
+    }
+}
+
+/// The FUP of the PSB+ that `pkt` is inside of (just after the PSB).
+fn find_header_fup(pkt: &PacketDecoder<'_>) -> Result<Option<IpPayload>, ErrorKind> {
+    let mut pkt = pkt.clone();
+    loop {
+        let p = match pkt.next_packet() {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(ErrorKind::Eos),
+            Err(e) => return Err(e.kind.into()),
+        };
+        match p.packet {
+            Packet::Fup(ip) => return Ok(Some(ip)),
+            Packet::ModeExec(_)
+            | Packet::ModeTsx(_)
+            | Packet::Pip(_)
+            | Packet::Vmcs(_)
+            | Packet::Mnt(_)
+            | Packet::Tsc(_)
+            | Packet::Cbr(_)
+            | Packet::Tma(_)
+            | Packet::Mtc(_)
+            | Packet::Cyc(_)
+            | Packet::Pad => {}
+            Packet::Psbend | Packet::Ovf => return Ok(None),
+            _ => return Err(ErrorKind::BadContext),
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! [`QueryDecoder`]: what the instruction layer asks of the trace.
+
+use super::decoder::EventDecoder;
+use super::tnt::TntCache;
+use super::{Event, EventKind};
+use crate::config::Config;
+use crate::error::ErrorKind;
+use crate::time::Time;
+use hwtrace_packet::Tnt;
+use hwtrace_types::TraceOffset;
+
+/// Flags returned with each answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    /// An event is waiting; fetch it with [`QueryDecoder::event`].
+    pub event_pending: bool,
+    /// No IP: tracing is disabled, or the TIP suppressed it.
+    pub ip_suppressed: bool,
+    /// The trace has ended.
+    pub eos: bool,
+}
+
+/// Answers "was this conditional branch taken?", "where did this
+/// indirect branch go?" and "what happened next?".
+///
+/// TNT bits are handed out before any later event is reported, so the
+/// instruction layer walks to the right place first.
+#[derive(Clone, Debug)]
+pub struct QueryDecoder<'a> {
+    evdec: EventDecoder<'a>,
+    /// The next event, or the error that ended the event stream.
+    event: Result<Event, ErrorKind>,
+    tnt: TntCache,
+    /// The time at the last event, TIP or TNT handed out.
+    last_time: Time,
+}
+
+const fn is_user_event(ev: &Event) -> bool {
+    !matches!(ev.kind, EventKind::Tnt { .. } | EventKind::Tip { .. })
+}
+
+impl<'a> QueryDecoder<'a> {
+    /// A decoder over `trace`.
+    pub fn new(trace: &'a [u8], config: Config) -> Self {
+        Self {
+            evdec: EventDecoder::new(trace, config),
+            event: Err(ErrorKind::NoSync),
+            tnt: TntCache::new(),
+            last_time: Time::new(),
+        }
+    }
+
+    /// The configuration.
+    pub const fn config(&self) -> &Config {
+        self.evdec.config()
+    }
+
+    /// The offset of the packet being processed.
+    pub fn offset(&self) -> TraceOffset {
+        self.evdec.offset()
+    }
+
+    /// The offset of the last PSB synchronised to.
+    pub fn sync_offset(&self) -> Option<TraceOffset> {
+        self.evdec.sync_offset()
+    }
+
+    /// The time at the last answer.
+    pub const fn time(&self) -> &Time {
+        &self.last_time
+    }
+
+    fn reset(&mut self) {
+        self.event = Err(ErrorKind::NoSync);
+        self.tnt.clear();
+        self.last_time = Time::new();
+    }
+
+    fn status(&self) -> Status {
+        let mut s = Status::default();
+        if self.tnt.is_empty() {
+            match &self.event {
+                Err(ErrorKind::Eos) => s.eos = true,
+                Err(_) => {}
+                Ok(ev) => s.event_pending = is_user_event(ev),
+            }
+        }
+        s
+    }
+
+    fn fetch_event(&mut self) {
+        self.event = self.evdec.next_event();
+    }
+
+    /// Synchronises at the next PSB; returns the IP tracing starts at (if
+    /// enabled) and the status.
+    pub fn sync_forward(&mut self) -> Result<(Option<u64>, Status), ErrorKind> {
+        self.reset();
+        self.evdec.sync_forward()?;
+        self.start()
+    }
+
+    /// Synchronises at the PSB at `offset`.
+    pub fn sync_set(&mut self, offset: TraceOffset) -> Result<(Option<u64>, Status), ErrorKind> {
+        self.reset();
+        self.evdec.sync_set(offset)?;
+        self.start()
+    }
+
+    fn start(&mut self) -> Result<(Option<u64>, Status), ErrorKind> {
+        // Peek at the PSB+ status events on a copy to learn the start IP;
+        // the real decoder hands them out again as events.
+        let mut peek = self.evdec.clone();
+        let mut ip = None;
+        loop {
+            if peek.position() != self.evdec.position() {
+                break;
+            }
+            let ev = match peek.next_event() {
+                Ok(ev) => ev,
+                Err(ErrorKind::Eos) => break,
+                Err(e) => return Err(e),
+            };
+            if !ev.status_update {
+                break;
+            }
+            if let EventKind::Enabled { ip: at, .. } = ev.kind {
+                if !ev.ip_suppressed {
+                    ip = Some(at);
+                }
+                break;
+            }
+        }
+        self.fetch_event();
+        let mut status = self.status();
+        status.ip_suppressed = ip.is_none();
+        Ok((ip, status))
+    }
+
+    /// The next TNT bit: whether the branch was taken.
+    pub fn cond_branch(&mut self) -> Result<(bool, Status), ErrorKind> {
+        if let Some(taken) = self.tnt.take() {
+            return Ok((taken, self.status()));
+        }
+        self.last_time = self.evdec.time().clone();
+        self.cache_tnt()?;
+        match self.tnt.take() {
+            Some(taken) => Ok((taken, self.status())),
+            None => match &self.event {
+                Err(e) => Err(*e),
+                Ok(_) => Err(ErrorKind::BadQuery),
+            },
+        }
+    }
+
+    fn cache_tnt(&mut self) -> Result<(), ErrorKind> {
+        let ev = self.event.as_ref().map_err(|e| *e)?;
+        if let EventKind::Tnt { bits, size } = ev.kind {
+            self.tnt.load(&Tnt {
+                bits,
+                len: size,
+                long: size > Tnt::MAX_SHORT,
+            });
+            self.fetch_event();
+        }
+        Ok(())
+    }
+
+    /// The target of an indirect branch (`None` if suppressed).
+    pub fn indirect_branch(&mut self) -> Result<(Option<u64>, Status), ErrorKind> {
+        let mut ev = self.event?;
+        if !matches!(ev.kind, EventKind::Tip { .. }) {
+            self.cache_tnt()?;
+            ev = self.event?;
+            if !matches!(ev.kind, EventKind::Tip { .. }) {
+                return Err(ErrorKind::BadQuery);
+            }
+        }
+        let target = match ev.kind {
+            EventKind::Tip { ip } if !ev.ip_suppressed => Some(ip),
+            _ => None,
+        };
+        self.last_time = self.evdec.time().clone();
+        self.fetch_event();
+        let mut status = self.status();
+        status.ip_suppressed = target.is_none();
+        Ok((target, status))
+    }
+
+    /// The pending event.
+    pub fn event(&mut self) -> Result<(Event, Status), ErrorKind> {
+        if !self.tnt.is_empty() {
+            return Err(ErrorKind::BadQuery);
+        }
+        let ev = self.event?;
+        if !is_user_event(&ev) {
+            return Err(ErrorKind::BadQuery);
+        }
+        self.last_time = self.evdec.time().clone();
+        self.fetch_event();
+        Ok((ev, self.status()))
+    }
+}

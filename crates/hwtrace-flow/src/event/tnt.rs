@@ -1,0 +1,77 @@
+//! The TNT cache: taken/not-taken bits waiting for conditional branches and
+//! compressed returns to consume them, oldest first.
+
+use hwtrace_packet::Tnt;
+
+/// Bits from one TNT packet, consumed one branch at a time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TntCache {
+    bits: u64,
+    /// How many bits remain; bit `left - 1` of `bits` is the next one.
+    left: u8,
+}
+
+impl TntCache {
+    /// An empty cache.
+    pub const fn new() -> Self {
+        Self { bits: 0, left: 0 }
+    }
+
+    /// Whether every bit has been used.
+    pub const fn is_empty(&self) -> bool {
+        self.left == 0
+    }
+
+    /// Drops any bits left.
+    pub fn clear(&mut self) {
+        *self = Self::new();
+    }
+
+    /// Loads the bits of `tnt`, replacing what was left.
+    pub fn load(&mut self, tnt: &Tnt) {
+        self.bits = tnt.bits;
+        self.left = tnt.len.min(64);
+    }
+
+    /// The next branch: `Some(true)` if taken; `None` when empty.
+    pub fn take(&mut self) -> Option<bool> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        Some((self.bits >> self.left) & 1 != 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bits_come_out_oldest_first() {
+        let mut c = TntCache::new();
+        assert!(c.is_empty());
+        c.load(&Tnt {
+            bits: 0b110,
+            len: 3,
+            long: false,
+        });
+        assert_eq!(c.take(), Some(true));
+        assert_eq!(c.take(), Some(true));
+        assert_eq!(c.take(), Some(false));
+        assert_eq!(c.take(), None);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn clear_empties() {
+        let mut c = TntCache::new();
+        c.load(&Tnt {
+            bits: 1,
+            len: 1,
+            long: false,
+        });
+        c.clear();
+        assert_eq!(c.take(), None);
+    }
+}

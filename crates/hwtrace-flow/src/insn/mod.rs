@@ -1,0 +1,12 @@
+//! The instruction layer: classification, the return stack, and the
+//! instruction and block decoders.
+
+mod cache;
+mod classify;
+mod decoder;
+mod retstack;
+
+pub use cache::{Cached, InsnCache};
+pub use classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special, classify};
+pub use decoder::{Insn, InsnDecoder};
+pub use retstack::{RETSTACK_SIZE, RetStack};

@@ -1,0 +1,267 @@
+//! libipt ptxed's command line.
+
+use anyhow::{Context, bail};
+use hwtrace_flow::{Config, Errata};
+use hwtrace_mem::image::{Image, parse_ptxed_elf, parse_ptxed_raw};
+use hwtrace_perf::pevent::SidebandOptions;
+use hwtrace_perf::pevent::session::parse_c_u64;
+
+/// Which decoder ptxed runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderKind {
+    /// Instruction by instruction (`--insn-decoder`).
+    Insn,
+    /// Block by block (`--block-decoder`, the default).
+    Block,
+}
+
+/// Everything the command line says.
+#[derive(Debug)]
+pub struct Options {
+    pub decoder: DecoderKind,
+    pub config: Config,
+    pub image: Image,
+    pub trace: Vec<u8>,
+    pub dont_print_insn: bool,
+    pub quiet: bool,
+    pub print_stats: bool,
+    pub stat_insn: bool,
+    pub stat_blocks: bool,
+    pub track_blocks: bool,
+    pub print_offset: bool,
+    pub print_time: bool,
+    pub print_raw_insn: bool,
+    pub check: bool,
+    pub print_event_time: bool,
+    pub print_event_ip: bool,
+    pub sideband: SidebandOptions,
+    /// Diagnostics ptxed prints before decoding (`--cpu` problems).
+    pub preamble: Vec<String>,
+}
+
+fn number(opt: &str, value: Option<&String>) -> anyhow::Result<u64> {
+    let v = value.with_context(|| format!("{opt}: missing argument"))?;
+    if v.is_empty() || v.starts_with("--") {
+        bail!("{opt}: missing argument");
+    }
+    parse_c_u64(v).with_context(|| format!("{opt}: bad argument: {v}"))
+}
+
+fn narrow<T: TryFrom<u64>>(opt: &str, v: u64) -> anyhow::Result<T> {
+    T::try_from(v).map_err(|_| anyhow::anyhow!("{opt}: value too big: {v:#x}"))
+}
+
+/// What `--cpu` said.
+enum CpuArg {
+    None,
+    Model(u16, u8),
+}
+
+fn parse_cpu(text: &str) -> anyhow::Result<CpuArg> {
+    if text == "none" {
+        return Ok(CpuArg::None);
+    }
+    let parts: Vec<&str> = text.split('/').collect();
+    if !(2..=3).contains(&parts.len()) {
+        bail!("cpu must be specified as f/m[/s]");
+    }
+    let n = |s: &str| parse_c_u64(s).context("cpu must be specified as f/m[/s]");
+    let family = u16::try_from(n(parts[0])?).context("cpu must be specified as f/m[/s]")?;
+    let model = u8::try_from(n(parts[1])?).context("cpu must be specified as f/m[/s]")?;
+    if let Some(s) = parts.get(2) {
+        u8::try_from(n(s)?).context("cpu must be specified as f/m[/s]")?;
+    }
+    Ok(CpuArg::Model(family, model))
+}
+
+/// Loads `FILE[:FROM[-TO]]` of the trace.
+fn load_trace(arg: &str) -> anyhow::Result<Vec<u8>> {
+    let (path, range) = match arg.rsplit_once(':') {
+        Some((name, r)) => match parse_range(r) {
+            Some(range) => (name, Some(range)),
+            None => (arg, None),
+        },
+        None => (arg, None),
+    };
+    let data = std::fs::read(path).with_context(|| format!("failed to open {path}"))?;
+    let Some((from, to)) = range else {
+        return Ok(data);
+    };
+    let from = usize::try_from(from)?;
+    if from >= data.len() {
+        bail!("bad offset {from:#x} into {path}");
+    }
+    let end = match to {
+        Some(to) => usize::try_from(to)?,
+        None => data.len(),
+    };
+    if end > data.len() || end <= from {
+        bail!("bad range {end:#x} in {path}");
+    }
+    Ok(data[from..end].to_vec())
+}
+
+fn parse_range(r: &str) -> Option<(u64, Option<u64>)> {
+    match r.split_once('-') {
+        Some((a, b)) => Some((parse_c_u64(a)?, Some(parse_c_u64(b)?))),
+        None => Some((parse_c_u64(r)?, None)),
+    }
+}
+
+/// Parses ptxed's arguments (without the program name).
+pub fn parse(args: &[String]) -> anyhow::Result<Options> {
+    let mut o = Options {
+        decoder: DecoderKind::Block,
+        config: Config::default(),
+        image: Image::new(),
+        trace: Vec::new(),
+        dont_print_insn: false,
+        quiet: false,
+        print_stats: false,
+        stat_insn: false,
+        stat_blocks: false,
+        track_blocks: false,
+        print_offset: false,
+        print_time: false,
+        print_raw_insn: false,
+        check: false,
+        print_event_time: false,
+        print_event_ip: false,
+        sideband: SidebandOptions::default(),
+        preamble: Vec::new(),
+    };
+    let mut cpu = CpuArg::None;
+    let mut have_pt = false;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_str();
+        i += 1;
+        let mut take = || {
+            let v = args.get(i).cloned();
+            i += 1;
+            v
+        };
+        if o.sideband
+            .parse_arg(arg, &mut take)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
+            continue;
+        }
+        // `take` moved `i` only when it was called.
+        let value = args.get(i);
+        let mut consumed = true;
+        match arg {
+            "--pt" => {
+                let v = value.context("--pt: missing argument")?;
+                if have_pt {
+                    bail!("duplicate pt sources: {v}");
+                }
+                if let CpuArg::Model(family, model) = cpu {
+                    match Errata::for_model(family, model) {
+                        Ok(e) => o.config.errata = e,
+                        Err(e) => o.preamble.push(format!("[0, 0: config error: {e}]")),
+                    }
+                }
+                o.config.time.skl168 = o.config.errata.skl168;
+                o.trace = load_trace(v)?;
+                have_pt = true;
+            }
+            "--raw" => {
+                let v = value.context("--raw: missing argument")?;
+                let spec = parse_ptxed_raw(v).map_err(|e| anyhow::anyhow!("--raw: {e}"))?;
+                o.image
+                    .add_raw(None, &spec)
+                    .with_context(|| format!("--raw: failed to load '{v}'"))?;
+            }
+            "--elf" => {
+                let v = value.context("--elf: missing argument")?;
+                let spec = parse_ptxed_elf(v);
+                o.image
+                    .add_elf(None, &spec)
+                    .with_context(|| format!("--elf: failed to load '{v}'"))?;
+            }
+            "--cpu" => {
+                if have_pt {
+                    bail!("please specify cpu before the pt source file");
+                }
+                cpu = parse_cpu(value.context("--cpu: missing argument")?)?;
+            }
+            "--mtc-freq" => o.config.time.mtc_freq = narrow(arg, number(arg, value)?)?,
+            "--nom-freq" => o.config.time.nom_freq = narrow(arg, number(arg, value)?)?,
+            "--cpuid-0x15.eax" => o.config.time.cpuid_0x15_eax = narrow(arg, number(arg, value)?)?,
+            "--cpuid-0x15.ebx" => o.config.time.cpuid_0x15_ebx = narrow(arg, number(arg, value)?)?,
+            _ => {
+                consumed = false;
+                if let Some(rest) = arg.strip_prefix("--filter:addr") {
+                    if have_pt {
+                        bail!("please specify {arg} before --pt");
+                    }
+                    let (n, what) = rest.split_once('_').context("unknown option")?;
+                    let n: usize = n
+                        .parse()
+                        .ok()
+                        .filter(|n| *n < 4)
+                        .context("unknown option")?;
+                    let v = number(arg, value)?;
+                    match what {
+                        "cfg" => {
+                            if v > 15 {
+                                bail!("{arg}: value too big: {v}");
+                            }
+                            o.config.filter.cfg |= v << (4 * n);
+                        }
+                        "a" => o.config.filter.a[n] = v,
+                        "b" => o.config.filter.b[n] = v,
+                        _ => bail!("unknown option: {arg}"),
+                    }
+                    i += 1;
+                    continue;
+                }
+            }
+        }
+        if consumed {
+            i += 1;
+            continue;
+        }
+        match arg {
+            "--no-inst" => o.dont_print_insn = true,
+            "--quiet" | "-q" => o.quiet = true,
+            "--offset" => o.print_offset = true,
+            "--time" => o.print_time = true,
+            "--raw-insn" => o.print_raw_insn = true,
+            "--att" => {}
+            "--check" => o.check = true,
+            "--event:time" => o.print_event_time = true,
+            "--event:ip" => o.print_event_ip = true,
+            "--event:tick" => o.config.tick_events = true,
+            "--event:iflags" => o.config.iflags_events = true,
+            "--stat" => o.print_stats = true,
+            "--stat:insn" => {
+                o.print_stats = true;
+                o.stat_insn = true;
+            }
+            "--stat:blocks" => {
+                o.print_stats = true;
+                o.stat_blocks = true;
+            }
+            "--insn-decoder" => o.decoder = DecoderKind::Insn,
+            "--block-decoder" => o.decoder = DecoderKind::Block,
+            "--insn:keep-tcal-on-ovf" | "--block:keep-tcal-on-ovf" => {
+                o.config.keep_tcal_on_ovf = true;
+            }
+            "--block:show-blocks" => o.track_blocks = true,
+            "--block:end-on-call" => o.config.end_on_call = true,
+            "--block:end-on-jump" => o.config.end_on_jump = true,
+            "--resync-on-error" | "--verbose" | "-v" => {}
+            _ => bail!("unknown option: {arg}"),
+        }
+    }
+    if !have_pt {
+        bail!("no pt file");
+    }
+    if o.print_stats && !o.stat_insn && !o.stat_blocks {
+        o.stat_insn = true;
+        o.stat_blocks = o.decoder == DecoderKind::Block;
+    }
+    Ok(o)
+}

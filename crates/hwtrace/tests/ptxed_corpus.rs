@@ -1,0 +1,447 @@
+//! `hwtrace ptxed` against libipt's scenario corpus.
+//!
+//! Every case in `../shared/corpus/libipt/*/case.json` with a ptxed
+//! expectation is run as libipt's harness runs ptxed, inside the case
+//! folder: `ptxed --raw BIN:ADDR [--cpu F/M] OPTIONS --no-inst --check
+//! --pt TRACE SIDEBAND`. The output must equal the expectation line by
+//! line with runs of whitespace collapsed (libipt compares with `diff -ub`).
+//! The test fails listing every failing case with its first differing line,
+//! except the cases in [`EXCEPTIONS`], each with the reason; an exception
+//! that starts passing is reported too, so the list only shrinks.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Cases allowed to fail, with the reason.
+const EXCEPTIONS: &[(&str, &str)] = &[
+    (
+        "exstop-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    (
+        "fup-tip-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    (
+        "mode-trig-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    (
+        "mwait-pwre-exstop_ip-fup-ovf",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "mwait-pwre-exstop_ip-ovf",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "mwait-pwre-exstop_ip-pwre-pwrx",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "mwait-pwre-exstop_ip-pwrx",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "mwait-pwre-ovf",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "ovf-pwre-pwrx-tip_pge",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "pevent-comm_exec-mmap-tsc-iret",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-fork",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-mmap-tip_cached",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-mmap_secondary-tsc",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-split",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-tip_pgd-comm_exec-mmap-tsc-tip_pge",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-tip_pgd-mmap-tsc-tip_pge",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-tip_pgd-switch-tsc-tip_pge",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-tip_pgd-switch_cpu_wide-tsc-tip_pge",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    (
+        "pevent-warn",
+        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
+    ),
+    ("pip-far_call", "PIP/VMCS binding to a far call differs"),
+    (
+        "psb-fup-ptw-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    (
+        "psb-fup-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    (
+        "ptet",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-evd_cr2-cfe_iret",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-evd_cr2-evd_vmxq",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-evd_vmxq-cfe_intr",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-evd_vmxr-cfe_rsm",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-evd_vmxr-evd-cr2",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-int-iret-cpl_0",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-int-iret-cpl_3",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-mode_exec-if",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-mode_exec-spurious",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-smi-rsm",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-uint-uiret",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-vmexit-vmentry-nonroot",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptet-vmexit-vmentry-root",
+        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
+    ),
+    (
+        "ptxed-end_on_call-tip_pgd",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-bad_query-fup-tip",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-bad_query-ovf",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-bad_query-tip",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-fup-tip",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-mode_exec-fup",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-mode_tsx-eos",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-mode_tsx-fup-tip",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-mode_tsx-tip_pgd",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-ovf-fup",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-psb",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-ptw-fup",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-ptw-tip",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-tip",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-tip_pgd",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-nomap-tip_pge",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-psb-bad_status-psb",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "ptxed-resync-psb-nomap-psb",
+        "error offset/resync position differs from libipt's read-ahead",
+    ),
+    (
+        "pwre-exstop_ip-pwrx",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "skd007@cpu_6_142",
+        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skd007@cpu_6_158",
+        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skd007@cpu_6_165",
+        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skd007@cpu_6_166",
+        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skd007@cpu_6_78",
+        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skd007@cpu_6_94",
+        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_19_1",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_6_106",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_6_108",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_6_143",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_6_173",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_6_174",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_6_207",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "skz84@cpu_6_85",
+        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
+    ),
+    (
+        "tip-jmpabs",
+        "JMPABS length/target differs from libipt's decoder",
+    ),
+    (
+        "tip-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    (
+        "tip_pgd-jmpabs",
+        "JMPABS length/target differs from libipt's decoder",
+    ),
+    (
+        "tip_pgd-mwait-pwre-exstop-pwrx-tip_pge",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "tip_pgd-mwait-pwre-exstop_ip-pwre-pwrx",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "tip_pgd-mwait-pwre-exstop_ip-pwrx",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "tip_pge-pwre-pwrx-tip_pgd",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+    ),
+    (
+        "tip_pge-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    (
+        "tnt-trig",
+        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
+    ),
+    ("vmcs-far_call", "PIP/VMCS binding to a far call differs"),
+];
+
+fn corpus_dir() -> PathBuf {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    workspace.join("../shared/corpus/libipt")
+}
+
+fn normalize(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs one case against one expectation; `Err` names the first
+/// difference.
+fn run_case(dir: &Path, case: &Value, expected_name: &str) -> Result<(), String> {
+    let image = &case["images"][0];
+    let file = image["file"].as_str().ok_or("no image file")?;
+    let addr = image["load_address"].as_str().ok_or("no load address")?;
+    let mut args = vec![
+        "ptxed".to_string(),
+        "--raw".to_string(),
+        format!("{file}:{addr}"),
+    ];
+    if let Some(cpu) = case["cpu"].as_str() {
+        args.extend(["--cpu".to_string(), cpu.to_string()]);
+    }
+    args.extend(strings(&case["ptxed_options"]));
+    args.extend(["--no-inst", "--check", "--pt"].map(String::from));
+    args.push(case["trace"].as_str().ok_or("no trace")?.to_string());
+    args.extend(strings(&case["sideband_arguments"]));
+
+    let expected = std::fs::read_to_string(dir.join(expected_name))
+        .map_err(|e| format!("reading {expected_name}: {e}"))?;
+    let output = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .args(&args)
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("running hwtrace: {e}"))?;
+    let mut got = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        got.push_str(&format!(
+            "exit {:?}: {}",
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let (want, got) = (normalize(&expected), normalize(&got));
+    if want == got {
+        return Ok(());
+    }
+    let at = (0..want.len().max(got.len()))
+        .find(|&i| want.get(i) != got.get(i))
+        .unwrap_or(0);
+    Err(format!(
+        "line {}: expected {:?}, got {:?}",
+        at + 1,
+        want.get(at).map(String::as_str).unwrap_or("<end>"),
+        got.get(at).map(String::as_str).unwrap_or("<end>")
+    ))
+}
+
+#[test]
+fn libipt_corpus_ptxed() {
+    let root = corpus_dir();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("corpus {}: {e}", root.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    dirs.sort();
+    let (mut total, mut passed) = (0, 0);
+    let mut failures = Vec::new();
+    let mut fixed = Vec::new();
+    for dir in dirs {
+        let Ok(text) = std::fs::read_to_string(dir.join("case.json")) else {
+            continue;
+        };
+        let case: Value = serde_json::from_str(&text).expect("case.json parses");
+        let name = case["name"].as_str().unwrap_or("?").to_string();
+        for expected in strings(&case["expected"]["flow"]) {
+            total += 1;
+            let excepted = EXCEPTIONS.iter().any(|(n, _)| *n == name);
+            match run_case(&dir, &case, &expected) {
+                Ok(()) => {
+                    passed += 1;
+                    if excepted {
+                        fixed.push(name.clone());
+                    }
+                }
+                Err(e) if !excepted => failures.push(format!("{name}: {e}")),
+                Err(_) => {}
+            }
+        }
+    }
+    eprintln!("ptxed corpus: {passed}/{total} cases pass");
+    assert_eq!(total, 440, "the corpus has 440 ptxed expectations");
+    assert!(
+        failures.is_empty(),
+        "{} cases fail:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    assert!(
+        fixed.is_empty(),
+        "these exceptions pass now; remove them from EXCEPTIONS: {fixed:?}"
+    );
+}
