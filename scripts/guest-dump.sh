@@ -101,9 +101,9 @@ for level in $LEVELS; do
         -display none -serial "file:$RUN/console.log" -no-reboot \
         -qmp "unix:$RUN/qmp.sock,server=on,wait=off" &
     QEMU_PID=$!
-    python3 - "$RUN" "$SAMPLES" <<'PY' || status=1
-import json, os, random, socket, sys, time
-run, samples = sys.argv[1], int(sys.argv[2])
+    python3 - "$RUN" "$SAMPLES" "$HWTRACE" <<'PY' || status=1
+import json, os, random, socket, subprocess, sys, time
+run, samples, hwtrace = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 deadline = time.time() + 600
 while b"GUEST-READY" not in (open(f"{run}/console.log", "rb").read() if os.path.exists(f"{run}/console.log") else b""):
     if time.time() > deadline:
@@ -127,8 +127,14 @@ cmd("stop")
 open(f"{run}/info-mem.txt", "w").write(hmp("info mem"))
 open(f"{run}/info-registers.txt", "w").write(hmp("info registers"))
 cmd("dump-guest-memory", paging=False, protocol=f"file:{run}/guest.elf")
+# QEMU 7.2 prints nothing for `info mem` under LA57: then take the ranges to
+# sample from hwtrace (the gva2gpa answers stay QEMU's own).
+lines = open(f"{run}/info-mem.txt").read().splitlines()
+if not lines:
+    lines = subprocess.run([hwtrace, "mem", "maps", "--qemu", "--dump", f"{run}/guest.elf"],
+                           capture_output=True, text=True).stdout.splitlines()
 ranges = []
-for line in open(f"{run}/info-mem.txt"):
+for line in lines:
     a, rest = line.split("-", 1)
     b = rest.split()[0]
     ranges.append((int(a, 16), int(b, 16)))
@@ -168,7 +174,11 @@ for va in bad[:10]:
 qm = open(f"{run}/info-mem.txt").read().split("\n")
 hm = open(f"{run}/hwtrace-maps.txt").read().split("\n")
 same = qm == hm
-print(f"{level}-level: maps: {len([l for l in qm if l])} ranges from qemu, {len([l for l in hm if l])} from hwtrace, {'identical' if same else 'DIFFERENT'}")
+if qm == [""]:
+    same = True
+    print(f"{level}-level: maps: QEMU printed no info mem (LA57 in QEMU 7.2); not compared")
+else:
+    print(f"{level}-level: maps: {len([l for l in qm if l])} ranges from qemu, {len([l for l in hm if l])} from hwtrace, {'identical' if same else 'DIFFERENT'}")
 sys.exit(0 if not bad and same else 1)
 PY
 done
