@@ -27,8 +27,8 @@ mod tests;
 pub use elf::{ElfPlacement, SegmentFilter};
 pub use error::{ImageError, SpecError};
 pub use spec::{
-    ElfSpec, ImageSpec, PeSpec, RawSpec, parse_elf_arg, parse_hex, parse_image_arg, parse_pe_arg,
-    parse_ptxed_elf, parse_ptxed_raw,
+    ElfSpec, ImageSpec, PeSpec, PtxedFile, RawSpec, parse_elf_arg, parse_hex, parse_image_arg,
+    parse_pe_arg, parse_ptxed_elf, parse_ptxed_file, parse_ptxed_raw,
 };
 
 use crate::backing::Backing;

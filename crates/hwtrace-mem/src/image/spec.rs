@@ -177,11 +177,54 @@ pub fn parse_pe_arg(arg: &str) -> Result<PeSpec, SpecError> {
     })
 }
 
+/// A file argument of ptxed with its optional range (`--pt`,
+/// `--pevent:primary`, and `--raw` before its base).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PtxedFile {
+    /// The file.
+    pub path: PathBuf,
+    /// First byte to use.
+    pub offset: u64,
+    /// How many bytes; `None`: to the end of the file.
+    pub size: Option<u64>,
+}
+
+/// Parses ptxed's `FILE[:FROM[-TO]]` exactly as its `preprocess_filename`
+/// does: a `:FROM` or `:FROM-TO` suffix after the last `:` is a range if it
+/// parses as numbers (C's `strtoull` base 0), else part of the name. `TO`
+/// is exclusive and must exceed `FROM`; `FROM` alone means to the end (as
+/// does a `FROM-TO` of size 0, which cannot happen).
+pub fn parse_ptxed_file(arg: &str) -> Result<PtxedFile, SpecError> {
+    let whole = |arg: &str| PtxedFile {
+        path: PathBuf::from(arg),
+        offset: 0,
+        size: None,
+    };
+    let Some((name, range)) = arg.rsplit_once(':') else {
+        return Ok(whole(arg));
+    };
+    match parse_c_range(range) {
+        CRange::NotARange => Ok(whole(arg)),
+        CRange::From(from) => Ok(PtxedFile {
+            path: PathBuf::from(name),
+            offset: from,
+            size: None,
+        }),
+        CRange::FromTo(from, to) if to > from => Ok(PtxedFile {
+            path: PathBuf::from(name),
+            offset: from,
+            size: Some(to - from),
+        }),
+        CRange::FromTo(..) => Err(SpecError::BadRange {
+            arg: arg.to_owned(),
+        }),
+    }
+}
+
 /// Parses libipt ptxed's `--raw FILE[:FROM[-TO]]:BASE` exactly as ptxed
-/// does: the text after the last `:` must be a number (the base); then a
-/// `:FROM` or `:FROM-TO` suffix before it is a file range if it parses,
-/// else part of the name. `TO` is exclusive and must exceed `FROM`. A range
-/// past the end of the file is cut to it (libipt's `pt_mk_section`).
+/// does: the text after the last `:` must be a number (the base); then the
+/// rest is read by [`parse_ptxed_file`]. A range past the end of the file
+/// is cut to it (libipt's `pt_mk_section`).
 pub fn parse_ptxed_raw(arg: &str) -> Result<RawSpec, SpecError> {
     let Some((file, base)) = extract_base(arg) else {
         return Err(SpecError::MissingAddress {
@@ -189,25 +232,13 @@ pub fn parse_ptxed_raw(arg: &str) -> Result<RawSpec, SpecError> {
             form: PTXED_RAW_FORM,
         });
     };
-    let (path, offset, size) = match file.rsplit_once(':') {
-        Some((name, range)) => match parse_c_range(range) {
-            CRange::NotARange => (file, 0, None),
-            CRange::From(from) => (name, from, None),
-            CRange::FromTo(from, to) => {
-                if to <= from {
-                    return Err(SpecError::BadRange {
-                        arg: arg.to_owned(),
-                    });
-                }
-                (name, from, Some(to - from))
-            }
-        },
-        None => (file, 0, None),
-    };
+    let file = parse_ptxed_file(file).map_err(|_| SpecError::BadRange {
+        arg: arg.to_owned(),
+    })?;
     Ok(RawSpec {
-        path: PathBuf::from(path),
-        offset,
-        size,
+        path: file.path,
+        offset: file.offset,
+        size: file.size,
         addr: Ip(base),
         truncate: true,
     })
@@ -470,6 +501,27 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn ptxed_file_ranges() {
+        let f = parse_ptxed_file("t.pt").unwrap();
+        assert_eq!((f.path, f.offset, f.size), (PathBuf::from("t.pt"), 0, None));
+        let f = parse_ptxed_file("t.pt:16").unwrap();
+        assert_eq!(
+            (f.path, f.offset, f.size),
+            (PathBuf::from("t.pt"), 16, None)
+        );
+        let f = parse_ptxed_file("t.pt:0x10-0x18").unwrap();
+        assert_eq!((f.offset, f.size), (0x10, Some(8)));
+        let f = parse_ptxed_file("dir:name.pt").unwrap();
+        assert_eq!((f.path, f.offset), (PathBuf::from("dir:name.pt"), 0));
+        let f = parse_ptxed_file("t.pt:").unwrap();
+        assert_eq!(f.path, PathBuf::from("t.pt:"));
+        assert!(matches!(
+            parse_ptxed_file("t.pt:8-8"),
+            Err(SpecError::BadRange { .. })
+        ));
     }
 
     #[test]
