@@ -30,27 +30,19 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ),
     (
         "mwait-pwre-exstop_ip-fup-ovf",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
         "mwait-pwre-exstop_ip-ovf",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
         "mwait-pwre-exstop_ip-pwre-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
-    ),
-    (
-        "mwait-pwre-exstop_ip-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
         "mwait-pwre-ovf",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
-    ),
-    (
-        "ovf-pwre-pwrx-tip_pge",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
         "pevent-comm_exec-mmap-tsc-iret",
@@ -230,66 +222,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "error offset/resync position differs from libipt's read-ahead",
     ),
     (
-        "pwre-exstop_ip-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
-    ),
-    (
-        "skd007@cpu_6_142",
-        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skd007@cpu_6_158",
-        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skd007@cpu_6_165",
-        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skd007@cpu_6_166",
-        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skd007@cpu_6_78",
-        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skd007@cpu_6_94",
-        "SKD007 (spurious OVF in PSB+) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_19_1",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_6_106",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_6_108",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_6_143",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_6_173",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_6_174",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_6_207",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
-        "skz84@cpu_6_85",
-        "SKZ84 (corrupt TMA) workaround not applied in the flow decoder yet",
-    ),
-    (
         "tip-jmpabs",
         "JMPABS length/target differs from libipt's decoder",
     ),
@@ -303,19 +235,15 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ),
     (
         "tip_pgd-mwait-pwre-exstop-pwrx-tip_pge",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
         "tip_pgd-mwait-pwre-exstop_ip-pwre-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
         "tip_pgd-mwait-pwre-exstop_ip-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
-    ),
-    (
-        "tip_pge-pwre-pwrx-tip_pgd",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP differently; not matched yet",
+        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
         "tip_pge-trig",

@@ -118,6 +118,8 @@ pub struct EventDecoder<'a> {
     ip: LastIp,
     clock: Clock,
     evq: EventQueue,
+    /// Events to report before the next packet.
+    deferred: std::collections::VecDeque<Event>,
     /// Event data (EVD) waiting for its CFE.
     evd: super::trace::EventData,
     config: Config,
@@ -144,6 +146,7 @@ impl<'a> EventDecoder<'a> {
             clock: Clock::default(),
             evq: EventQueue::new(),
             evd: super::trace::EventData::default(),
+            deferred: std::collections::VecDeque::new(),
             config,
         }
     }
@@ -168,6 +171,7 @@ impl<'a> EventDecoder<'a> {
         self.clock = Clock::default();
         self.evq.clear();
         self.evd = super::trace::EventData::default();
+        self.deferred.clear();
     }
 
     /// The offset of the packet being processed.
@@ -218,7 +222,7 @@ impl<'a> EventDecoder<'a> {
 
     fn fetch_packet(&mut self) {
         loop {
-            match self.pkt.next_packet() {
+            match super::quirks::next_packet(&mut self.pkt, &self.config.errata) {
                 Ok(Some(p)) if matches!(p.packet, Packet::Pad) => continue,
                 Ok(Some(p)) => {
                     self.packet = Some(p);
@@ -281,6 +285,11 @@ impl<'a> EventDecoder<'a> {
     }
 
     fn decode_packet(&mut self) -> Res {
+        if let Some(mut ev) = self.deferred.pop_front() {
+            self.clock.stamp(&mut ev);
+            self.event = Some(ev);
+            return Ok(Step::Event);
+        }
         let Some(p) = self.packet else {
             return match self.status {
                 Err(e) => Err(e),
@@ -405,11 +414,18 @@ impl<'a> EventDecoder<'a> {
                 Ok(Step::More)
             }
             Packet::Pwre(p) => {
-                self.standalone(EventKind::Pwre {
+                let kind = EventKind::Pwre {
                     state: p.state(),
                     sub_state: p.sub_state(),
                     hw: p.hw(),
-                });
+                };
+                // With tracing on, the C-state entry is reported after the
+                // EXSTOP that follows it.
+                if self.enabled {
+                    self.enqueue(Binding::Exstop, Event::new(kind))?;
+                    return Ok(Step::More);
+                }
+                self.standalone(kind);
                 self.fetch_packet();
                 Ok(Step::Event)
             }
@@ -573,7 +589,7 @@ impl<'a> EventDecoder<'a> {
     fn check_bdm70(&self) -> Result<bool, ErrorKind> {
         let mut pkt = self.pkt.clone();
         loop {
-            match pkt.next_packet() {
+            match super::quirks::next_packet(&mut pkt, &self.config.errata) {
                 Ok(None) => return Ok(false),
                 Err(e) => {
                     let k = ErrorKind::from(e.kind);
@@ -648,6 +664,7 @@ impl<'a> EventDecoder<'a> {
                     self.bound = true;
                 }
             }
+            EventKind::Pwre { .. } => self.clock.stamp(&mut ev),
             EventKind::Exstop { .. }
             | EventKind::Mwait { .. }
             | EventKind::Ptwrite { .. }
@@ -817,24 +834,39 @@ impl<'a> EventDecoder<'a> {
     }
 
     fn decode_exstop(&mut self, ip: bool) -> Res {
-        if let Some(mut ev) = self.evq.pop(Binding::Exstop) {
-            if !matches!(ev.kind, EventKind::Mwait { .. }) {
-                return Err(ErrorKind::Internal);
-            }
-            if ip {
-                // MWAIT and EXSTOP both bind to the FUP.
-                self.enqueue(Binding::Fup, ev)?;
-            } else {
-                ev.set_ip(0);
-                ev.ip_suppressed = true;
-                self.clock.stamp(&mut ev);
-                self.event = Some(ev);
-                return Ok(Step::Event);
-            }
-        }
+        let front_is_mwait = self.evq.find(Binding::Exstop, |e| {
+            matches!(e.kind, EventKind::Mwait { .. })
+        }) == Some(0);
         if ip {
+            // MWAIT, EXSTOP and any C-state entry all bind to the FUP, in
+            // that order.
+            let mut later = Vec::new();
+            while let Some(ev) = self.evq.pop(Binding::Exstop) {
+                if matches!(ev.kind, EventKind::Mwait { .. }) {
+                    self.enqueue(Binding::Fup, ev)?;
+                } else {
+                    later.push(ev);
+                }
+            }
             self.enqueue(Binding::Fup, Event::new(EventKind::Exstop { ip: 0 }))?;
+            for ev in later {
+                self.enqueue(Binding::Fup, ev)?;
+            }
             return Ok(Step::More);
+        }
+        if front_is_mwait {
+            // Without an IP, MWAIT is reported first, on its own; this
+            // packet is looked at again for the rest.
+            let mut ev = self.evq.pop(Binding::Exstop).ok_or(ErrorKind::Internal)?;
+            ev.set_ip(0);
+            ev.ip_suppressed = true;
+            self.clock.stamp(&mut ev);
+            self.event = Some(ev);
+            return Ok(Step::Event);
+        }
+        while let Some(mut ev) = self.evq.pop(Binding::Exstop) {
+            ev.ip_suppressed = true;
+            self.deferred.push_back(ev);
         }
         self.standalone(EventKind::Exstop { ip: 0 }).ip_suppressed = true;
         self.fetch_packet();
@@ -899,7 +931,7 @@ impl<'a> EventDecoder<'a> {
         let mut pkt = self.pkt.clone();
         let start = pkt.offset().0;
         loop {
-            let p = match pkt.next_packet() {
+            let p = match super::quirks::next_packet(&mut pkt, &self.config.errata) {
                 Ok(Some(p)) => p,
                 Ok(None) => return Err(ErrorKind::Eos),
                 Err(e) => return Err(e.kind.into()),
@@ -982,7 +1014,7 @@ impl<'a> EventDecoder<'a> {
         let cfg = self.config;
         let mut tsx: Option<(bool, bool)> = None;
         loop {
-            let p = match pkt.next_packet() {
+            let p = match super::quirks::next_packet(&mut pkt, &self.config.errata) {
                 Ok(Some(p)) => p,
                 Ok(None) => return Ok(None),
                 Err(e) => {
@@ -1027,7 +1059,7 @@ impl<'a> EventDecoder<'a> {
                     self.fetch_packet();
                     return Ok(Some(Step::Event));
                 }
-                Packet::Psb => match find_header_fup(&pkt) {
+                Packet::Psb => match find_header_fup(&pkt, &self.config.errata) {
                     Ok(Some(ip)) => {
                         self.recover_ovf_at_ip(pkt, p, ip, clock)?;
                         return Ok(Some(Step::Event));
@@ -1063,7 +1095,7 @@ impl<'a> EventDecoder<'a> {
         let mut clock = self.clock.clone();
         let cfg = self.config;
         loop {
-            let p = match pkt.next_packet() {
+            let p = match super::quirks::next_packet(&mut pkt, &self.config.errata) {
                 Ok(Some(p)) => p,
                 Ok(None) => return Err(ErrorKind::Eos),
                 Err(e) => return Err(e.kind.into()),
@@ -1090,7 +1122,7 @@ impl<'a> EventDecoder<'a> {
         let target = TraceOffset(pkt.offset().0 + offset);
         pkt.set_offset(target).map_err(|_| ErrorKind::Internal)?;
         loop {
-            let p = match pkt.next_packet() {
+            let p = match super::quirks::next_packet(&mut pkt, &self.config.errata) {
                 Ok(Some(p)) => p,
                 Ok(None) => return Ok(None),
                 Err(e) => {
@@ -1104,7 +1136,7 @@ impl<'a> EventDecoder<'a> {
             };
             match p.packet {
                 Packet::Tnt(_) | Packet::Tip(_) | Packet::TipPgd(_) => return Ok(None),
-                Packet::Psb => match find_header_fup(&pkt) {
+                Packet::Psb => match find_header_fup(&pkt, &self.config.errata) {
                     Ok(None) => return self.recover_ovf_at_offset(offset).map(Some),
                     Ok(Some(_)) | Err(ErrorKind::Eos) => return Ok(None),
                     Err(e) => return Err(e),
@@ -1124,7 +1156,7 @@ impl<'a> EventDecoder<'a> {
         let cfg = self.config;
         let end = self.pkt.offset().0 + offset;
         loop {
-            let p = match self.pkt.next_packet() {
+            let p = match super::quirks::next_packet(&mut self.pkt, &self.config.errata) {
                 Ok(Some(p)) => p,
                 Ok(None) => return Err(ErrorKind::Eos),
                 Err(e) => return Err(e.kind.into()),
@@ -1170,10 +1202,13 @@ impl<'a> EventDecoder<'a> {
 }
 
 /// The FUP of the PSB+ that `pkt` is inside of (just after the PSB).
-fn find_header_fup(pkt: &PacketDecoder<'_>) -> Result<Option<IpPayload>, ErrorKind> {
+fn find_header_fup(
+    pkt: &PacketDecoder<'_>,
+    errata: &crate::errata::Errata,
+) -> Result<Option<IpPayload>, ErrorKind> {
     let mut pkt = pkt.clone();
     loop {
-        let p = match pkt.next_packet() {
+        let p = match super::quirks::next_packet(&mut pkt, errata) {
             Ok(Some(p)) => p,
             Ok(None) => return Err(ErrorKind::Eos),
             Err(e) => return Err(e.kind.into()),

@@ -14,6 +14,7 @@
 mod decoder;
 mod query;
 mod queue;
+pub mod quirks;
 mod tnt;
 mod trace;
 
