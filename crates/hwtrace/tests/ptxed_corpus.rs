@@ -126,14 +126,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
     ),
     (
-        "ptet-mode_exec-if",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-mode_exec-spurious",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
         "ptet-smi-rsm",
         "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
     ),

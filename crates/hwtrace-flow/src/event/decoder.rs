@@ -327,17 +327,20 @@ impl<'a> EventDecoder<'a> {
             Packet::TipPge(ip) => self.decode_tip_pge(ip),
             Packet::TipPgd(ip) => self.decode_tip_pgd(ip),
             Packet::ModeExec(m) => {
+                // MODE.Exec binds to the TIP of a far branch, or, reporting
+                // an IF change with event trace, to the FUP that follows.
+                let binding = self.mode_exec_binding();
                 let ev = Event::new(EventKind::ExecMode {
                     mode: m.mode(),
                     ip: 0,
                 });
-                self.enqueue(Binding::Tip, ev)?;
+                self.enqueue(binding, ev)?;
                 if cfg.iflags_events {
                     let ev = Event::new(EventKind::Iflags {
                         iflag: m.iflag,
                         ip: 0,
                     });
-                    self.enqueue(Binding::Tip, ev)?;
+                    self.enqueue(binding, ev)?;
                 }
                 Ok(Step::More)
             }
@@ -462,6 +465,27 @@ impl<'a> EventDecoder<'a> {
             },
             Packet::Psbend => self.decode_psbend(),
             Packet::Ovf => self.decode_ovf(),
+        }
+    }
+
+    /// Whether the MODE.Exec just read binds to a FUP (the next IP packet
+    /// is one) or to a TIP.
+    fn mode_exec_binding(&self) -> Binding {
+        let mut pkt = self.pkt.clone();
+        loop {
+            match super::quirks::next_packet(&mut pkt, &self.config.errata) {
+                Ok(Some(p)) => match p.packet {
+                    Packet::Fup(_) => return Binding::Fup,
+                    Packet::Tip(_)
+                    | Packet::TipPge(_)
+                    | Packet::TipPgd(_)
+                    | Packet::Psb
+                    | Packet::Psbend
+                    | Packet::Ovf => return Binding::Tip,
+                    _ => {}
+                },
+                Ok(None) | Err(_) => return Binding::Tip,
+            }
         }
     }
 
@@ -665,6 +689,11 @@ impl<'a> EventDecoder<'a> {
                 }
             }
             EventKind::Pwre { .. } => self.clock.stamp(&mut ev),
+            EventKind::ExecMode { .. } | EventKind::Iflags { .. } => {
+                self.clock.stamp(&mut ev);
+                Self::event_ip(&self.ip, &mut ev);
+                self.bound = true;
+            }
             EventKind::Exstop { .. }
             | EventKind::Mwait { .. }
             | EventKind::Ptwrite { .. }

@@ -75,6 +75,10 @@ pub struct InsnDecoder<'a, M> {
     process_event: bool,
     event: Event,
     speculative: bool,
+    /// The execution mode last reported (forgotten at an overflow).
+    reported_mode: Option<ExecMode>,
+    /// RFLAGS.IF as event trace last reported it.
+    iflag: Option<bool>,
     /// An instruction postponed while events bound to it are reported.
     postponed: Option<(Insn, Decoded)>,
     bound_paging: bool,
@@ -98,6 +102,8 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             process_event: false,
             event: Event::new(EventKind::Stop),
             speculative: false,
+            reported_mode: None,
+            iflag: None,
             postponed: None,
             bound_paging: false,
             bound_vmcs: false,
@@ -165,6 +171,8 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.enabled = false;
         self.process_event = false;
         self.speculative = false;
+        self.iflag = None;
+        self.reported_mode = None;
         self.postponed = None;
         self.bound_paging = false;
         self.bound_vmcs = false;
@@ -674,12 +682,26 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     self.enabled = true;
                 }
                 self.speculative = false;
+                // After lost packets, the next mode report is news again.
+                self.reported_mode = None;
+                self.iflag = None;
             }
             EventKind::ExecMode { mode, .. } => {
                 if ev.status_update && self.enabled && self.mode.is_some_and(|m| m != mode) {
                     return Err(ErrorKind::BadStatusUpdate);
                 }
+                // Only a change is news; a repeat is a status report.
+                if self.reported_mode == Some(mode) {
+                    ev.status_update = true;
+                }
+                self.reported_mode = Some(mode);
                 self.mode = Some(mode);
+            }
+            EventKind::Iflags { iflag, .. } => {
+                if self.iflag == Some(iflag) {
+                    ev.status_update = true;
+                }
+                self.iflag = Some(iflag);
             }
             EventKind::Tsx { speculative, .. } => self.speculative = speculative,
             EventKind::Stop if ev.status_update || self.enabled => {
