@@ -12,6 +12,7 @@
 //! | [`debugctl`] | IA32_DEBUGCTL, modern and NetBurst layouts, TR/BTS/BTINT modes |
 //! | [`ds`], [`bts`] | IA32_DS_AREA, the DS management area (32/64-bit), BTS records |
 //! | [`lbr`], [`lbr_select`], [`arch_lbr`] | LBR formats, FROM/TO/INFO, TOS, MSR_LBR_SELECT per micro-architecture, architectural LBR |
+//! | [`dump`] | record decoders: a DS area + BTS buffer dump, an LBR MSR dump → branches in the order taken |
 //! | [`explain`] | registers by name or number, values explained field by field, values built from names |
 //!
 //! Each layout is a [`field::RegisterDef`] table, so what [`explain::explain`]
@@ -31,6 +32,7 @@ pub mod bts;
 pub mod cpuid;
 pub mod debugctl;
 pub mod ds;
+pub mod dump;
 pub mod explain;
 pub mod field;
 pub mod lbr;
