@@ -352,14 +352,17 @@ impl Image {
     }
 
     /// The bytes from `addr` (which `r` holds) to the end of `r`.
-    #[inline]
+    #[inline(always)]
     fn bytes_of(&self, r: &Region, addr: u64) -> Option<&[u8]> {
         match self.sources.get(r.source as usize)? {
             Source::Bytes(b) => {
-                let start = usize::try_from(r.offset.checked_add(addr - r.first)?).ok()?;
-                let end = usize::try_from(r.offset.checked_add(r.last - r.first)?)
-                    .ok()?
-                    .checked_add(1)?;
+                // Sections are checked against their bytes when added, so
+                // this arithmetic cannot wrap; `get` keeps it panic-free
+                // regardless.
+                let start = (r.offset as usize).wrapping_add((addr - r.first) as usize);
+                let end = (r.offset as usize)
+                    .wrapping_add((r.last - r.first) as usize)
+                    .wrapping_add(1);
                 b.bytes().get(start..end)
             }
             Source::Pages(cache) => {
@@ -378,7 +381,7 @@ impl Image {
     /// The bytes readable at `addr` in the space of `specific` (falling
     /// back to the default space), up to where the source of the bytes
     /// changes.
-    #[inline]
+    #[inline(always)]
     fn chunk(&self, specific: Option<&SpaceMap>, addr: u64) -> Option<&[u8]> {
         let Some(map) = specific else {
             let r = self.default.lookup(addr).ok()?;
@@ -404,6 +407,7 @@ impl ReadMemory for Image {
     /// Reads from the sections of `space`'s CR3, falling back to the
     /// default space address by address, across section boundaries, until
     /// `buf` is full or an address is unmapped. Never reads past 2^64 - 1.
+    #[inline]
     fn read_memory(
         &self,
         space: AddressSpace,
@@ -411,6 +415,28 @@ impl ReadMemory for Image {
         buf: &mut [u8],
     ) -> Result<usize, MemoryError> {
         let specific = space.cr3.and_then(|cr3| self.space(cr3));
+        // The common case: the whole read inside one piece.
+        if let Some(first) = self.chunk(specific, addr.0)
+            && let Some(whole) = first.get(..buf.len())
+        {
+            buf.copy_from_slice(whole);
+            return Ok(buf.len());
+        }
+        self.read_pieces(specific, addr, buf)
+    }
+}
+
+impl Image {
+    /// A read that crosses pieces, or misses: on until `buf` is full or an
+    /// address is unmapped.
+    #[cold]
+    #[inline(never)]
+    fn read_pieces(
+        &self,
+        specific: Option<&SpaceMap>,
+        addr: Ip,
+        buf: &mut [u8],
+    ) -> Result<usize, MemoryError> {
         let mut done = 0;
         while done < buf.len() {
             let Some(at) = addr.0.checked_add(done as u64) else {
