@@ -17,18 +17,6 @@ use serde_json::Value;
 /// Cases allowed to fail, with the reason.
 const EXCEPTIONS: &[(&str, &str)] = &[
     (
-        "exstop-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
-    ),
-    (
-        "fup-tip-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
-    ),
-    (
-        "mode-trig-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
-    ),
-    (
         "mwait-pwre-exstop_ip-fup-ovf",
         "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
@@ -85,14 +73,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "perf sideband (--pevent) is parsed but not yet applied to images or printed",
     ),
     ("pip-far_call", "PIP/VMCS binding to a far call differs"),
-    (
-        "psb-fup-ptw-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
-    ),
-    (
-        "psb-fup-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
-    ),
     (
         "ptet",
         "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
@@ -218,10 +198,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "JMPABS length/target differs from libipt's decoder",
     ),
     (
-        "tip-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
-    ),
-    (
         "tip_pgd-jmpabs",
         "JMPABS length/target differs from libipt's decoder",
     ),
@@ -236,14 +212,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     (
         "tip_pgd-mwait-pwre-exstop_ip-pwrx",
         "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
-    ),
-    (
-        "tip_pge-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
-    ),
-    (
-        "tnt-trig",
-        "TRIG with ICNT binds after ICNT instructions; not modelled yet",
     ),
     ("vmcs-far_call", "PIP/VMCS binding to a far call differs"),
 ];

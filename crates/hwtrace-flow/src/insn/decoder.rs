@@ -75,6 +75,8 @@ pub struct InsnDecoder<'a, M> {
     process_event: bool,
     event: Event,
     speculative: bool,
+    /// Instructions since the last trace-consuming point (TRIG.ICNT).
+    icount: u64,
     /// The execution mode last reported (forgotten at an overflow).
     reported_mode: Option<ExecMode>,
     /// RFLAGS.IF as event trace last reported it.
@@ -102,6 +104,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             process_event: false,
             event: Event::new(EventKind::Stop),
             speculative: false,
+            icount: 0,
             reported_mode: None,
             iflag: None,
             postponed: None,
@@ -173,6 +176,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.speculative = false;
         self.iflag = None;
         self.reported_mode = None;
+        self.icount = 0;
         self.postponed = None;
         self.bound_paging = false;
         self.bound_vmcs = false;
@@ -286,6 +290,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
 
     fn cond_branch(&mut self) -> Flow<(bool, Status)> {
         let r = self.query.cond_branch()?;
+        self.icount = 0;
         if self.query.config().tick_events {
             self.tick(self.ip)?;
         }
@@ -295,6 +300,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     fn indirect_branch(&mut self) -> Flow<(Option<u64>, Status)> {
         let evip = self.ip;
         let r = self.query.indirect_branch()?;
+        self.icount = 0;
         if self.query.config().tick_events {
             self.tick(evip)?;
         }
@@ -303,6 +309,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
 
     /// Moves past `insn`: to the next instruction or the branch target.
     fn proceed(&mut self, insn: &Insn, d: &Decoded) -> Flow<()> {
+        self.icount = self.icount.saturating_add(1);
         self.ip = insn.ip.wrapping_add(u64::from(d.size));
         match d.class {
             InsnClass::Ptwrite | InsnClass::Other => return Ok(()),
@@ -453,11 +460,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     return Ok(None);
                 }
                 if self.event.ip_suppressed {
+                    // libipt 2.3 binds it to the PTWRITE but leaves the
+                    // IP unreported.
                     if !is_ptw || d.class != InsnClass::Ptwrite {
                         return Ok(None);
                     }
-                    self.event.set_ip(insn.ip);
-                    self.event.ip_suppressed = false;
                 } else if insn.ip != ip {
                     return Ok(None);
                 }
@@ -556,8 +563,16 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             | EventKind::Init { ip }
             | EventKind::Vmexit { ip, .. }
             | EventKind::Shutdown { ip }
-            | EventKind::Uintr { ip, .. }
-            | EventKind::Trig { ip, .. } => ev.ip_suppressed || !self.enabled || ip == self.ip,
+            | EventKind::Uintr { ip, .. } => ev.ip_suppressed || !self.enabled || ip == self.ip,
+            // A TRIG without IP comes ICNT instructions after the last
+            // trace-consuming point or TRIG.
+            EventKind::Trig { ip, icnt, .. } => {
+                if ev.ip_suppressed {
+                    !self.enabled || self.icount >= u64::from(icnt)
+                } else {
+                    !self.enabled || ip == self.ip
+                }
+            }
             EventKind::Pwre { .. }
             | EventKind::Pwrx { .. }
             | EventKind::Tick { .. }
@@ -736,6 +751,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             return Err(self.err(ErrorKind::BadQuery));
         }
         self.process_event().map_err(|k| self.err(k))?;
+        if let EventKind::Trig { ip, icnt, .. } = &mut self.event.kind {
+            if self.event.ip_suppressed && self.enabled {
+                *ip = self.ip;
+                self.event.ip_suppressed = false;
+            }
+            *icnt = 0;
+            self.icount = 0;
+        } else if !self.event.ip_suppressed && !matches!(self.event.kind, EventKind::Tick { .. }) {
+            // An event placed by trace starts a new instruction count.
+            self.icount = 0;
+        }
         let ev = self.event;
         self.process_event = false;
         if let Some((insn, d)) = self.postponed {
