@@ -134,6 +134,30 @@ fn pe32_with_every_section() {
 }
 
 #[test]
+fn virtual_size_zero_means_the_raw_size() {
+    let base = 0x1_4000_0000u64;
+    let pe = build(true, base);
+    let mut bytes = pe.bytes;
+    let header = bytes.windows(8).position(|w| w == b".text\0\0\0").unwrap();
+    bytes[header + 8..header + 12].fill(0);
+    let mut image = Image::new();
+    image
+        .add_pe_bytes(
+            None,
+            Path::new("old.exe"),
+            bytes,
+            None,
+            SegmentFilter::Executable,
+        )
+        .unwrap();
+    let text = base + u64::from(pe.text_rva);
+    // The whole file-aligned raw data is loaded: the code, then padding.
+    let got = read(&image, text, 0x1000).unwrap();
+    assert_eq!(&got[..CODE.len()], CODE);
+    assert_eq!(got.len(), 0x200);
+}
+
+#[test]
 fn non_pe_and_broken_pe_are_refused_by_name() {
     let elf = Image::new()
         .add_pe(

@@ -61,7 +61,14 @@ fn layout<Pe: ImageNtHeaders>(
         {
             continue;
         }
-        let (offset, size) = section.pe_file_range();
+        // The file holds min(VirtualSize, SizeOfRawData) bytes; a
+        // VirtualSize of 0 (some old linkers) means SizeOfRawData.
+        let offset = section.pointer_to_raw_data.get(LittleEndian);
+        let raw_size = section.size_of_raw_data.get(LittleEndian);
+        let size = match section.virtual_size.get(LittleEndian) {
+            0 => raw_size,
+            virtual_size => virtual_size.min(raw_size),
+        };
         if size == 0 {
             continue;
         }
