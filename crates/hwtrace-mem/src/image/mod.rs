@@ -11,8 +11,8 @@
 //! Reads are on the decoder's hot path: each space keeps its visible pieces
 //! as a sorted vector with a one-entry cache of the last piece hit, so a
 //! read costs a compare in the common case and a binary search otherwise,
-//! and never allocates. Files are memory-mapped; the sections of one ELF or
-//! PE file share one mapping.
+//! and never allocates. Files are memory-mapped once per path, however
+//! many sections (ELF segments, ranges, address spaces) they back.
 //!
 //! VMCS bases in an [`AddressSpace`] are not used to select sections.
 
@@ -36,7 +36,8 @@ use crate::pagecache::PageCache;
 use elf::FileSegment;
 use hwtrace_types::{AddressSpace, Cr3, Ip, MemoryError, ReadMemory};
 use map::{Region, SpaceMap};
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const PAGE: u64 = 4096;
@@ -75,6 +76,8 @@ pub struct Image {
     default: SpaceMap,
     /// Sections of one CR3 each, sorted by CR3.
     spaces: Vec<(Cr3, SpaceMap)>,
+    /// The source of each file mapped so far, by path.
+    files: HashMap<PathBuf, u32>,
 }
 
 /// PIP reports CR3 bits 51:5 (SDM vol. 3C, §32.4.2.12); bits 4:0 of a CR3
@@ -141,10 +144,10 @@ impl Image {
     }
 
     /// Adds a raw file, or a range of it, at an address. The file is
-    /// memory-mapped.
+    /// memory-mapped (once per path, however often it is added).
     pub fn add_raw(&mut self, cr3: Option<Cr3>, spec: &RawSpec) -> Result<(), ImageError> {
         let path = &spec.path;
-        let backing = map_file(path)?;
+        let (source, backing) = self.file_source(path)?;
         let file_len = backing.bytes().len() as u64;
         if spec.offset >= file_len {
             return Err(ImageError::OffsetBeyondEnd {
@@ -167,7 +170,6 @@ impl Image {
                 });
             }
         };
-        let source = self.push_source(Source::Bytes(Arc::new(backing)));
         let name = path.display().to_string();
         self.add_section(cr3, source, &name, spec.addr.0, len, spec.offset)
     }
@@ -175,8 +177,10 @@ impl Image {
     /// Adds the `PT_LOAD` segments of an ELF file; returns how many (a
     /// file with none adds nothing and returns 0).
     pub fn add_elf(&mut self, cr3: Option<Cr3>, spec: &ElfSpec) -> Result<usize, ImageError> {
-        let backing = map_file(&spec.path)?;
-        self.add_elf_backing(cr3, &spec.path, backing, spec.placement, spec.segments)
+        let (source, backing) = self.file_source(&spec.path)?;
+        let layout = elf::elf_layout(&spec.path, backing.bytes(), spec.segments)?;
+        let bias = layout.bias(spec.placement);
+        self.add_segments(cr3, &spec.path, |_| source, &layout.segments, bias)
     }
 
     /// Adds the `PT_LOAD` segments of an ELF file held in memory.
@@ -188,26 +192,19 @@ impl Image {
         placement: ElfPlacement,
         segments: SegmentFilter,
     ) -> Result<usize, ImageError> {
-        self.add_elf_backing(cr3, name, Backing::Owned(bytes), placement, segments)
-    }
-
-    fn add_elf_backing(
-        &mut self,
-        cr3: Option<Cr3>,
-        path: &Path,
-        backing: Backing,
-        placement: ElfPlacement,
-        filter: SegmentFilter,
-    ) -> Result<usize, ImageError> {
-        let layout = elf::elf_layout(path, backing.bytes(), filter)?;
+        let layout = elf::elf_layout(name, &bytes, segments)?;
         let bias = layout.bias(placement);
-        self.add_segments(cr3, path, backing, &layout.segments, bias)
+        let source =
+            |image: &mut Self| image.push_source(Source::Bytes(Arc::new(Backing::Owned(bytes))));
+        self.add_segments(cr3, name, source, &layout.segments, bias)
     }
 
     /// Adds the sections of a PE image; returns how many.
     pub fn add_pe(&mut self, cr3: Option<Cr3>, spec: &PeSpec) -> Result<usize, ImageError> {
-        let backing = map_file(&spec.path)?;
-        self.add_pe_backing(cr3, &spec.path, backing, spec.base, spec.sections)
+        let (source, backing) = self.file_source(&spec.path)?;
+        let layout = pe::pe_layout(&spec.path, backing.bytes(), spec.sections)?;
+        let base = spec.base.unwrap_or(layout.image_base);
+        self.add_segments(cr3, &spec.path, |_| source, &layout.segments, base)
     }
 
     /// Adds the sections of a PE image held in memory.
@@ -219,28 +216,20 @@ impl Image {
         base: Option<u64>,
         sections: SegmentFilter,
     ) -> Result<usize, ImageError> {
-        self.add_pe_backing(cr3, name, Backing::Owned(bytes), base, sections)
-    }
-
-    fn add_pe_backing(
-        &mut self,
-        cr3: Option<Cr3>,
-        path: &Path,
-        backing: Backing,
-        base: Option<u64>,
-        filter: SegmentFilter,
-    ) -> Result<usize, ImageError> {
-        let layout = pe::pe_layout(path, backing.bytes(), filter)?;
+        let layout = pe::pe_layout(name, &bytes, sections)?;
         let base = base.unwrap_or(layout.image_base);
-        self.add_segments(cr3, path, backing, &layout.segments, base)
+        let source =
+            |image: &mut Self| image.push_source(Source::Bytes(Arc::new(Backing::Owned(bytes))));
+        self.add_segments(cr3, name, source, &layout.segments, base)
     }
 
-    /// Adds every segment of one file, sharing its mapping; all or none.
+    /// Adds every segment of one file, sharing one source (made by
+    /// `source` only if there is a segment); all or none.
     fn add_segments(
         &mut self,
         cr3: Option<Cr3>,
         path: &Path,
-        backing: Backing,
+        source: impl FnOnce(&mut Self) -> u32,
         segments: &[FileSegment],
         bias: u64,
     ) -> Result<usize, ImageError> {
@@ -252,12 +241,25 @@ impl Image {
         if segments.is_empty() {
             return Ok(0);
         }
-        let source = self.push_source(Source::Bytes(Arc::new(backing)));
+        let source = source(self);
         for seg in segments {
             let addr = seg.vaddr.wrapping_add(bias);
             self.add_section(cr3, source, &name, addr, seg.size, seg.file_offset)?;
         }
         Ok(segments.len())
+    }
+
+    /// The source of the file at `path`, mapped on first use.
+    fn file_source(&mut self, path: &Path) -> Result<(u32, Arc<Backing>), ImageError> {
+        if let Some(&i) = self.files.get(path)
+            && let Some(Source::Bytes(backing)) = self.sources.get(i as usize)
+        {
+            return Ok((i, Arc::clone(backing)));
+        }
+        let backing = Arc::new(map_file(path)?);
+        let i = self.push_source(Source::Bytes(Arc::clone(&backing)));
+        self.files.insert(path.to_path_buf(), i);
+        Ok((i, backing))
     }
 
     /// Adds the pages of a page cache folder (`pages.addr`, `pages.dump`);

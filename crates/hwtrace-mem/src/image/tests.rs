@@ -291,3 +291,27 @@ mod model {
         }
     }
 }
+
+#[test]
+fn a_file_added_many_times_is_mapped_once() {
+    let path = std::env::temp_dir().join(format!("hwtrace-image-once-{}", std::process::id()));
+    std::fs::write(&path, (0u8..64).collect::<Vec<_>>()).unwrap();
+    let mut image = Image::new();
+    for (i, offset) in [0u64, 8, 16].into_iter().enumerate() {
+        let spec = RawSpec {
+            path: path.clone(),
+            offset,
+            size: Some(4),
+            addr: Ip(0x1000 * (i as u64 + 1)),
+            truncate: false,
+        };
+        image.add_raw(Some(Cr3(0x1000 * i as u64)), &spec).unwrap();
+    }
+    assert_eq!(image.sources.len(), 1);
+    assert_eq!(read(&image, cr3(0x1000), 0x2000, 8), Ok(vec![8, 9, 10, 11]));
+    assert_eq!(
+        read(&image, cr3(0x2000), 0x3000, 8),
+        Ok(vec![16, 17, 18, 19])
+    );
+    let _ = std::fs::remove_file(path);
+}
