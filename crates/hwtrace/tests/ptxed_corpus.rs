@@ -126,59 +126,7 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "error offset/resync position differs from libipt's read-ahead",
     ),
     (
-        "ptxed-resync-bad_query-fup-tip",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-bad_query-ovf",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-bad_query-tip",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-fup-tip",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-mode_exec-fup",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-mode_tsx-eos",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-mode_tsx-fup-tip",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-mode_tsx-tip_pgd",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-ovf-fup",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
         "ptxed-resync-nomap-psb",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-ptw-fup",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-ptw-tip",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-tip",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-nomap-tip_pgd",
         "error offset/resync position differs from libipt's read-ahead",
     ),
     (

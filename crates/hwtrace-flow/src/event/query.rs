@@ -187,6 +187,16 @@ impl<'a> QueryDecoder<'a> {
         Ok((target, status))
     }
 
+    /// The next event of any kind (TNT and TIP included), dropping any
+    /// TNT bits left: for resynchronising after an error.
+    pub fn next_any(&mut self) -> Result<(Event, Status), ErrorKind> {
+        self.tnt.clear();
+        let ev = self.event?;
+        self.last_time = self.evdec.time().clone();
+        self.fetch_event();
+        Ok((ev, self.status()))
+    }
+
     /// The pending event.
     pub fn event(&mut self) -> Result<(Event, Status), ErrorKind> {
         if !self.tnt.is_empty() {

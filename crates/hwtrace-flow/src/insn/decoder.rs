@@ -75,6 +75,10 @@ pub struct InsnDecoder<'a, M> {
     process_event: bool,
     event: Event,
     speculative: bool,
+    /// The trace offset of the pending event.
+    event_offset: TraceOffset,
+    /// Skipping to the next IP after an error ([`Self::resync`]).
+    resyncing: bool,
     /// Instructions since the last trace-consuming point (TRIG.ICNT).
     icount: u64,
     /// The execution mode last reported (forgotten at an overflow).
@@ -104,6 +108,8 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             process_event: false,
             event: Event::new(EventKind::Stop),
             speculative: false,
+            event_offset: TraceOffset(0),
+            resyncing: false,
             icount: 0,
             reported_mode: None,
             iflag: None,
@@ -132,9 +138,14 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.cache.clear();
     }
 
-    /// The offset of the packet being processed.
+    /// The offset of the packet being processed: that of the pending
+    /// event, if one is waiting, else the query layer's position.
     pub fn offset(&self) -> TraceOffset {
-        self.query.offset()
+        if self.process_event {
+            self.event_offset
+        } else {
+            self.query.offset()
+        }
     }
 
     /// The offset of the last PSB synchronised to.
@@ -161,7 +172,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
 
     fn err(&self, kind: ErrorKind) -> Error {
         Error {
-            offset: self.query.offset(),
+            offset: self.offset(),
             ip: Some(self.ip),
             kind,
         }
@@ -177,6 +188,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.iflag = None;
         self.reported_mode = None;
         self.icount = 0;
+        self.resyncing = false;
         self.postponed = None;
         self.bound_paging = false;
         self.bound_vmcs = false;
@@ -226,7 +238,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         if !self.status.event_pending {
             return Ok(false);
         }
+        let offset = self.query.offset();
         let (ev, status) = self.query.event()?;
+        self.event_offset = offset;
         self.event = ev;
         self.process_event = true;
         self.status = status;
@@ -764,6 +778,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         }
         let ev = self.event;
         self.process_event = false;
+        if self.resyncing {
+            let status = self.resync_step().map_err(|k| self.err(k))?;
+            return Ok((ev, status));
+        }
         if let Some((insn, d)) = self.postponed {
             if let Some(status) = self.check_insn_event(&insn, &d).map_err(|k| self.err(k))? {
                 if status.event_pending {
@@ -774,6 +792,124 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         }
         let status = self.check_ip_event(None).map_err(|k| self.err(k))?;
         Ok((ev, status))
+    }
+}
+
+impl<M: ReadMemory> InsnDecoder<'_, M> {
+    /// After an error: goes on at the next IP the trace gives (a TIP, an
+    /// asynchronous branch, PSB+, an overflow's FUP) instead of the next
+    /// PSB, reporting the events on the way (ptxed's
+    /// `--resync-on-error`). TNT bits up to there are dropped.
+    pub fn resync(&mut self) -> Result<Status, Error> {
+        self.postponed = None;
+        self.bound_paging = false;
+        self.bound_vmcs = false;
+        self.bound_ptwrite = false;
+        self.resyncing = true;
+        if self.process_event {
+            // The event that was waiting goes first.
+            self.process_event = false;
+            let (ev, offset) = (self.event, self.event_offset);
+            if let Some(status) = self.resync_at(ev, offset).map_err(|k| self.err(k))? {
+                return Ok(status);
+            }
+        }
+        self.resync_step().map_err(|k| self.err(k))
+    }
+
+    /// Resynchronising, looks at one event: `Some` when decoding (or
+    /// event reporting) can go on.
+    fn resync_at(&mut self, ev: Event, offset: TraceOffset) -> Flow<Option<Status>> {
+        match ev.kind {
+            EventKind::Tnt { .. } => Ok(None),
+            EventKind::Tip { ip } => {
+                if ev.ip_suppressed {
+                    return Ok(None);
+                }
+                self.ip = ip;
+                self.enabled = true;
+                self.resyncing = false;
+                self.icount = 0;
+                self.check_ip_event(None).map(Some)
+            }
+            EventKind::Enabled { ip, .. } if ev.status_update && !ev.ip_suppressed => {
+                self.ip = ip;
+                self.enabled = true;
+                self.resyncing = false;
+                self.check_ip_event(None).map(Some)
+            }
+            kind => {
+                match kind {
+                    EventKind::AsyncBranch { from, .. } => {
+                        // Take the branch from wherever the error left us.
+                        self.ip = from;
+                        self.enabled = true;
+                        self.resyncing = false;
+                    }
+                    EventKind::Enabled { .. } => {
+                        self.enabled = false;
+                        self.resyncing = false;
+                    }
+                    EventKind::Overflow { .. }
+                    | EventKind::Disabled { .. }
+                    | EventKind::AsyncDisabled { .. } => self.resyncing = false,
+                    _ => {}
+                }
+                self.event = ev;
+                self.event_offset = offset;
+                self.process_event = true;
+                if let Some(ip) = resume_ip(&ev) {
+                    // An event placed by a FUP tells where execution is:
+                    // go on from there and let the event bind as usual.
+                    self.ip = ip;
+                    self.enabled = true;
+                    self.resyncing = false;
+                    return self.check_ip_event(None).map(Some);
+                }
+                Ok(Some(self.insn_status(true)))
+            }
+        }
+    }
+
+    fn resync_step(&mut self) -> Flow<Status> {
+        self.resyncing = true;
+        loop {
+            let offset = self.query.offset();
+            let (ev, status) = match self.query.next_any() {
+                Ok(x) => x,
+                Err(ErrorKind::Eos) => {
+                    self.resyncing = false;
+                    self.status = Status {
+                        eos: true,
+                        ..Status::default()
+                    };
+                    return Ok(self.insn_status(false));
+                }
+                Err(e) => return Err(e),
+            };
+            self.status = status;
+            if let Some(status) = self.resync_at(ev, offset)? {
+                return Ok(status);
+            }
+        }
+    }
+}
+
+/// The IP an event gives that decoding can resume at after an error.
+fn resume_ip(ev: &Event) -> Option<u64> {
+    if ev.ip_suppressed || ev.status_update {
+        return None;
+    }
+    match ev.kind {
+        EventKind::Tsx { ip, .. }
+        | EventKind::ExecMode { ip, .. }
+        | EventKind::Iflags { ip, .. }
+        | EventKind::Ptwrite { ip, .. }
+        | EventKind::Exstop { ip }
+        | EventKind::Mwait { ip, .. }
+        | EventKind::AsyncPaging { ip, .. }
+        | EventKind::AsyncVmcs { ip, .. } => Some(ip),
+        _ => None,
     }
 }
 

@@ -34,6 +34,8 @@ pub struct Options {
     pub check: bool,
     pub print_event_time: bool,
     pub print_event_ip: bool,
+    /// After an error, go on at the next IP the trace gives.
+    pub resync_on_error: bool,
     pub sideband: SidebandOptions,
     /// Diagnostics ptxed prints before decoding (`--cpu` problems).
     pub preamble: Vec<String>,
@@ -127,6 +129,7 @@ pub fn parse(args: &[String]) -> anyhow::Result<Options> {
         check: false,
         print_event_time: false,
         print_event_ip: false,
+        resync_on_error: false,
         sideband: SidebandOptions::default(),
         preamble: Vec::new(),
     };
@@ -252,7 +255,8 @@ pub fn parse(args: &[String]) -> anyhow::Result<Options> {
             "--block:show-blocks" => o.track_blocks = true,
             "--block:end-on-call" => o.config.end_on_call = true,
             "--block:end-on-jump" => o.config.end_on_jump = true,
-            "--resync-on-error" | "--verbose" | "-v" => {}
+            "--resync-on-error" => o.resync_on_error = true,
+            "--verbose" | "-v" => {}
             _ => bail!("unknown option: {arg}"),
         }
     }

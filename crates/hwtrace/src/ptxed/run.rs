@@ -117,7 +117,7 @@ impl<M: ReadMemory> Run<'_, '_, M> {
             };
             self.blocks.open = false;
             let mut status = status;
-            let err = loop {
+            let err = 'inner: loop {
                 status = match self.drain(status) {
                     Ok(s) => s,
                     Err(k) => break k,
@@ -141,7 +141,18 @@ impl<M: ReadMemory> Run<'_, '_, M> {
                         if insn.class != InsnClass::Unknown {
                             self.emit_insn(&insn, offset)?;
                         }
-                        break e.kind;
+                        if !self.o.resync_on_error || e.kind == ErrorKind::Eos {
+                            break e.kind;
+                        }
+                        diagnose(self.out, self.dec.offset().0, insn_ip, "error", e.kind)?;
+                        self.blocks.open = false;
+                        match self.dec.resync() {
+                            Ok(s) => {
+                                status = s;
+                                continue 'inner;
+                            }
+                            Err(e) => break e.kind,
+                        }
                     }
                 }
             };
