@@ -1,4 +1,5 @@
 //! perf_event sideband and perf.data, and Linux capture.
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod data;
 pub mod pevent;

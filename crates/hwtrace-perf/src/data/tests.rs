@@ -1,0 +1,344 @@
+//! Round trips: what [`super::write`] writes, [`super::reader`] reads back.
+
+use std::io::Cursor as IoCursor;
+
+use super::attr::{Attr, branch, flag, sample};
+use super::auxtrace::{AuxtraceKind, IntelPtInfo, TscConversion};
+use super::header::EventAttr;
+use super::write::{FeatureData, PerfDataWriter, intel_pt_attr};
+use super::*;
+use crate::pevent::record::{Body, SampleId, aux_flag};
+
+fn sid(pid: u32, tid: u32, time: u64, cpu: u32) -> SampleId {
+    SampleId {
+        pid_tid: Some((pid, tid)),
+        time: Some(time),
+        cpu: Some(cpu),
+        identifier: Some(7),
+        ..SampleId::default()
+    }
+}
+
+fn pt_info() -> IntelPtInfo {
+    IntelPtInfo {
+        pmu_type: 8,
+        tsc: TscConversion {
+            time_shift: 31,
+            time_mult: 0x1234,
+            time_zero: 99,
+            cap_user_time_zero: true,
+        },
+        tsc_bit: 1 << 10,
+        noretcomp_bit: 1 << 11,
+        have_sched_switch: 1,
+        snapshot_mode: false,
+        per_cpu_mmaps: false,
+        mtc_bit: Some(1 << 9),
+        mtc_freq_bits: Some(0xf << 14),
+        tsc_ctc_ratio_n: Some(0xa8),
+        tsc_ctc_ratio_d: Some(2),
+        cyc_bit: Some(2),
+        max_non_turbo_ratio: Some(24),
+        filter: Some(b"filter 0x1000/0x20@/bin/true".to_vec()),
+    }
+}
+
+/// A small file: PT attr, AUXTRACE_INFO, sideband, two AUXTRACE buffers of
+/// one thread with a hole between them, a truncated AUX record, a LOST.
+fn sample_file() -> Vec<u8> {
+    let attrs = [EventAttr {
+        attr: intel_pt_attr(8, 0x2001),
+        ids: vec![7],
+    }];
+    let mut w = PerfDataWriter::new(IoCursor::new(Vec::new()), &attrs).unwrap();
+    w.auxtrace_info_pt(&pt_info()).unwrap();
+    w.comm(42, 42, "true", true, &sid(42, 42, 10, 0)).unwrap();
+    w.mmap2(
+        2,
+        42,
+        42,
+        0x40_0000,
+        0x1000,
+        0,
+        5,
+        2,
+        "/bin/true",
+        &sid(42, 42, 11, 0),
+    )
+    .unwrap();
+    w.itrace_start(42, 42, &sid(42, 42, 12, 0)).unwrap();
+    w.auxtrace(&[0x02, 0x82, 0x02, 0x82], 0, 0, 0, 42, u32::MAX)
+        .unwrap();
+    w.aux(0, 8, aux_flag::TRUNCATED, &sid(42, 42, 13, 0))
+        .unwrap();
+    w.auxtrace(&[0u8; 16], 0x100, 0, 0, 42, u32::MAX).unwrap();
+    w.write_event(
+        crate::pevent::record::record_type::LOST,
+        0,
+        &[7, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0],
+        &sid(42, 42, 14, 0),
+    )
+    .unwrap();
+    w.finished_round().unwrap();
+    let f = FeatureData {
+        hostname: Some("box".into()),
+        arch: Some("x86_64".into()),
+        nrcpus: Some((4, 2)),
+        cpuid: Some("GenuineIntel,6,85,4".into()),
+        cmdline: Some(vec!["hwtrace".into(), "record".into()]),
+        build_ids: vec![(42, vec![0xab; 20], "/bin/true".into())],
+        ..FeatureData::default()
+    };
+    w.finish(&f).unwrap().into_inner()
+}
+
+#[test]
+fn write_then_read_gives_the_same_records() {
+    let bytes = sample_file();
+    let file = PerfData::parse(&bytes).unwrap();
+    assert_eq!(file.attrs.len(), 1);
+    assert_eq!(file.attrs[0].attr, intel_pt_attr(8, 0x2001).with_size(136));
+    assert_eq!(file.attrs[0].ids, vec![7]);
+    let f = &file.features;
+    assert_eq!(f.hostname, Some(&b"box"[..]));
+    assert_eq!(f.arch, Some(&b"x86_64"[..]));
+    assert_eq!(f.nrcpus, Some((4, 2)));
+    assert_eq!(f.cpuid, Some(&b"GenuineIntel,6,85,4"[..]));
+    assert_eq!(f.cmdline, Some(vec![&b"hwtrace"[..], &b"record"[..]]));
+    assert_eq!(f.build_ids.len(), 1);
+    assert_eq!(f.build_ids[0].build_id, &[0xab; 20][..]);
+    assert_eq!(f.build_ids[0].filename, b"/bin/true");
+    assert!(f.errors.is_empty());
+
+    let recs: Vec<_> = file.records().collect::<Result<_, _>>().unwrap();
+    let kinds: Vec<_> = recs
+        .iter()
+        .map(|r| record_type_name(r.header.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "AUXTRACE_INFO",
+            "COMM",
+            "MMAP2",
+            "ITRACE_START",
+            "AUXTRACE",
+            "AUX",
+            "AUXTRACE",
+            "LOST",
+            "FINISHED_ROUND"
+        ]
+    );
+    match &recs[0].record {
+        PerfRecord::AuxtraceInfo(i) => assert_eq!(i.kind, AuxtraceKind::IntelPt(pt_info())),
+        r => panic!("{r:?}"),
+    }
+    match &recs[2].record {
+        PerfRecord::Event(r) => {
+            let Body::Mmap2(m) = r.body else { panic!() };
+            assert_eq!(
+                (m.pid, m.addr, m.len, m.prot, m.filename),
+                (42, 0x40_0000, 0x1000, 5, &b"/bin/true"[..])
+            );
+            assert_eq!(r.sample, sid(42, 42, 11, 0));
+        }
+        r => panic!("{r:?}"),
+    }
+    match &recs[4].record {
+        PerfRecord::Auxtrace(a) => {
+            assert_eq!((a.size, a.offset, a.tid, a.cpu), (8, 0, 42, u32::MAX));
+            assert_eq!(&a.data[..4], &[0x02, 0x82, 0x02, 0x82]);
+            // The payload is a slice of the file, not a copy.
+            let base = bytes.as_ptr() as usize;
+            assert_eq!(a.data.as_ptr() as usize - base, a.data_offset as usize);
+        }
+        r => panic!("{r:?}"),
+    }
+
+    let streams = AuxStreams::collect(&file);
+    assert!(streams.errors.is_empty());
+    let (key, q) = streams.find(None, Some(42)).unwrap();
+    assert_eq!(
+        *key,
+        QueueKey {
+            cpu: u32::MAX,
+            tid: 42
+        }
+    );
+    assert_eq!(q.len(), 24);
+    assert_eq!(q.gaps.len(), 1);
+    assert_eq!(q.gaps[0].lost_bytes(), 0x100 - 8);
+    assert_eq!(q.gaps[0].stream_offset, 8);
+    assert_eq!(streams.aux_losses.len(), 1);
+    assert_eq!(streams.aux_losses[0].tid, Some(42));
+    assert_eq!(streams.lost_records.len(), 1);
+    assert_eq!(streams.lost_records[0].1, 3);
+    let mut out = Vec::new();
+    q.write_to(&mut out).unwrap();
+    assert_eq!(out.len(), 24);
+}
+
+/// A SAMPLE record with a branch stack, hand-built.
+#[test]
+fn sample_with_branch_stack() {
+    let mut attr = Attr {
+        sample_type: sample::IP | sample::TID | sample::BRANCH_STACK,
+        branch_sample_type: branch::ANY | branch::USER | branch::HW_INDEX,
+        ..Attr::default()
+    };
+    attr.set(flag::SAMPLE_ID_ALL, true);
+    let attrs = [EventAttr { attr, ids: vec![] }];
+    let mut w = PerfDataWriter::new(IoCursor::new(Vec::new()), &attrs).unwrap();
+    let mut body = Vec::new();
+    for v in [0x401000u64, (5u64 << 32) | 5, 2, 3] {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    // mispred, cycles 0x12, type 4 (call); then predicted, in_tx, abort, type 6.
+    let flags0 = 1 | (0x12 << 4) | (4 << 20);
+    let flags1 = 2 | 4 | 8 | (6 << 20);
+    for v in [0x401010u64, 0x402000, flags0, 0x402010, 0x401015, flags1] {
+        body.extend_from_slice(&v.to_le_bytes());
+    }
+    w.write_record(9, 2, &body).unwrap();
+    let bytes = w.finish(&FeatureData::default()).unwrap().into_inner();
+    let file = PerfData::parse(&bytes).unwrap();
+    let rec = file.records().next().unwrap().unwrap();
+    let PerfRecord::Sample { attr_index, sample } = rec.record else {
+        panic!()
+    };
+    assert_eq!(attr_index, Some(0));
+    assert_eq!(sample.ip, Some(0x401000));
+    assert_eq!(sample.pid_tid, Some((5, 5)));
+    let bs = sample.branch_stack.unwrap();
+    assert_eq!(bs.hw_idx, Some(3));
+    let e: Vec<_> = bs.entries().collect();
+    assert_eq!(e.len(), 2);
+    assert_eq!((e[0].from, e[0].to), (0x401010, 0x402000));
+    assert!(e[0].mispred() && !e[0].predicted());
+    assert_eq!((e[0].cycles(), e[0].branch_type()), (0x12, 4));
+    assert!(e[1].predicted() && e[1].in_tx() && e[1].abort());
+    assert_eq!(e[1].branch_type(), 6);
+}
+
+#[test]
+fn errors_carry_offsets() {
+    let mut bytes = sample_file();
+    // Bad magic.
+    let mut bad = bytes.clone();
+    bad[0] = b'X';
+    let e = PerfData::parse(&bad).unwrap_err();
+    assert_eq!(e.offset, FileOffset(0));
+    assert!(matches!(e.kind, ErrorKind::BadMagic { .. }));
+    // Data section past the end.
+    let file = PerfData::parse(&bytes).unwrap();
+    let data = file.header.data;
+    bytes.truncate(data.offset as usize + 10);
+    let e = PerfData::parse(&bytes).unwrap_err();
+    assert!(
+        matches!(e.kind, ErrorKind::SectionOutOfBounds { what: "data", .. }),
+        "{e}"
+    );
+    // An AUXTRACE record whose payload runs out of the data section.
+    let good = sample_file();
+    let file = PerfData::parse(&good).unwrap();
+    let aux = file
+        .records()
+        .filter_map(Result::ok)
+        .find(|r| matches!(r.record, PerfRecord::Auxtrace(_)))
+        .unwrap();
+    let mut bad = good.clone();
+    let at = aux.offset.0 as usize + 8;
+    bad[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+    let file = PerfData::parse(&bad).unwrap();
+    let e = file.records().find_map(Result::err).unwrap();
+    assert_eq!(e.offset, aux.offset);
+    assert!(
+        matches!(e.kind, ErrorKind::AuxtracePayload { size: u64::MAX, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains(&format!("{}", aux.offset)));
+}
+
+#[test]
+fn pipe_mode_learns_attrs_from_records() {
+    // Pipe header, then HEADER_ATTR, then a COMM with a TID|TIME trailer.
+    let mut attr = Attr {
+        sample_type: sample::TID | sample::TIME,
+        ..Attr::default()
+    };
+    attr.set(flag::SAMPLE_ID_ALL, true);
+    let mut b = Vec::new();
+    b.extend_from_slice(b"PERFILE2");
+    b.extend_from_slice(&16u64.to_le_bytes());
+    let a = attr.to_bytes();
+    let size = (8 + a.len() + 8) as u16;
+    b.extend_from_slice(&64u32.to_le_bytes());
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&size.to_le_bytes());
+    b.extend_from_slice(&a);
+    b.extend_from_slice(&5u64.to_le_bytes());
+    let mut comm = Vec::new();
+    comm.extend_from_slice(&1u32.to_le_bytes());
+    comm.extend_from_slice(&1u32.to_le_bytes());
+    comm.extend_from_slice(b"init\0\0\0\0");
+    comm.extend_from_slice(&1u32.to_le_bytes());
+    comm.extend_from_slice(&1u32.to_le_bytes());
+    comm.extend_from_slice(&77u64.to_le_bytes());
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u16.to_le_bytes());
+    b.extend_from_slice(&((8 + comm.len()) as u16).to_le_bytes());
+    b.extend_from_slice(&comm);
+    let file = PerfData::parse(&b).unwrap();
+    assert!(file.header.is_pipe());
+    let mut recs = file.records();
+    assert_eq!(
+        recs.next().unwrap().unwrap().record,
+        PerfRecord::HeaderAttr(0)
+    );
+    assert_eq!(recs.attrs()[0].ids, vec![5]);
+    let PerfRecord::Event(r) = recs.next().unwrap().unwrap().record else {
+        panic!()
+    };
+    let Body::Comm(c) = r.body else { panic!() };
+    assert_eq!(c.comm, b"init");
+    assert_eq!(r.sample.time, Some(77));
+    assert!(recs.next().is_none());
+}
+
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn walk(bytes: &[u8]) {
+        if let Ok(file) = PerfData::parse(bytes) {
+            for r in file.records().take(10_000) {
+                let _ = r.map(|r| format!("{r:?}"));
+            }
+            let s = AuxStreams::collect(&file);
+            for q in s.queues.values() {
+                assert!(q.len() <= bytes.len() as u64);
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        #[test]
+        fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            walk(&bytes);
+        }
+
+        #[test]
+        fn mutated_files_never_panic(edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+                                     cut in any::<prop::sample::Index>()) {
+            let mut bytes = sample_file();
+            for (i, v) in edits {
+                let i = i.index(bytes.len());
+                bytes[i] = v;
+            }
+            walk(&bytes);
+            let n = cut.index(bytes.len());
+            walk(&bytes[..n]);
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! A perf.data (file format) writer for hwtrace's own captures.
+//!
+//! Layout: header (104 bytes) | attribute ids | attribute table | data
+//! section (records, streamed) | feature table | feature payloads. The
+//! header is written last (`finish` seeks back), so records stream straight
+//! to the output and memory stays bounded whatever the capture's size.
+
+use std::io::{self, Seek, SeekFrom, Write};
+
+use super::attr::Attr;
+use super::auxtrace::{AUXTRACE, AUXTRACE_INFO, AUXTRACE_TYPE_INTEL_BTS, AUXTRACE_TYPE_INTEL_PT};
+use super::auxtrace::{IntelBtsInfo, IntelPtInfo};
+use super::header::{EventAttr, FILE_HEADER_SIZE, MAGIC, feature};
+use crate::pevent::record::{SampleId, Task, record_type, sample_type as st};
+
+/// What the feature sections will say.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FeatureData {
+    /// `HEADER_HOSTNAME`.
+    pub hostname: Option<String>,
+    /// `HEADER_OSRELEASE`.
+    pub osrelease: Option<String>,
+    /// `HEADER_VERSION`.
+    pub version: Option<String>,
+    /// `HEADER_ARCH`.
+    pub arch: Option<String>,
+    /// `HEADER_NRCPUS`: (available, online).
+    pub nrcpus: Option<(u32, u32)>,
+    /// `HEADER_CPUDESC`.
+    pub cpudesc: Option<String>,
+    /// `HEADER_CPUID`.
+    pub cpuid: Option<String>,
+    /// `HEADER_TOTAL_MEM` (kB).
+    pub total_mem: Option<u64>,
+    /// `HEADER_CMDLINE`.
+    pub cmdline: Option<Vec<String>>,
+    /// `HEADER_BUILD_ID`: (pid, build id of up to 20 bytes, file name).
+    pub build_ids: Vec<(i32, Vec<u8>, String)>,
+}
+
+/// Streams records into a perf.data file.
+#[derive(Debug)]
+pub struct PerfDataWriter<W: Write + Seek> {
+    out: W,
+    attrs_section: (u64, u64),
+    data_start: u64,
+    pos: u64,
+    trailer_type: Option<u64>,
+}
+
+fn pad8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// A string padded with NULs to a multiple of 8 (at least one NUL).
+fn padded(s: &[u8]) -> Vec<u8> {
+    let mut v = s.to_vec();
+    v.resize(pad8(s.len() + 1), 0);
+    v
+}
+
+/// `struct perf_header_string`: u32 length, then the padded string.
+fn header_string(s: &str) -> Vec<u8> {
+    let p = padded(s.as_bytes());
+    let mut v = (p.len() as u32).to_le_bytes().to_vec();
+    v.extend_from_slice(&p);
+    v
+}
+
+fn record_too_big() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "perf record larger than 64 KiB",
+    )
+}
+
+impl<W: Write + Seek> PerfDataWriter<W> {
+    /// Starts a file with these events. Non-sample records written through
+    /// the helpers get a `sample_id` trailer shaped by the first attribute
+    /// when it has `sample_id_all`.
+    pub fn new(mut out: W, attrs: &[EventAttr]) -> io::Result<Self> {
+        out.write_all(&[0u8; FILE_HEADER_SIZE as usize])?;
+        let mut pos = FILE_HEADER_SIZE;
+        let mut id_sections = Vec::new();
+        for a in attrs {
+            id_sections.push((pos, a.ids.len() as u64 * 8));
+            for id in &a.ids {
+                out.write_all(&id.to_le_bytes())?;
+            }
+            pos += a.ids.len() as u64 * 8;
+        }
+        let attrs_start = pos;
+        for (a, (off, size)) in attrs.iter().zip(&id_sections) {
+            out.write_all(&a.attr.to_bytes())?;
+            out.write_all(&off.to_le_bytes())?;
+            out.write_all(&size.to_le_bytes())?;
+            pos += a.attr.to_bytes().len() as u64 + 16;
+        }
+        let trailer_type = attrs
+            .first()
+            .filter(|a| a.attr.sample_id_all())
+            .map(|a| a.attr.sample_type);
+        Ok(Self {
+            out,
+            attrs_section: (attrs_start, pos - attrs_start),
+            data_start: pos,
+            pos,
+            trailer_type,
+        })
+    }
+
+    /// Writes one record: header, then `body` (which must include any
+    /// `sample_id` trailer).
+    pub fn write_record(&mut self, kind: u32, misc: u16, body: &[u8]) -> io::Result<()> {
+        let size = u16::try_from(8 + body.len()).map_err(|_| record_too_big())?;
+        self.out.write_all(&kind.to_le_bytes())?;
+        self.out.write_all(&misc.to_le_bytes())?;
+        self.out.write_all(&size.to_le_bytes())?;
+        self.out.write_all(body)?;
+        self.pos += u64::from(size);
+        Ok(())
+    }
+
+    /// Writes a kernel record with its `sample_id` trailer.
+    pub fn write_event(
+        &mut self,
+        kind: u32,
+        misc: u16,
+        body: &[u8],
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = body.to_vec();
+        if let Some(t) = self.trailer_type {
+            encode_sample_id(&mut b, t, sample);
+        }
+        self.write_record(kind, misc, &b)
+    }
+
+    /// `PERF_RECORD_MMAP2` (device fields form; `prot`/`flags` as mmap(2)).
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmap2(
+        &mut self,
+        misc: u16,
+        pid: u32,
+        tid: u32,
+        addr: u64,
+        len: u64,
+        pgoff: u64,
+        prot: u32,
+        flags: u32,
+        filename: &str,
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = Vec::with_capacity(72 + filename.len());
+        b.extend_from_slice(&pid.to_le_bytes());
+        b.extend_from_slice(&tid.to_le_bytes());
+        for v in [addr, len, pgoff] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&[0u8; 24]); // maj, min, ino, ino_generation
+        b.extend_from_slice(&prot.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&padded(filename.as_bytes()));
+        self.write_event(record_type::MMAP2, misc, &b, sample)
+    }
+
+    /// `PERF_RECORD_COMM` (`exec` sets `PERF_RECORD_MISC_COMM_EXEC`).
+    pub fn comm(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        comm: &str,
+        exec: bool,
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&pid.to_le_bytes());
+        b.extend_from_slice(&tid.to_le_bytes());
+        b.extend_from_slice(&padded(comm.as_bytes()));
+        let misc = if exec {
+            crate::pevent::record::misc::COMM_EXEC
+        } else {
+            0
+        };
+        self.write_event(record_type::COMM, misc, &b, sample)
+    }
+
+    /// `PERF_RECORD_ITRACE_START`.
+    pub fn itrace_start(&mut self, pid: u32, tid: u32, sample: &SampleId) -> io::Result<()> {
+        let mut b = pid.to_le_bytes().to_vec();
+        b.extend_from_slice(&tid.to_le_bytes());
+        self.write_event(record_type::ITRACE_START, 0, &b, sample)
+    }
+
+    /// `PERF_RECORD_AUX`.
+    pub fn aux(
+        &mut self,
+        aux_offset: u64,
+        aux_size: u64,
+        flags: u64,
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = Vec::with_capacity(24);
+        for v in [aux_offset, aux_size, flags] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        self.write_event(record_type::AUX, 0, &b, sample)
+    }
+
+    /// `PERF_RECORD_EXIT` / `PERF_RECORD_FORK` (`fork` picks which).
+    pub fn task(&mut self, fork: bool, t: &Task, sample: &SampleId) -> io::Result<()> {
+        let mut b = Vec::with_capacity(24);
+        for v in [t.pid, t.ppid, t.tid, t.ptid] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&t.time.to_le_bytes());
+        let kind = if fork {
+            record_type::FORK
+        } else {
+            record_type::EXIT
+        };
+        self.write_event(kind, 0, &b, sample)
+    }
+
+    /// `PERF_RECORD_AUXTRACE_INFO` for Intel PT.
+    pub fn auxtrace_info_pt(&mut self, info: &IntelPtInfo) -> io::Result<()> {
+        self.auxtrace_info(AUXTRACE_TYPE_INTEL_PT, &info.to_words())
+    }
+
+    /// `PERF_RECORD_AUXTRACE_INFO` for Intel BTS.
+    pub fn auxtrace_info_bts(&mut self, info: &IntelBtsInfo) -> io::Result<()> {
+        self.auxtrace_info(AUXTRACE_TYPE_INTEL_BTS, &info.to_words())
+    }
+
+    fn auxtrace_info(&mut self, kind: u32, words: &[u64]) -> io::Result<()> {
+        let mut b = kind.to_le_bytes().to_vec();
+        b.extend_from_slice(&[0u8; 4]);
+        for w in words {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        self.write_record(AUXTRACE_INFO, 0, &b)
+    }
+
+    /// `PERF_RECORD_AUXTRACE` and its payload (padded to 8 bytes as perf
+    /// does; `size` says the padded length). `cpu`/`tid` are `u32::MAX` for
+    /// "none" (perf's -1).
+    pub fn auxtrace(
+        &mut self,
+        data: &[u8],
+        offset: u64,
+        reference: u64,
+        idx: u32,
+        tid: u32,
+        cpu: u32,
+    ) -> io::Result<()> {
+        let size = pad8(data.len()) as u64;
+        let mut b = Vec::with_capacity(40);
+        for v in [size, offset, reference] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [idx, tid, cpu, 0] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        self.write_record(AUXTRACE, 0, &b)?;
+        self.out.write_all(data)?;
+        self.out
+            .write_all(&[0u8; 8][..size as usize - data.len()])?;
+        self.pos += size;
+        Ok(())
+    }
+
+    /// `PERF_RECORD_FINISHED_ROUND`.
+    pub fn finished_round(&mut self) -> io::Result<()> {
+        self.write_record(68, 0, &[])
+    }
+
+    /// Writes the feature sections and the header; returns the output.
+    pub fn finish(mut self, f: &FeatureData) -> io::Result<W> {
+        let data_end = self.pos;
+        let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
+        if !f.build_ids.is_empty() {
+            let mut b = Vec::new();
+            for (pid, id, name) in &f.build_ids {
+                let name = padded(name.as_bytes());
+                let size = u16::try_from(8 + 4 + 24 + name.len()).map_err(|_| record_too_big())?;
+                b.extend_from_slice(&0u32.to_le_bytes());
+                b.extend_from_slice(&(1u16 << 15 | 2).to_le_bytes()); // BUILD_ID_SIZE | user
+                b.extend_from_slice(&size.to_le_bytes());
+                b.extend_from_slice(&pid.to_le_bytes());
+                let mut raw = [0u8; 24];
+                let n = id.len().min(20);
+                raw[..n].copy_from_slice(&id[..n]);
+                raw[20] = n as u8;
+                b.extend_from_slice(&raw);
+                b.extend_from_slice(&name);
+            }
+            feats.push((feature::BUILD_ID, b));
+        }
+        let strings = [
+            (feature::HOSTNAME, &f.hostname),
+            (feature::OSRELEASE, &f.osrelease),
+            (feature::VERSION, &f.version),
+            (feature::ARCH, &f.arch),
+        ];
+        for (bit, s) in strings {
+            if let Some(s) = s {
+                feats.push((bit, header_string(s)));
+            }
+        }
+        if let Some((avail, online)) = f.nrcpus {
+            let mut b = avail.to_le_bytes().to_vec();
+            b.extend_from_slice(&online.to_le_bytes());
+            feats.push((feature::NRCPUS, b));
+        }
+        if let Some(s) = &f.cpudesc {
+            feats.push((feature::CPUDESC, header_string(s)));
+        }
+        if let Some(s) = &f.cpuid {
+            feats.push((feature::CPUID, header_string(s)));
+        }
+        if let Some(m) = f.total_mem {
+            feats.push((feature::TOTAL_MEM, m.to_le_bytes().to_vec()));
+        }
+        if let Some(args) = &f.cmdline {
+            let mut b = (args.len() as u32).to_le_bytes().to_vec();
+            for a in args {
+                b.extend_from_slice(&header_string(a));
+            }
+            feats.push((feature::CMDLINE, b));
+        }
+        feats.sort_by_key(|(bit, _)| *bit);
+        let mut at = data_end + feats.len() as u64 * 16;
+        let mut bits = [0u64; 4];
+        for (bit, payload) in &feats {
+            bits[(*bit / 64) as usize] |= 1 << (bit % 64);
+            self.out.write_all(&at.to_le_bytes())?;
+            self.out.write_all(&(payload.len() as u64).to_le_bytes())?;
+            at += payload.len() as u64;
+        }
+        for (_, payload) in &feats {
+            self.out.write_all(payload)?;
+        }
+        let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
+        let attr_size = u64::from(super::attr::ATTR_SIZE_VER8) + 16;
+        for v in [
+            MAGIC,
+            FILE_HEADER_SIZE,
+            attr_size,
+            self.attrs_section.0,
+            self.attrs_section.1,
+            self.data_start,
+            data_end - self.data_start,
+            0,
+            0,
+        ] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        for b in bits {
+            h.extend_from_slice(&b.to_le_bytes());
+        }
+        self.out.seek(SeekFrom::Start(0))?;
+        self.out.write_all(&h)?;
+        self.out.seek(SeekFrom::End(0))?;
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// Appends a `sample_id` trailer for `sample_type` (missing values as 0).
+pub fn encode_sample_id(b: &mut Vec<u8>, sample_type: u64, s: &SampleId) {
+    if sample_type & st::TID != 0 {
+        let (pid, tid) = s.pid_tid.unwrap_or((0, 0));
+        b.extend_from_slice(&pid.to_le_bytes());
+        b.extend_from_slice(&tid.to_le_bytes());
+    }
+    let mut q = |on: bool, v: Option<u64>| {
+        if on {
+            b.extend_from_slice(&v.unwrap_or(0).to_le_bytes());
+        }
+    };
+    q(sample_type & st::TIME != 0, s.time);
+    q(sample_type & st::ID != 0, s.id);
+    q(sample_type & st::STREAM_ID != 0, s.stream_id);
+    q(sample_type & st::CPU != 0, s.cpu.map(u64::from));
+    q(sample_type & st::IDENTIFIER != 0, s.identifier);
+}
+
+/// The Intel PT attribute hwtrace writes: `pmu_type` as the PMU number,
+/// `config` as built from the PMU's format terms, sample type
+/// TID|TIME|CPU|IDENTIFIER with `sample_id_all`, user-space only.
+pub fn intel_pt_attr(pmu_type: u32, config: u64) -> Attr {
+    use super::attr::{flag, sample};
+    let mut a = Attr {
+        kind: pmu_type,
+        config,
+        sample_period: 1,
+        sample_type: sample::IP | sample::TID | sample::TIME | sample::CPU | sample::IDENTIFIER,
+        ..Attr::default()
+    };
+    for bit in [
+        flag::DISABLED,
+        flag::EXCLUDE_KERNEL,
+        flag::EXCLUDE_HV,
+        flag::SAMPLE_ID_ALL,
+        flag::ENABLE_ON_EXEC,
+    ] {
+        a.set(bit, true);
+    }
+    a
+}
