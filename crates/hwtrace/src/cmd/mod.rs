@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
+mod bts;
 mod cpuid;
 mod dump;
+mod lbr;
 mod mem;
 mod msr;
 mod ptdump;
@@ -26,6 +28,10 @@ pub enum Command {
     Msr(msr::MsrArgs),
     /// Decode the Intel PT CPUID leaves (07H, 14H), given or read from this CPU.
     Cpuid(cpuid::CpuidArgs),
+    /// Branch Trace Store: decode a DS area + BTS buffer dump, or raw records.
+    Bts(bts::BtsArgs),
+    /// Last Branch Records: decode an LBR MSR dump.
+    Lbr(lbr::LbrArgs),
 }
 
 /// Runs one subcommand.
@@ -37,5 +43,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Mem(args) => mem::run(args),
         Command::Msr(args) => msr::run(args),
         Command::Cpuid(args) => cpuid::run(args),
+        Command::Bts(args) => bts::run(args),
+        Command::Lbr(args) => lbr::run(args),
     }
 }
