@@ -12,15 +12,28 @@ const SKZ84_TMA_SIZE: u64 = 8;
 /// The second byte of an OVF packet.
 const OVF_EXT: u8 = 0xf3;
 
-/// A TMA with reserved bits set (SDM vol. 3C, "TMA Packet").
-fn tma_reserved(bytes: &[u8]) -> bool {
+/// libipt's size for a TMA corrupted by SKZ84 (one more than a TMA).
+pub const SKZ84_TMA_LEN: u8 = SKZ84_TMA_SIZE as u8;
+
+/// A TMA (given its bytes) with reserved bits set: byte 4, or byte 6
+/// above the fast counter's bit 8 (SDM vol. 3C, "TMA Packet").
+pub fn tma_reserved(bytes: &[u8]) -> bool {
     bytes.get(4).is_some_and(|&b| b != 0) || bytes.get(6).is_some_and(|&b| b & 0xfe != 0)
 }
 
 /// SKD007: an OVF may overwrite a multi-byte CYC's payload, leaving
-/// `CYC 02 F3`.
-fn skd007_ovf(bytes: &[u8], data: &[u8], offset: usize) -> bool {
-    bytes.len() == 2 && bytes[1] == 0x02 && data.get(offset + 2) == Some(&OVF_EXT)
+/// `CYC 02 F3`: a two-byte CYC (`bytes`, at `offset` of `data`) whose
+/// second byte is `02` followed by `F3` is an OVF one byte into it.
+pub fn skd007_ovf(bytes: &[u8], data: &[u8], offset: usize) -> bool {
+    bytes.len() == 2
+        && bytes[1] == 0x02
+        && offset.checked_add(2).and_then(|a| data.get(a)) == Some(&OVF_EXT)
+}
+
+/// PWRE's hardware-request flag as libipt reads it: bit 3 of payload byte
+/// 2 (the SDM and Linux perf use bit 7).
+pub fn pwre_hw(bytes: &[u8]) -> bool {
+    bytes.get(2).is_some_and(|&b| b & 0x08 != 0)
 }
 
 /// The next packet as libipt's packet decoder reports it: SKZ84's corrupt
@@ -67,7 +80,7 @@ pub fn next_packet(
                 return Ok(Some(p));
             }
             Packet::Pwre(mut pwre) => {
-                let hw = bytes.get(2).is_some_and(|b| b & 0x08 != 0);
+                let hw = pwre_hw(bytes);
                 pwre.raw = (pwre.raw & !0x80) | if hw { 0x80 } else { 0 };
                 p.packet = Packet::Pwre(pwre);
                 return Ok(Some(p));

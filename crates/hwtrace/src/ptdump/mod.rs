@@ -53,7 +53,7 @@ fn errata(choice: CpuChoice, out: &mut dyn Write) -> std::io::Result<Errata> {
         CpuChoice::Auto => Cpu::current(),
         CpuChoice::Model(cpu) => Some(cpu),
     };
-    match cpu.map(Errata::for_cpu) {
+    match cpu.map(Cpu::errata) {
         Some(Ok(errata)) => Ok(errata),
         _ => {
             writeln!(out, "[0: failed to determine errata: unknown cpu]")?;

@@ -29,26 +29,11 @@ pub enum Quirk {
     },
 }
 
-/// libipt's size for a TMA corrupted by SKZ84 (one more than a TMA).
-const SKZ84_TMA_SIZE: u8 = 8;
-/// The second byte of an OVF packet.
-const OVF_EXT: u8 = 0xf3;
+use hwtrace_flow::event::quirks::{SKZ84_TMA_LEN as SKZ84_TMA_SIZE, tma_reserved};
 
-/// A TMA with reserved bits set: byte 4, or byte 6 above the fast
-/// counter's bit 8 (SDM vol. 3C, "TMA Packet").
-fn tma_reserved(bytes: &[u8]) -> bool {
-    bytes.get(4).is_some_and(|&b| b != 0) || bytes.get(6).is_some_and(|&b| b & 0xfe != 0)
-}
-
-/// Erratum SKD007: an OVF may overwrite the payload of a multi-byte CYC,
-/// leaving `CYC-first-byte 02 F3`. libipt recognises a two-byte CYC whose
-/// second byte is `02` followed by `F3` and reports an OVF at the CYC's
-/// offset.
+/// Erratum SKD007 (the predicate is shared with the flow decoder).
 fn skd007_ovf(bytes: &[u8], data: &[u8], offset: u64) -> bool {
-    let after = usize::try_from(offset)
-        .ok()
-        .and_then(|o| o.checked_add(bytes.len()));
-    bytes.len() == 2 && bytes[1] == 0x02 && after.and_then(|a| data.get(a)) == Some(&OVF_EXT)
+    usize::try_from(offset).is_ok_and(|o| hwtrace_flow::event::quirks::skd007_ovf(bytes, data, o))
 }
 
 /// Checks one decoded packet (`bytes` are its bytes, `data` the trace).
@@ -75,11 +60,7 @@ pub fn check(decoded: &DecodedPacket, bytes: &[u8], data: &[u8], errata: &Errata
     }
 }
 
-/// PWRE's hardware-request flag as libipt reads it: bit 3 of payload byte
-/// 2 (the SDM and Linux perf use bit 7).
-pub fn pwre_hw(bytes: &[u8]) -> bool {
-    bytes.get(2).is_some_and(|&b| b & 0x08 != 0)
-}
+pub use hwtrace_flow::event::quirks::pwre_hw;
 
 #[cfg(test)]
 mod tests {
