@@ -174,8 +174,12 @@ pub mod branch {
     }
 }
 
-/// The size this crate writes (`PERF_ATTR_SIZE_VER8`).
+/// `PERF_ATTR_SIZE_VER8` (adds `config3`, Linux 6.3).
 pub const ATTR_SIZE_VER8: u32 = 136;
+/// `PERF_ATTR_SIZE_VER7` (adds `sig_data`, Linux 5.13): what this crate
+/// writes unless `config3` is set, since perf before 6.3 rejects larger
+/// attributes in a file.
+pub const ATTR_SIZE_VER7: u32 = 128;
 /// The smallest size the ABI ever had (`PERF_ATTR_SIZE_VER0`).
 pub const ATTR_SIZE_VER0: u32 = 64;
 
@@ -266,12 +270,29 @@ impl Attr {
         }
     }
 
-    /// The `PERF_ATTR_SIZE_VER8` encoding (`size` is written as 136).
-    pub fn to_bytes(&self) -> [u8; ATTR_SIZE_VER8 as usize] {
-        let mut b = [0u8; ATTR_SIZE_VER8 as usize];
+    /// The smallest size that holds every non-zero field this crate knows:
+    /// [`ATTR_SIZE_VER7`], or [`ATTR_SIZE_VER8`] when `config3` is set.
+    pub fn encoded_size(&self) -> u32 {
+        if self.config3 != 0 {
+            ATTR_SIZE_VER8
+        } else {
+            ATTR_SIZE_VER7
+        }
+    }
+
+    /// The encoding at [`Self::encoded_size`].
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.to_bytes_sized(self.encoded_size())
+    }
+
+    /// The encoding padded or cut to `size` bytes (at least VER0), with
+    /// `size` in its `size` field.
+    pub fn to_bytes_sized(&self, size: u32) -> Vec<u8> {
+        let size = size.max(ATTR_SIZE_VER0);
+        let mut b = vec![0u8; ATTR_SIZE_VER8.max(size) as usize];
         let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
         put(0, &self.kind.to_le_bytes());
-        put(4, &ATTR_SIZE_VER8.to_le_bytes());
+        put(4, &size.to_le_bytes());
         put(8, &self.config.to_le_bytes());
         put(16, &self.sample_period.to_le_bytes());
         put(24, &self.sample_type.to_le_bytes());
@@ -292,6 +313,7 @@ impl Attr {
         put(116, &self.aux_action.to_le_bytes());
         put(120, &self.sig_data.to_le_bytes());
         put(128, &self.config3.to_le_bytes());
+        b.truncate(size as usize);
         b
     }
 
@@ -348,7 +370,12 @@ mod tests {
         a.set(flag::SAMPLE_ID_ALL, true);
         a.set(flag::DISABLED, true);
         let b = a.to_bytes();
+        assert_eq!(b.len(), ATTR_SIZE_VER8 as usize);
         assert_eq!(Attr::parse(&b), a);
+        let mut v7 = a;
+        v7.config3 = 0;
+        assert_eq!(v7.to_bytes().len(), ATTR_SIZE_VER7 as usize);
+        assert_eq!(Attr::parse(&v7.to_bytes()), v7.with_size(ATTR_SIZE_VER7));
         assert!(a.sample_id_all() && a.has(flag::DISABLED) && !a.has(flag::INHERIT));
         // A VER0 attribute: everything past byte 64 reads as zero.
         let short = Attr::parse(&b[..64]);

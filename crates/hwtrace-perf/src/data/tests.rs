@@ -97,7 +97,7 @@ fn write_then_read_gives_the_same_records() {
     let bytes = sample_file();
     let file = PerfData::parse(&bytes).unwrap();
     assert_eq!(file.attrs.len(), 1);
-    assert_eq!(file.attrs[0].attr, intel_pt_attr(8, 0x2001).with_size(136));
+    assert_eq!(file.attrs[0].attr, intel_pt_attr(8, 0x2001).with_size(128));
     assert_eq!(file.attrs[0].ids, vec![7]);
     let f = &file.features;
     assert_eq!(f.hostname, Some(&b"box"[..]));

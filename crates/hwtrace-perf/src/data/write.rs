@@ -7,7 +7,7 @@
 
 use std::io::{self, Seek, SeekFrom, Write};
 
-use super::attr::Attr;
+use super::attr::{ATTR_SIZE_VER7, Attr};
 use super::auxtrace::{AUXTRACE, AUXTRACE_INFO, AUXTRACE_TYPE_INTEL_BTS, AUXTRACE_TYPE_INTEL_PT};
 use super::auxtrace::{IntelBtsInfo, IntelPtInfo};
 use super::header::{EventAttr, FILE_HEADER_SIZE, MAGIC, feature};
@@ -43,6 +43,7 @@ pub struct FeatureData {
 pub struct PerfDataWriter<W: Write + Seek> {
     out: W,
     attrs_section: (u64, u64),
+    attr_size: u64,
     data_start: u64,
     pos: u64,
     trailer_type: Option<u64>,
@@ -90,11 +91,16 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             pos += a.ids.len() as u64 * 8;
         }
         let attrs_start = pos;
+        let attr_size = attrs
+            .iter()
+            .map(|a| a.attr.encoded_size())
+            .max()
+            .unwrap_or(ATTR_SIZE_VER7);
         for (a, (off, size)) in attrs.iter().zip(&id_sections) {
-            out.write_all(&a.attr.to_bytes())?;
+            out.write_all(&a.attr.to_bytes_sized(attr_size))?;
             out.write_all(&off.to_le_bytes())?;
             out.write_all(&size.to_le_bytes())?;
-            pos += a.attr.to_bytes().len() as u64 + 16;
+            pos += u64::from(attr_size) + 16;
         }
         let trailer_type = attrs
             .first()
@@ -103,6 +109,7 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         Ok(Self {
             out,
             attrs_section: (attrs_start, pos - attrs_start),
+            attr_size: u64::from(attr_size) + 16,
             data_start: pos,
             pos,
             trailer_type,
@@ -341,7 +348,7 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             self.out.write_all(payload)?;
         }
         let mut h = Vec::with_capacity(FILE_HEADER_SIZE as usize);
-        let attr_size = u64::from(super::attr::ATTR_SIZE_VER8) + 16;
+        let attr_size = self.attr_size;
         for v in [
             MAGIC,
             FILE_HEADER_SIZE,
