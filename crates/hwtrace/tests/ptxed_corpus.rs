@@ -33,43 +33,7 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
     (
-        "pevent-comm_exec-mmap-tsc-iret",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-fork",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-mmap-tip_cached",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-mmap_secondary-tsc",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-split",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-tip_pgd-comm_exec-mmap-tsc-tip_pge",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-tip_pgd-mmap-tsc-tip_pge",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-tip_pgd-switch-tsc-tip_pge",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
         "pevent-tip_pgd-switch_cpu_wide-tsc-tip_pge",
-        "perf sideband (--pevent) is parsed but not yet applied to images or printed",
-    ),
-    (
-        "pevent-warn",
         "perf sideband (--pevent) is parsed but not yet applied to images or printed",
     ),
     ("pip-far_call", "PIP/VMCS binding to a far call differs"),

@@ -4,10 +4,69 @@
 use super::options::{DecoderKind, Options};
 use super::print::{Style, event_line, insn_line};
 use hwtrace_flow::ErrorKind;
-use hwtrace_flow::event::Status;
+use hwtrace_flow::event::{Event, EventKind, Status};
 use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder};
-use hwtrace_types::ReadMemory;
+use hwtrace_mem::image::{Image, RawSpec};
+use hwtrace_perf::pevent::{ContextId, LocationHint, Session, TraceEvent};
+use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory, Tsc};
 use std::io::{self, Write};
+use std::path::PathBuf;
+use std::rc::Rc;
+
+/// The image the decoder reads: the command line's, or a sideband
+/// context's after a switch.
+#[derive(Debug, Clone)]
+struct Mem(Rc<Image>);
+
+impl ReadMemory for Mem {
+    fn read_memory(
+        &self,
+        space: AddressSpace,
+        addr: Ip,
+        buf: &mut [u8],
+    ) -> Result<usize, MemoryError> {
+        self.0.read_memory(space, addr, buf)
+    }
+}
+
+/// What libipt's sideband decoders learn about the location from an
+/// event.
+fn location_hint(ev: &Event) -> LocationHint {
+    let ip = |ip: u64| {
+        if ev.ip_suppressed {
+            LocationHint::None
+        } else {
+            LocationHint::Ip(Ip(ip))
+        }
+    };
+    match ev.kind {
+        EventKind::Enabled { ip: at, .. } => LocationHint::Ip(Ip(at)),
+        EventKind::Disabled { ip: at } => {
+            if ev.ip_suppressed {
+                LocationHint::DisabledSuppressed
+            } else {
+                LocationHint::Ip(Ip(at))
+            }
+        }
+        EventKind::AsyncDisabled { at, ip: to } => {
+            if ev.ip_suppressed {
+                LocationHint::AsyncDisabledSuppressed { from: Ip(at) }
+            } else {
+                LocationHint::Ip(Ip(to))
+            }
+        }
+        EventKind::AsyncBranch { to, .. } => ip(to),
+        EventKind::Paging { .. } | EventKind::AsyncPaging { .. } => LocationHint::Paging,
+        EventKind::Overflow { ip: at }
+        | EventKind::ExecMode { ip: at, .. }
+        | EventKind::Tsx { ip: at, .. }
+        | EventKind::Exstop { ip: at }
+        | EventKind::Mwait { ip: at, .. }
+        | EventKind::Ptwrite { ip: at, .. }
+        | EventKind::Tick { ip: at } => ip(at),
+        _ => LocationHint::None,
+    }
+}
 
 /// Counters for `--stat`.
 #[derive(Debug, Default)]
@@ -41,17 +100,47 @@ fn diagnose(
     writeln!(out, "[{offset:x}, {ip:x}: {what}: {kind}]")
 }
 
-struct Run<'o, 'w, M> {
+struct Run<'o, 'w> {
     o: &'o Options,
     style: Style,
     out: &'w mut dyn Write,
-    dec: InsnDecoder<'o, M>,
+    dec: InsnDecoder<'o, Mem>,
     stats: Stats,
     blocks: Blocks,
     time: u64,
+    sideband: Option<Session>,
+    /// The sideband context decoded with, and how many mappings its image
+    /// was built from.
+    context: Option<(ContextId, usize)>,
 }
 
-impl<M: ReadMemory> Run<'_, '_, M> {
+impl Run<'_, '_> {
+    /// Shows an event to the sideband session; switches images when it
+    /// switches contexts.
+    fn sideband_event(&mut self, ev: &Event) -> io::Result<()> {
+        let Some(session) = self.sideband.as_mut() else {
+            return Ok(());
+        };
+        let event = TraceEvent {
+            tsc: Tsc(ev.tsc),
+            hint: location_hint(ev),
+        };
+        if let Some(id) = session.apply_event(event, self.out)? {
+            self.context = Some((id, usize::MAX));
+        }
+        // The decoder reads the current context's image, which grows with
+        // every MMAP record applied to it.
+        if let Some((id, built)) = self.context {
+            let now = session.contexts().get(id).map_or(0, |c| c.mappings().len());
+            if now != built {
+                let image = context_image(session, id);
+                self.dec.set_memory(Mem(Rc::new(image)));
+                self.context = Some((id, now));
+            }
+        }
+        Ok(())
+    }
+
     fn drain(&mut self, mut status: Status) -> Result<Status, ErrorKind> {
         while status.event_pending {
             let offset = self.dec.offset().0;
@@ -63,6 +152,7 @@ impl<M: ReadMemory> Run<'_, '_, M> {
                 let line = event_line(&ev, &self.style, offset);
                 writeln!(self.out, "{line}").map_err(|_| ErrorKind::Internal)?;
             }
+            self.sideband_event(&ev).map_err(|_| ErrorKind::Internal)?;
         }
         Ok(status)
     }
@@ -166,8 +256,30 @@ impl<M: ReadMemory> Run<'_, '_, M> {
     }
 }
 
+/// The image of a sideband context: its kernel and process mappings
+/// (libipt replaces the decoder's image with it). Files that cannot be
+/// loaded leave a hole, as in libipt, where decoding then reports no
+/// memory mapped.
+fn context_image(session: &Session, id: ContextId) -> Image {
+    let mut image = Image::new();
+    if let Some(ctx) = session.contexts().get(id) {
+        for m in ctx.mappings() {
+            let spec = RawSpec {
+                path: PathBuf::from(&m.filename),
+                offset: m.offset,
+                size: Some(m.size),
+                addr: m.vaddr,
+                truncate: true,
+            };
+            let _ = image.add_raw(None, &spec);
+        }
+    }
+    image
+}
+
 /// Decodes and prints.
-pub fn run(o: Options, out: &mut dyn Write) -> anyhow::Result<()> {
+pub fn run(mut o: Options, out: &mut dyn Write) -> anyhow::Result<()> {
+    let image = Rc::new(std::mem::take(&mut o.image));
     for line in &o.preamble {
         writeln!(out, "{line}")?;
     }
@@ -177,8 +289,17 @@ pub fn run(o: Options, out: &mut dyn Write) -> anyhow::Result<()> {
         print_event_time: o.print_event_time,
         print_event_ip: o.print_event_ip,
     };
-    let dec = InsnDecoder::new(&o.trace, o.config, &o.image);
+    let sideband = if o.sideband.files.is_empty() {
+        None
+    } else {
+        let mut session = o.sideband.clone().into_session()?;
+        session.start(out)?;
+        Some(session)
+    };
+    let dec = InsnDecoder::new(&o.trace, o.config, Mem(image));
     let mut run = Run {
+        sideband,
+        context: None,
         o: &o,
         style,
         out,
