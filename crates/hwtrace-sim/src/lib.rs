@@ -1,0 +1,33 @@
+//! The trace hardware simulated: real program executions as ground truth,
+//! and the Intel PT a CPU would have written for them.
+//!
+//! * [`Execution`] is what a program really did: the address of every
+//!   executed instruction, in order, and the code bytes they ran over
+//!   ([`CodeImage`]). [`QemuRecorder`] (or [`Execution::record_qemu`]) runs a
+//!   program under qemu-user and records it; [`Execution::from_qemu_log`]
+//!   reads a log written earlier. See [`execution`] for where the code
+//!   bytes come from.
+//! * [`PtEncoder`] turns an execution into the PT byte stream of user-mode
+//!   branch tracing, with or without return compression, PSB+ every few
+//!   KiB, and optional TSC packets (see [`pt_encoder`] for each rule and
+//!   its SDM section).
+//!
+//! Decoders are checked against these traces: decoding must give back
+//! exactly the executed instructions (`tests/qemu_roundtrip.rs` does this
+//! with libipt).
+#![cfg_attr(not(test), warn(clippy::unwrap_used))]
+
+pub mod execution;
+mod memory;
+pub mod pt_encoder;
+pub mod qemu_log;
+mod record;
+mod state;
+
+pub use execution::{Execution, Limits, LogError, LogErrorKind};
+pub use memory::{CodeConflict, CodeImage, CodeImageBuilder, Segment};
+pub use pt_encoder::{
+    EncodeError, EncodeErrorKind, EncodeStats, EncodedTrace, PsbMark, PtConfig, PtEncoder, TscModel,
+};
+pub use qemu_log::LineError;
+pub use record::{QemuRecorder, RecordEnd, RecordError, Recording};

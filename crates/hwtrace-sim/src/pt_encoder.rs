@@ -1,0 +1,562 @@
+//! The Intel PT a CPU would write for an execution.
+//!
+//! The simulated configuration is user-mode branch tracing:
+//! `IA32_RTIT_CTL.TraceEn = 1, User = 1, OS = 0, BranchEn = 1`, no IP or CR3
+//! filters, `DisRETC` as [`PtConfig::return_compression`] says, PSBs as
+//! often as [`PtConfig::psb_period`] asks, and optionally a TSC packet in
+//! each PSB+. Every executed instruction is classified with iced-x86 and
+//! produces what SDM vol. 3C, chapter 33 says it produces ("Intel Processor
+//! Trace"; 33.2.1 "Change of Flow Instruction (COFI) Tracing", 33.4.2
+//! "Packet Definitions", and the table of packets per COFI type and
+//! PacketEn transition in 33.4.2.3–33.4.2.5):
+//!
+//! | instruction | packets |
+//! |---|---|
+//! | not a branch, direct JMP, direct CALL | none (the decoder follows the code) |
+//! | conditional branch (Jcc, LOOPcc, JrCXZ) | one TNT bit, taken or not (33.2.1.1, 33.4.2.1) |
+//! | near RET whose target is the youngest entry of the call stack, without DisRETC | one taken TNT bit: a compressed return (33.4.2.2, "Indirect Transfer Compression for Returns") |
+//! | any other near RET, indirect JMP or CALL | TIP with the target (33.2.1.2, 33.4.2.2) |
+//! | far JMP/CALL/RET, IRET staying in user mode | MODE.Exec if the mode changed, then TIP (33.2.1.3) |
+//! | SYSCALL, SYSENTER, INT n, INT3, INTO, INT1 | the kernel runs at CPL 0, which `OS = 0` filters out: TIP.PGD with the IP suppressed (33.4.2.4; 33.4.2.2 gives exactly this SYSCALL as the example of a suppressed IP) |
+//! | the first instruction back in user mode | MODE.Exec if the mode changed since the last one (every PSB+ carries one), then TIP.PGE with its IP (33.4.2.3) |
+//!
+//! Pending TNT bits are written before any TIP, TIP.PGD, FUP or PSB, so the
+//! decoder meets the outcomes in execution order; a TNT packet is also
+//! written as soon as it is full (6 bits short, 47 bits in TNT-64). This
+//! encoder never defers TIPs (33.4.2.3 "Deferred TIPs" allows, never
+//! requires, it).
+//!
+//! **PSB+** (33.4.2.17/18): the trace opens with PSB, MODE.Exec, PSBEND and
+//! then TIP.PGE at the first instruction. Later, whenever at least
+//! `psb_period` bytes were written since the last PSB, the next instruction
+//! boundary gets PSB, [TSC], MODE.Exec, FUP (the IP of the instruction about
+//! to execute), PSBEND. A PSB resets the last IP, so the next IP packet is
+//! written uncompressed (33.4.2.2 "IP Compression"), and it empties the call
+//! stack: "only RETs that correspond to CALLs which have been seen since the
+//! last PSB packet may be compressed" (33.2.1.2), which is what lets a
+//! decoder start at any PSB.
+//!
+//! **Call stack**: near CALLs push their next IP, except zero-length direct
+//! CALLs (the `call next; pop` idiom of position-independent code), which
+//! the SDM excludes; 64 entries, the oldest pushed out. A RET that is not
+//! compressed leaves the stack alone, as libipt's decoders model it (they
+//! pop only for compressed returns), so encoder and decoder stacks stay
+//! equal.
+//!
+//! **End**: a program's last instruction is its `exit_group` SYSCALL, whose
+//! TIP.PGD ends the trace. An execution cut short (see
+//! [`Execution::successor`]) ends as an asynchronous disable: FUP with the
+//! IP of the first instruction not traced, then TIP.PGD with the IP
+//! suppressed, so a decoder stops exactly after the last executed
+//! instruction.
+//!
+//! IP packets are compressed against the last IP as the hardware does
+//! ([`hwtrace_packet::IpPayload::compress`], 33.4.2.2); a suppressed IP
+//! leaves the last IP alone.
+
+use std::collections::HashMap;
+
+use hwtrace_packet::{ExecMode, IpPayload, ModeExec, Packet, Tnt, TraceBuilder};
+use hwtrace_types::{Ip, TraceOffset};
+use iced_x86::{FlowControl, Instruction, Mnemonic};
+
+use crate::execution::{Execution, decode_at};
+use crate::state::{RetStack, TntBuffer};
+
+/// What the simulated `IA32_RTIT_CTL` and friends ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PtConfig {
+    /// Compress returns (`DisRETC = 0`, the default). With `false`, every
+    /// RET is a TIP.
+    pub return_compression: bool,
+    /// Bytes of trace between PSBs (the PSBFreq setting: the hardware
+    /// offers 2 KiB · 2^n); must be at least 1.
+    pub psb_period: u32,
+    /// Write TNT-64 packets (up to 47 outcomes) instead of short TNT-8s
+    /// (up to 6).
+    pub long_tnt: bool,
+    /// Put a TSC packet into each PSB+ (`TSCEn = 1`).
+    pub tsc: Option<TscModel>,
+}
+
+impl Default for PtConfig {
+    /// Return compression on, a PSB every 4 KiB, short TNTs, no timing.
+    fn default() -> Self {
+        PtConfig {
+            return_compression: true,
+            psb_period: 4096,
+            long_tnt: false,
+            tsc: None,
+        }
+    }
+}
+
+/// A simple clock for TSC packets: the TSC at the first instruction, and
+/// how many TSC ticks each instruction takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TscModel {
+    /// The TSC when the first instruction executes.
+    pub start: u64,
+    /// Ticks per executed instruction.
+    pub ticks_per_insn: u64,
+}
+
+impl TscModel {
+    fn at(&self, index: usize) -> u64 {
+        // TSC packets carry 56 bits.
+        self.start
+            .wrapping_add(self.ticks_per_insn.wrapping_mul(index as u64))
+            & ((1 << 56) - 1)
+    }
+}
+
+/// Where a PSB was written and which instruction executes right after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PsbMark {
+    /// The offset of the PSB packet.
+    pub offset: TraceOffset,
+    /// The index (into [`Execution::insns`]) of the first instruction a
+    /// decoder starting at this PSB will see.
+    pub insn_index: usize,
+}
+
+/// Counts of what was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EncodeStats {
+    /// Conditional branches (TNT bits other than compressed returns).
+    pub cond_branches: u64,
+    /// Returns written as a taken TNT bit.
+    pub compressed_returns: u64,
+    /// Returns written as TIP.
+    pub uncompressed_returns: u64,
+    /// TIP packets (indirect branches, uncompressed returns, far transfers).
+    pub tips: u64,
+    /// TNT packets.
+    pub tnt_packets: u64,
+    /// TIP.PGE packets (tracing resumed in user mode).
+    pub enables: u64,
+    /// TIP.PGD packets (user mode left, or the trace end).
+    pub disables: u64,
+    /// PSB packets.
+    pub psbs: u64,
+}
+
+/// A simulated trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EncodedTrace {
+    /// The trace bytes, as they would be in the output buffer.
+    pub bytes: Vec<u8>,
+    /// Every PSB, in order.
+    pub psbs: Vec<PsbMark>,
+    /// What was written.
+    pub stats: EncodeStats,
+}
+
+/// Why an execution could not be encoded; `index` and `ip` name the
+/// executed instruction.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("instruction {index} at {ip}: {kind}")]
+pub struct EncodeError {
+    /// The index into [`Execution::insns`].
+    pub index: usize,
+    /// The instruction's address.
+    pub ip: Ip,
+    /// What was wrong.
+    pub kind: EncodeErrorKind,
+}
+
+/// What was wrong with an executed instruction.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EncodeErrorKind {
+    /// The execution's code image has no bytes there.
+    #[error("no code bytes")]
+    NoCode,
+    /// The bytes there are not a valid instruction.
+    #[error("the code bytes are not a valid instruction")]
+    Undecodable,
+    /// The next executed instruction is not one this instruction can go to
+    /// (an asynchronous event such as a signal, which this encoder does
+    /// not model).
+    #[error("`{mnemonic}` cannot continue at {next} (asynchronous events are not modelled)")]
+    UnexplainedTransfer {
+        /// The instruction's mnemonic.
+        mnemonic: String,
+        /// Where execution went next.
+        next: Ip,
+    },
+    /// The last instruction is a branch and nothing says where it went.
+    #[error("`{mnemonic}` is the last instruction and its target is unknown")]
+    NoSuccessor {
+        /// The instruction's mnemonic.
+        mnemonic: String,
+    },
+    /// An instruction whose trace this encoder does not produce (TSX, UD2
+    /// and other faulting instructions).
+    #[error("`{mnemonic}` is not supported")]
+    Unsupported {
+        /// The instruction's mnemonic.
+        mnemonic: String,
+    },
+    /// A packet could not be encoded.
+    #[error("cannot encode a packet: {0}")]
+    Packet(hwtrace_packet::EncodeError),
+}
+
+/// How an instruction changes the flow, as far as PT is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Plain,
+    Cond { target: u64 },
+    Jump { target: u64 },
+    Call { target: u64 },
+    IndirectJump,
+    IndirectCall,
+    Return,
+    Far,
+    LeaveUser,
+    Unsupported,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Decoded {
+    len: u64,
+    class: Class,
+    mnemonic: Mnemonic,
+}
+
+fn classify(insn: &Instruction) -> Class {
+    match insn.mnemonic() {
+        Mnemonic::Syscall | Mnemonic::Sysenter => return Class::LeaveUser,
+        Mnemonic::Retf | Mnemonic::Iret | Mnemonic::Iretd | Mnemonic::Iretq => return Class::Far,
+        _ => {}
+    }
+    if insn.is_jmp_far() || insn.is_jmp_far_indirect() || insn.is_call_far() {
+        return Class::Far;
+    }
+    if insn.is_call_far_indirect() {
+        return Class::Far;
+    }
+    match insn.flow_control() {
+        FlowControl::Next => Class::Plain,
+        FlowControl::ConditionalBranch => Class::Cond {
+            target: insn.near_branch_target(),
+        },
+        FlowControl::UnconditionalBranch => Class::Jump {
+            target: insn.near_branch_target(),
+        },
+        FlowControl::Call => Class::Call {
+            target: insn.near_branch_target(),
+        },
+        FlowControl::IndirectBranch => Class::IndirectJump,
+        FlowControl::IndirectCall => Class::IndirectCall,
+        FlowControl::Return => Class::Return,
+        FlowControl::Interrupt => Class::LeaveUser,
+        FlowControl::XbeginXabortXend | FlowControl::Exception => Class::Unsupported,
+    }
+}
+
+/// Turns executions into PT.
+#[derive(Debug, Clone)]
+pub struct PtEncoder {
+    config: PtConfig,
+}
+
+impl PtEncoder {
+    /// An encoder for `config`.
+    pub fn new(config: PtConfig) -> Self {
+        PtEncoder { config }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &PtConfig {
+        &self.config
+    }
+
+    /// The trace a CPU would write while executing `execution`.
+    pub fn encode(&self, execution: &Execution) -> Result<EncodedTrace, EncodeError> {
+        let mut run = Run::new(self.config, execution);
+        run.encode()?;
+        Ok(EncodedTrace {
+            bytes: run.out.finish(),
+            psbs: run.psbs,
+            stats: run.stats,
+        })
+    }
+}
+
+/// One encoding in progress.
+struct Run<'e> {
+    config: PtConfig,
+    exec: &'e Execution,
+    out: TraceBuilder,
+    tnt: TntBuffer,
+    calls: RetStack,
+    /// PacketEn: in user mode (tracing enabled).
+    enabled: bool,
+    /// The mode the last MODE.Exec reported.
+    last_mode: Option<ExecMode>,
+    /// Where the last PSB starts.
+    psb_at: usize,
+    psbs: Vec<PsbMark>,
+    stats: EncodeStats,
+    cache: HashMap<u64, Decoded>,
+}
+
+impl<'e> Run<'e> {
+    fn new(config: PtConfig, exec: &'e Execution) -> Self {
+        Run {
+            config,
+            exec,
+            out: TraceBuilder::new(),
+            tnt: TntBuffer::new(config.long_tnt),
+            calls: RetStack::new(),
+            enabled: false,
+            last_mode: None,
+            psb_at: 0,
+            psbs: Vec::new(),
+            stats: EncodeStats::default(),
+            cache: HashMap::new(),
+        }
+    }
+
+    fn encode(&mut self) -> Result<(), EncodeError> {
+        let insns = self.exec.insns();
+        let Some(&first) = insns.first() else {
+            return Ok(());
+        };
+        self.psb_plus(0, first, self.exec.mode_at(0))
+            .map_err(|kind| EncodeError {
+                index: 0,
+                ip: first,
+                kind,
+            })?;
+        let mut end = None;
+        for (index, &ip) in insns.iter().enumerate() {
+            end = self
+                .step(index, ip)
+                .map_err(|kind| EncodeError { index, ip, kind })?;
+        }
+        if let (true, Some(next)) = (self.enabled, end) {
+            let last = insns.len() - 1;
+            self.finish(next).map_err(|kind| EncodeError {
+                index: last,
+                ip: insns[last],
+                kind,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Encodes instruction `index`; returns where execution went next
+    /// (when known).
+    fn step(&mut self, index: usize, ip: Ip) -> Result<Option<Ip>, EncodeErrorKind> {
+        let mode = self.exec.mode_at(index);
+        if !self.enabled {
+            self.mode_exec(mode)?;
+            self.ip_packet(Packet::TipPge, ip)?;
+            self.stats.enables += 1;
+            self.enabled = true;
+        }
+        let period = self.config.psb_period.max(1) as usize;
+        if self.out.as_bytes().len() - self.psb_at >= period {
+            self.psb_plus(index, ip, mode)?;
+        }
+        let d = self.decode(ip, mode)?;
+        let fall = Ip(ip.0.wrapping_add(d.len));
+        let next = self
+            .exec
+            .insns()
+            .get(index + 1)
+            .copied()
+            .or(self.exec.successor());
+        let unexplained = |next: Ip| EncodeErrorKind::UnexplainedTransfer {
+            mnemonic: format!("{:?}", d.mnemonic).to_lowercase(),
+            next,
+        };
+        let need_next = || {
+            next.ok_or_else(|| EncodeErrorKind::NoSuccessor {
+                mnemonic: format!("{:?}", d.mnemonic).to_lowercase(),
+            })
+        };
+        let expect = |want: Ip| match next {
+            Some(n) if n != want => Err(unexplained(n)),
+            _ => Ok(Some(want)),
+        };
+        match d.class {
+            Class::Plain => expect(fall),
+            Class::Jump { target } => expect(Ip(target)),
+            Class::Call { target } => {
+                // Zero-length calls are not pushed (33.4.2.2).
+                if target != fall.0 {
+                    self.calls.push(fall);
+                }
+                expect(Ip(target))
+            }
+            Class::Cond { target } => {
+                let n = need_next()?;
+                let taken = if n.0 == target {
+                    true
+                } else if n == fall {
+                    false
+                } else {
+                    return Err(unexplained(n));
+                };
+                self.stats.cond_branches += 1;
+                self.tnt_bit(taken)?;
+                Ok(Some(n))
+            }
+            Class::IndirectJump => {
+                let n = need_next()?;
+                self.tip(n)?;
+                Ok(Some(n))
+            }
+            Class::IndirectCall => {
+                let n = need_next()?;
+                self.calls.push(fall);
+                self.tip(n)?;
+                Ok(Some(n))
+            }
+            Class::Return => {
+                let n = need_next()?;
+                if self.config.return_compression && self.calls.top() == Some(n) {
+                    self.calls.pop();
+                    self.stats.compressed_returns += 1;
+                    self.tnt_bit(true)?;
+                } else {
+                    self.stats.uncompressed_returns += 1;
+                    self.tip(n)?;
+                }
+                Ok(Some(n))
+            }
+            Class::Far => {
+                let n = need_next()?;
+                self.flush_tnt()?;
+                let next_mode = self.exec.mode_at(index + 1);
+                self.mode_exec(next_mode)?;
+                self.tip(n)?;
+                Ok(Some(n))
+            }
+            Class::LeaveUser => {
+                self.flush_tnt()?;
+                self.push(Packet::TipPgd(IpPayload::SUPPRESSED))?;
+                self.stats.disables += 1;
+                self.enabled = false;
+                Ok(next)
+            }
+            Class::Unsupported => Err(EncodeErrorKind::Unsupported {
+                mnemonic: format!("{:?}", d.mnemonic).to_lowercase(),
+            }),
+        }
+    }
+
+    /// Ends a trace that was cut short before `next` executed.
+    fn finish(&mut self, next: Ip) -> Result<(), EncodeErrorKind> {
+        self.flush_tnt()?;
+        self.ip_packet(Packet::Fup, next)?;
+        self.push(Packet::TipPgd(IpPayload::SUPPRESSED))?;
+        self.stats.disables += 1;
+        self.enabled = false;
+        Ok(())
+    }
+
+    fn decode(&mut self, ip: Ip, mode: ExecMode) -> Result<Decoded, EncodeErrorKind> {
+        if let Some(d) = self.cache.get(&ip.0) {
+            return Ok(*d);
+        }
+        if self.exec.memory().bytes_at(ip).is_none() {
+            return Err(EncodeErrorKind::NoCode);
+        }
+        let insn = decode_at(self.exec.memory(), ip, mode).ok_or(EncodeErrorKind::Undecodable)?;
+        let d = Decoded {
+            len: insn.len() as u64,
+            class: classify(&insn),
+            mnemonic: insn.mnemonic(),
+        };
+        self.cache.insert(ip.0, d);
+        Ok(d)
+    }
+
+    /// PSB+ before instruction `index` at `ip`.
+    fn psb_plus(&mut self, index: usize, ip: Ip, mode: ExecMode) -> Result<(), EncodeErrorKind> {
+        self.flush_tnt()?;
+        self.psb_at = self.out.as_bytes().len();
+        self.psbs.push(PsbMark {
+            offset: TraceOffset(self.psb_at as u64),
+            insn_index: index,
+        });
+        self.stats.psbs += 1;
+        self.push(Packet::Psb)?;
+        if let Some(tsc) = self.config.tsc {
+            self.push(Packet::Tsc(tsc.at(index)))?;
+        }
+        self.last_mode = None;
+        self.mode_exec(mode)?;
+        if self.enabled {
+            self.ip_packet(Packet::Fup, ip)?;
+        }
+        self.push(Packet::Psbend)?;
+        self.calls.clear();
+        Ok(())
+    }
+
+    /// MODE.Exec, unless the last one (since the last PSB) said the same.
+    fn mode_exec(&mut self, mode: ExecMode) -> Result<(), EncodeErrorKind> {
+        if self.last_mode == Some(mode) {
+            return Ok(());
+        }
+        let (csl, csd) = match mode {
+            ExecMode::Bits16 => (false, false),
+            ExecMode::Bits32 => (false, true),
+            ExecMode::Bits64 => (true, false),
+            ExecMode::Reserved => (true, true),
+        };
+        self.push(Packet::ModeExec(ModeExec {
+            csl,
+            csd,
+            iflag: false,
+        }))?;
+        self.last_mode = Some(mode);
+        Ok(())
+    }
+
+    fn tnt_bit(&mut self, taken: bool) -> Result<(), EncodeErrorKind> {
+        if let Some(tnt) = self.tnt.push(taken) {
+            self.tnt_packet(tnt)?;
+        }
+        Ok(())
+    }
+
+    fn flush_tnt(&mut self) -> Result<(), EncodeErrorKind> {
+        if let Some(tnt) = self.tnt.flush() {
+            self.tnt_packet(tnt)?;
+        }
+        Ok(())
+    }
+
+    fn tnt_packet(&mut self, tnt: Tnt) -> Result<(), EncodeErrorKind> {
+        self.stats.tnt_packets += 1;
+        self.push(Packet::Tnt(tnt))
+    }
+
+    fn tip(&mut self, target: Ip) -> Result<(), EncodeErrorKind> {
+        self.flush_tnt()?;
+        self.stats.tips += 1;
+        self.ip_packet(Packet::Tip, target)
+    }
+
+    fn ip_packet(&mut self, make: fn(IpPayload) -> Packet, ip: Ip) -> Result<(), EncodeErrorKind> {
+        self.flush_tnt()?;
+        self.out
+            .ip(make, ip.0)
+            .map(|_| ())
+            .map_err(EncodeErrorKind::Packet)
+    }
+
+    fn push(&mut self, packet: Packet) -> Result<(), EncodeErrorKind> {
+        self.out
+            .push(packet)
+            .map(|_| ())
+            .map_err(EncodeErrorKind::Packet)
+    }
+}

@@ -1,0 +1,328 @@
+//! Recording a real execution with qemu-user.
+//!
+//! The program runs under `qemu-x86_64 -singlestep -d exec,nochain,in_asm`
+//! with the log going to a FIFO that is parsed while qemu runs, so nothing
+//! big is ever written to disk and a long program can be cut off after
+//! [`Limits::max_instructions`] (qemu is then killed). The FIFO is opened
+//! read-write, which on Linux never blocks; when qemu has exited, the
+//! recorder writes an end marker into it, so the parser knows that every
+//! byte qemu wrote has been read.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::execution::{Execution, Limits, LogError, LogErrorKind, Parsed, parse_log};
+
+/// The line the recorder appends once qemu has exited; qemu never writes a
+/// NUL byte into its log.
+const END_MARKER: &[u8] = b"\0hwtrace-sim: end of qemu log";
+
+/// Why a recording failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The temporary directory for the log FIFO could not be made.
+    #[error("cannot create a temporary directory for the qemu log: {0}")]
+    TempDir(std::io::Error),
+    /// `mkfifo` failed.
+    #[error("cannot create the log FIFO {path}: {reason}")]
+    Fifo {
+        /// The FIFO's path.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// qemu could not be started.
+    #[error("cannot start {qemu}: {source}")]
+    Spawn {
+        /// The qemu binary.
+        qemu: PathBuf,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
+    /// qemu ran but logged no instruction (the program could not be
+    /// loaded, say).
+    #[error("qemu logged no instruction ({status}); its stderr: {stderr}")]
+    Qemu {
+        /// How qemu ended.
+        status: ExitStatus,
+        /// What qemu printed.
+        stderr: String,
+    },
+    /// The log did not parse.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// The program ran longer than [`Limits::timeout`].
+    #[error("the program ran longer than {0:?}; it was killed")]
+    Timeout(Duration),
+    /// Waiting for or talking to qemu failed.
+    #[error("i/o with qemu failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// How a recorded program ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordEnd {
+    /// The program ran to its end; qemu exited with this status.
+    Exited(ExitStatus),
+    /// [`Limits::max_instructions`] was reached and qemu was killed.
+    Limit,
+}
+
+/// A recorded run: the execution, how it ended, and what the program wrote.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// The executed instructions and their code.
+    pub execution: Execution,
+    /// How the run ended.
+    pub end: RecordEnd,
+    /// What the program wrote to stdout.
+    pub stdout: Vec<u8>,
+    /// What the program (and qemu) wrote to stderr.
+    pub stderr: Vec<u8>,
+}
+
+/// Runs programs under qemu-user and records what they execute.
+#[derive(Debug, Clone)]
+pub struct QemuRecorder {
+    qemu: PathBuf,
+    limits: Limits,
+}
+
+impl Default for QemuRecorder {
+    fn default() -> Self {
+        QemuRecorder {
+            qemu: PathBuf::from("qemu-x86_64"),
+            limits: Limits::default(),
+        }
+    }
+}
+
+impl QemuRecorder {
+    /// A recorder using `qemu-x86_64` from `PATH` and no limits.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Use this qemu binary.
+    pub fn qemu(mut self, path: impl Into<PathBuf>) -> Self {
+        self.qemu = path.into();
+        self
+    }
+
+    /// Stop at these limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Runs `program` with `args` (stdin empty) and records its execution.
+    pub fn record<S: AsRef<OsStr>>(
+        &self,
+        program: impl AsRef<OsStr>,
+        args: &[S],
+    ) -> Result<Recording, RecordError> {
+        let dir = TempDir::new()?;
+        let fifo = dir.path.join("qemu.log");
+        make_fifo(&fifo)?;
+        // Read-write: never blocks, whether or not qemu has opened it yet.
+        let reader = OpenOptions::new().read(true).write(true).open(&fifo)?;
+        let mut marker_writer = reader.try_clone()?;
+
+        let mut cmd = Command::new(&self.qemu);
+        cmd.arg("-singlestep")
+            .arg("-d")
+            .arg("exec,nochain,in_asm")
+            .arg("-D")
+            .arg(&fifo)
+            .arg(program.as_ref())
+            .args(args.iter().map(|a| a.as_ref().to_os_string()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|source| RecordError::Spawn {
+            qemu: self.qemu.clone(),
+            source,
+        })?;
+        let stdout = drain(child.stdout.take());
+        let stderr = drain(child.stderr.take());
+
+        let limits = self.limits;
+        let done = Arc::new(AtomicBool::new(false));
+        let parser = {
+            let done = Arc::clone(&done);
+            std::thread::spawn(move || parse_until_marker(reader, &limits, &done))
+        };
+
+        let started = Instant::now();
+        let mut killed = false;
+        let mut timed_out = false;
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            let over_time = limits.timeout.is_some_and(|t| started.elapsed() > t);
+            if (done.load(Ordering::Acquire) || over_time) && !killed {
+                // The parser has what it needs (or gave up): stop qemu.
+                timed_out = over_time && !done.load(Ordering::Acquire);
+                kill(&mut child)?;
+                killed = true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        // qemu is gone: everything it wrote precedes the marker.
+        marker_writer.write_all(END_MARKER)?;
+        marker_writer.write_all(b"\n")?;
+        let parsed = parser
+            .join()
+            .map_err(|_| std::io::Error::other("the log parser thread panicked"))?;
+        let stdout = join_output(stdout);
+        let stderr = join_output(stderr);
+        if timed_out {
+            return Err(RecordError::Timeout(limits.timeout.unwrap_or_default()));
+        }
+        let Parsed { execution, limited } = match parsed {
+            Ok(v) => v,
+            Err(LogError {
+                kind: LogErrorKind::Empty,
+                ..
+            }) => {
+                return Err(RecordError::Qemu {
+                    status,
+                    stderr: String::from_utf8_lossy(&stderr).into_owned(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let end = if limited {
+            RecordEnd::Limit
+        } else {
+            RecordEnd::Exited(status)
+        };
+        Ok(Recording {
+            execution,
+            end,
+            stdout,
+            stderr,
+        })
+    }
+}
+
+impl Execution {
+    /// Records `program` with `args` under `qemu-x86_64` from `PATH`
+    /// (see [`QemuRecorder`]).
+    pub fn record_qemu<S: AsRef<OsStr>>(
+        program: impl AsRef<OsStr>,
+        args: &[S],
+        limits: Limits,
+    ) -> Result<Recording, RecordError> {
+        QemuRecorder::new().limits(limits).record(program, args)
+    }
+}
+
+/// Parses the FIFO up to the end marker. Once the limit is reached (or the
+/// log turned out bad) `done` is raised so that qemu gets killed, but the
+/// FIFO is still drained to the marker, so qemu never blocks on a full pipe
+/// and the marker write never blocks either.
+fn parse_until_marker(fifo: File, limits: &Limits, done: &AtomicBool) -> Result<Parsed, LogError> {
+    let mut reader = BufReader::with_capacity(1 << 20, fifo);
+    let mut at_marker = false;
+    let result = parse_log(&mut reader, limits, Some(END_MARKER), &mut at_marker);
+    done.store(true, Ordering::Release);
+    let mut line = Vec::new();
+    while !at_marker {
+        line.clear();
+        match std::io::BufRead::read_until(&mut reader, b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => at_marker = line.strip_suffix(b"\n") == Some(END_MARKER),
+        }
+    }
+    result
+}
+
+fn kill(child: &mut Child) -> std::io::Result<()> {
+    match child.kill() {
+        Ok(()) => Ok(()),
+        // It exited on its own in the meantime.
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn drain(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>> {
+    pipe.map(|mut p| {
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            // A read error just ends the capture; the program's output is
+            // informational.
+            let _ = p.read_to_end(&mut out);
+            out
+        })
+    })
+}
+
+fn join_output(handle: Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
+    handle.and_then(|h| h.join().ok()).unwrap_or_default()
+}
+
+fn make_fifo(path: &Path) -> Result<(), RecordError> {
+    let fifo_error = |reason: String| RecordError::Fifo {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let out = Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(path)
+        .output()
+        .map_err(|e| fifo_error(format!("cannot run mkfifo: {e}")))?;
+    if !out.status.success() {
+        return Err(fifo_error(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// A private temporary directory, removed on drop.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Result<Self, RecordError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut last_err = None;
+        for _ in 0..16 {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let mut name = OsString::from("hwtrace-sim-");
+            name.push(format!("{}-{n}-{nanos}", std::process::id()));
+            let path = base.join(name);
+            match std::fs::create_dir(&path) {
+                Ok(()) => return Ok(TempDir { path }),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(RecordError::TempDir(last_err.unwrap_or_else(|| {
+            std::io::Error::other("no free temporary directory name")
+        })))
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // Best effort: a leftover empty directory in /tmp is harmless.
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
