@@ -36,7 +36,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "pevent-tip_pgd-switch_cpu_wide-tsc-tip_pge",
         "perf sideband (--pevent) is parsed but not yet applied to images or printed",
     ),
-    ("pip-far_call", "PIP/VMCS binding to a far call differs"),
     (
         "ptet",
         "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
@@ -86,10 +85,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
     ),
     (
-        "ptxed-end_on_call-tip_pgd",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
         "ptxed-resync-nomap-psb",
         "error offset/resync position differs from libipt's read-ahead",
     ),
@@ -106,14 +101,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "error offset/resync position differs from libipt's read-ahead",
     ),
     (
-        "tip-jmpabs",
-        "JMPABS length/target differs from libipt's decoder",
-    ),
-    (
-        "tip_pgd-jmpabs",
-        "JMPABS length/target differs from libipt's decoder",
-    ),
-    (
         "tip_pgd-mwait-pwre-exstop-pwrx-tip_pge",
         "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
@@ -125,7 +112,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "tip_pgd-mwait-pwre-exstop_ip-pwrx",
         "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
-    ("vmcs-far_call", "PIP/VMCS binding to a far call differs"),
 ];
 
 fn corpus_dir() -> PathBuf {

@@ -386,6 +386,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             if d.is_far() || d.special == Special::ChangesCpl || d.special == Special::MovCr3 {
                 return Ok(true);
             }
+            // The disable is the next thing in the trace: an instruction
+            // that needs a TNT bit or a TIP cannot get one, so tracing
+            // stopped there.
+            let needs_trace = match d.class {
+                InsnClass::CondJump | InsnClass::Return => true,
+                InsnClass::Jump | InsnClass::Call => d.target.is_none(),
+                _ => false,
+            };
+            if needs_trace {
+                return Ok(true);
+            }
             let cfg = self.query.config();
             return Ok(cfg.filter.is_configured() && cfg.errata.skl014 && self.at_skl014(insn, d));
         }
@@ -455,14 +466,20 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 Ok(Some(self.insn_status(true)))
             }
             EventKind::Paging { .. } => {
-                if self.bound_paging || !matches!(d.special, Special::MovCr3 | Special::VmEntry) {
+                // PIP binds to MOV CR3, VM entries and far transfers.
+                if self.bound_paging
+                    || !(d.is_far() || matches!(d.special, Special::MovCr3 | Special::VmEntry))
+                {
                     return Ok(None);
                 }
                 self.bound_paging = true;
                 Ok(Some(self.postpone(insn, d)))
             }
             EventKind::Vmcs { .. } => {
-                if self.bound_vmcs || !matches!(d.special, Special::Vmptrld | Special::VmEntry) {
+                // VMCS binds to VMPTRLD, VM entries and far transfers.
+                if self.bound_vmcs
+                    || !(d.is_far() || matches!(d.special, Special::Vmptrld | Special::VmEntry))
+                {
                     return Ok(None);
                 }
                 self.bound_vmcs = true;
