@@ -17,22 +17,6 @@ use serde_json::Value;
 /// Cases allowed to fail, with the reason.
 const EXCEPTIONS: &[(&str, &str)] = &[
     (
-        "mwait-pwre-exstop_ip-fup-ovf",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
-    ),
-    (
-        "mwait-pwre-exstop_ip-ovf",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
-    ),
-    (
-        "mwait-pwre-exstop_ip-pwre-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
-    ),
-    (
-        "mwait-pwre-ovf",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
-    ),
-    (
         "pevent-tip_pgd-switch_cpu_wide-tsc-tip_pge",
         "perf sideband (--pevent) is parsed but not yet applied to images or printed",
     ),
@@ -99,18 +83,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     (
         "ptxed-resync-psb-nomap-psb",
         "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "tip_pgd-mwait-pwre-exstop-pwrx-tip_pge",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
-    ),
-    (
-        "tip_pgd-mwait-pwre-exstop_ip-pwre-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
-    ),
-    (
-        "tip_pgd-mwait-pwre-exstop_ip-pwrx",
-        "libipt 2.3 orders MWAIT/PWRE/EXSTOP around OVF and TIP.PGD differently; not matched yet",
     ),
 ];
 

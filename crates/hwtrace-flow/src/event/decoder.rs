@@ -118,6 +118,8 @@ pub struct EventDecoder<'a> {
     ip: LastIp,
     clock: Clock,
     evq: EventQueue,
+    /// C-state entries to report after the FUP-bound MWAIT/EXSTOP.
+    after_fup: std::collections::VecDeque<Event>,
     /// Events to report before the next packet.
     deferred: std::collections::VecDeque<Event>,
     /// Event data (EVD) waiting for its CFE.
@@ -147,6 +149,7 @@ impl<'a> EventDecoder<'a> {
             evq: EventQueue::new(),
             evd: super::trace::EventData::default(),
             deferred: std::collections::VecDeque::new(),
+            after_fup: std::collections::VecDeque::new(),
             config,
         }
     }
@@ -172,6 +175,7 @@ impl<'a> EventDecoder<'a> {
         self.evq.clear();
         self.evd = super::trace::EventData::default();
         self.deferred.clear();
+        self.after_fup.clear();
     }
 
     /// The offset of the packet being processed.
@@ -422,9 +426,15 @@ impl<'a> EventDecoder<'a> {
                     sub_state: p.sub_state(),
                     hw: p.hw(),
                 };
-                // With tracing on, the C-state entry is reported after the
-                // EXSTOP that follows it.
-                if self.enabled {
+                // A C-state entry right before an EXSTOP, or after an MWAIT
+                // still waiting for its EXSTOP, is reported with them.
+                let mwait_waiting = self
+                    .evq
+                    .find(Binding::Exstop, |e| {
+                        matches!(e.kind, EventKind::Mwait { .. })
+                    })
+                    .is_some();
+                if mwait_waiting || self.exstop_follows() {
                     self.enqueue(Binding::Exstop, Event::new(kind))?;
                     return Ok(Step::More);
                 }
@@ -465,6 +475,26 @@ impl<'a> EventDecoder<'a> {
             },
             Packet::Psbend => self.decode_psbend(),
             Packet::Ovf => self.decode_ovf(),
+        }
+    }
+
+    /// Whether an EXSTOP comes next (timing and padding aside).
+    fn exstop_follows(&self) -> bool {
+        let mut pkt = self.pkt.clone();
+        loop {
+            match super::quirks::next_packet(&mut pkt, &self.config.errata) {
+                Ok(Some(p)) => match p.packet {
+                    Packet::Exstop { .. } => return true,
+                    Packet::Pad
+                    | Packet::Tsc(_)
+                    | Packet::Tma(_)
+                    | Packet::Mtc(_)
+                    | Packet::Cyc(_)
+                    | Packet::Cbr(_) => {}
+                    _ => return false,
+                },
+                Ok(None) | Err(_) => return false,
+            }
         }
     }
 
@@ -665,6 +695,15 @@ impl<'a> EventDecoder<'a> {
     fn decode_fup(&mut self, payload: IpPayload) -> Res {
         self.update_ip(payload);
         let Some(mut ev) = self.evq.pop(Binding::Fup) else {
+            if let Some(mut ev) = self.after_fup.pop_front() {
+                // C-state entries reported after the MWAIT/EXSTOP the FUP
+                // placed.
+                ev.ip_suppressed = true;
+                self.clock.stamp(&mut ev);
+                self.event = Some(ev);
+                self.bound = true;
+                return Ok(Step::Event);
+            }
             if self.bound {
                 return Ok(Step::More);
             }
@@ -878,9 +917,7 @@ impl<'a> EventDecoder<'a> {
                 }
             }
             self.enqueue(Binding::Fup, Event::new(EventKind::Exstop { ip: 0 }))?;
-            for ev in later {
-                self.enqueue(Binding::Fup, ev)?;
-            }
+            self.after_fup.extend(later);
             return Ok(Step::More);
         }
         if front_is_mwait {
@@ -908,6 +945,32 @@ impl<'a> EventDecoder<'a> {
         // OVF ends a PSB+ like PSBEND: publish pending status first.
         if self.decode_psbend()? == Step::Event {
             return Ok(Step::Event);
+        }
+        // Power events still waiting for a FUP or an EXSTOP are reported
+        // before the overflow, without IP.
+        let mut flushed = core::mem::take(&mut self.after_fup);
+        while let Some(ev) = self.evq.pop(Binding::Fup) {
+            flushed.push_back(ev);
+        }
+        while let Some(ev) = self.evq.pop(Binding::Exstop) {
+            flushed.push_back(ev);
+        }
+        if !flushed.is_empty() {
+            for mut ev in flushed {
+                if matches!(
+                    ev.kind,
+                    EventKind::Mwait { .. } | EventKind::Exstop { .. } | EventKind::Pwre { .. }
+                ) {
+                    ev.set_ip(0);
+                    ev.ip_suppressed = true;
+                    self.deferred.push_back(ev);
+                }
+            }
+            if let Some(mut ev) = self.deferred.pop_front() {
+                self.clock.stamp(&mut ev);
+                self.event = Some(ev);
+                return Ok(Step::Event);
+            }
         }
         let clock = self.clock.clone();
         self.reset();
