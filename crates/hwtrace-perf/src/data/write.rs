@@ -260,7 +260,22 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         tid: u32,
         cpu: u32,
     ) -> io::Result<()> {
-        let size = pad8(data.len()) as u64;
+        self.auxtrace_parts(&[data], offset, reference, idx, tid, cpu)
+    }
+
+    /// `PERF_RECORD_AUXTRACE` whose payload is the concatenation of `parts`
+    /// (a wrapped AUX area is two slices; nothing is joined in memory).
+    pub fn auxtrace_parts(
+        &mut self,
+        parts: &[&[u8]],
+        offset: u64,
+        reference: u64,
+        idx: u32,
+        tid: u32,
+        cpu: u32,
+    ) -> io::Result<()> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let size = pad8(len) as u64;
         let mut b = Vec::with_capacity(40);
         for v in [size, offset, reference] {
             b.extend_from_slice(&v.to_le_bytes());
@@ -269,10 +284,28 @@ impl<W: Write + Seek> PerfDataWriter<W> {
             b.extend_from_slice(&v.to_le_bytes());
         }
         self.write_record(AUXTRACE, 0, &b)?;
-        self.out.write_all(data)?;
-        self.out
-            .write_all(&[0u8; 8][..size as usize - data.len()])?;
+        for p in parts {
+            self.out.write_all(p)?;
+        }
+        self.out.write_all(&[0u8; 8][..size as usize - len])?;
         self.pos += size;
+        Ok(())
+    }
+
+    /// Copies a whole record (header included) as it came from the kernel's
+    /// ring; its size must match its header.
+    pub fn write_raw_record(&mut self, record: &[u8]) -> io::Result<()> {
+        let size = record
+            .get(6..8)
+            .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+        if size != Some(record.len()) || record.len() < 8 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "record size does not match its header",
+            ));
+        }
+        self.out.write_all(record)?;
+        self.pos += record.len() as u64;
         Ok(())
     }
 
