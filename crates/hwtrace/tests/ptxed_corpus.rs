@@ -25,39 +25,7 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
     ),
     (
-        "ptet-evd_cr2-cfe_iret",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-evd_cr2-evd_vmxq",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-evd_vmxq-cfe_intr",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-evd_vmxr-cfe_rsm",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-evd_vmxr-evd-cr2",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
         "ptet-int-iret-cpl_0",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-int-iret-cpl_3",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-smi-rsm",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-uint-uiret",
         "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
     ),
     (

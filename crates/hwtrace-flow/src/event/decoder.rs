@@ -741,7 +741,7 @@ impl<'a> EventDecoder<'a> {
                 Self::event_ip(&self.ip, &mut ev);
                 self.bound = true;
             }
-            _ if super::trace::binds_to_fup(&ev) => {
+            _ if super::trace::binds_to_fup(&ev) || super::trace::binds_to_insn(&ev) => {
                 self.clock.stamp(&mut ev);
                 Self::event_ip(&self.ip, &mut ev);
                 // Exceptions and interrupts leave the FUP to form the
@@ -805,6 +805,16 @@ impl<'a> EventDecoder<'a> {
 
     fn decode_tip_pge(&mut self, payload: IpPayload) -> Res {
         self.update_ip(payload);
+        let cfe_first = self.evq.find(Binding::Tip, super::trace::binds_to_tip) == Some(0);
+        if !self.bound && cfe_first {
+            // A return reported by event trace (IRET, RSM, UIRET) that
+            // re-enables tracing comes before the enable.
+            let mut ev = self.evq.pop(Binding::Tip).ok_or(ErrorKind::Internal)?;
+            Self::event_ip(&self.ip, &mut ev);
+            self.clock.stamp(&mut ev);
+            self.event = Some(ev);
+            return Ok(Step::Event);
+        }
         if !self.bound {
             let mut ev = Event::new(EventKind::Enabled {
                 ip: 0,

@@ -16,7 +16,7 @@ mod query;
 mod queue;
 pub mod quirks;
 mod tnt;
-mod trace;
+pub mod trace;
 
 pub use decoder::EventDecoder;
 pub use query::{QueryDecoder, Status};
@@ -34,6 +34,9 @@ pub struct Event {
     pub ip_suppressed: bool,
     /// A status report from PSB+ rather than a change.
     pub status_update: bool,
+    /// The decoder knows the event's IP but the trace did not report it
+    /// (a CFE without its IP bit): printers leave it out.
+    pub ip_hidden: bool,
     /// Whether `tsc` is wall-clock time (a TSC packet was seen).
     pub has_tsc: bool,
     /// The estimated TSC (relative to the start when `has_tsc` is false).
@@ -51,6 +54,7 @@ impl Event {
             kind,
             ip_suppressed: false,
             status_update: false,
+            ip_hidden: false,
             has_tsc: false,
             tsc: 0,
             lost_mtc: 0,

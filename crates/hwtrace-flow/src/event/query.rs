@@ -208,6 +208,12 @@ impl<'a> QueryDecoder<'a> {
         }
         self.last_time = self.evdec.time().clone();
         self.fetch_event();
+        // A trace error right after the event is reported with it.
+        if let Err(e) = self.event {
+            if e != ErrorKind::Eos {
+                return Err(e);
+            }
+        }
         Ok((ev, self.status()))
     }
 }

@@ -48,7 +48,7 @@ mod cfe {
 }
 
 /// Whether `ev` is an event-trace event waiting for a FUP.
-pub(super) fn binds_to_fup(ev: &Event) -> bool {
+pub(crate) fn binds_to_fup(ev: &Event) -> bool {
     matches!(
         ev.kind,
         EventKind::Interrupt { .. }
@@ -64,7 +64,26 @@ pub(super) fn binds_to_fup(ev: &Event) -> bool {
 
 /// Whether the FUP `ev` bound to also starts an asynchronous branch.
 pub(super) fn leaves_fup(ev: &Event) -> bool {
-    !matches!(ev.kind, EventKind::Vmentry { .. })
+    !matches!(
+        ev.kind,
+        EventKind::Vmentry { .. }
+            | EventKind::Iret { .. }
+            | EventKind::Rsm { .. }
+            | EventKind::Uiret { .. }
+    )
+}
+
+/// Whether `ev` names the instruction it happened at (the FUP gives that
+/// instruction's own IP) rather than the next one.
+pub fn binds_to_insn(ev: &Event) -> bool {
+    !ev.ip_hidden
+        && matches!(
+            ev.kind,
+            EventKind::Vmentry { .. }
+                | EventKind::Iret { .. }
+                | EventKind::Rsm { .. }
+                | EventKind::Uiret { .. }
+        )
 }
 
 /// Whether `ev` is an event-trace event waiting for a TIP.
@@ -83,6 +102,15 @@ pub(super) fn decode(
     match packet {
         Packet::Evd(evd) => {
             let data = dec.evd_mut();
+            // Page-fault and VMX data never describe the same event.
+            let clash = match evd.ty {
+                0 => data.vmxq.is_some() || data.vmxr.is_some(),
+                1 | 2 => data.cr2.is_some(),
+                _ => false,
+            };
+            if clash {
+                return Err(ErrorKind::BadContext);
+            }
             match evd.ty {
                 0 => data.cr2 = Some(evd.payload),
                 1 => data.vmxq = Some(evd.payload),
@@ -137,8 +165,15 @@ pub(super) fn decode(
                 cfe::UIRET => EventKind::Uiret { ip: 0 },
                 _ => return Err(ErrorKind::BadPacket),
             };
-            let ev = Event::new(kind);
-            if binds_to_fup(&ev) {
+            let mut ev = Event::new(kind);
+            ev.ip_hidden = !c.ip;
+            // IRET, RSM and UIRET with their IP bit name the instruction
+            // through a FUP; without it they bind to their TIP.
+            let returns = matches!(
+                kind,
+                EventKind::Iret { .. } | EventKind::Rsm { .. } | EventKind::Uiret { .. }
+            );
+            if binds_to_fup(&ev) || (returns && c.ip) {
                 dec.push_event(Binding::Fup, ev)?;
                 Ok(super::decoder::StepOut::More)
             } else if binds_to_tip(&ev) {

@@ -485,8 +485,15 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 self.bound_vmcs = true;
                 Ok(Some(self.postpone(insn, d)))
             }
-            EventKind::Ptwrite { ip, .. } | EventKind::Vmentry { ip } => {
+            EventKind::Ptwrite { ip, .. }
+            | EventKind::Vmentry { ip }
+            | EventKind::Iret { ip }
+            | EventKind::Rsm { ip }
+            | EventKind::Uiret { ip } => {
                 let is_ptw = matches!(self.event.kind, EventKind::Ptwrite { .. });
+                if !is_ptw && !crate::event::trace::binds_to_insn(&self.event) {
+                    return Ok(None);
+                }
                 if self.bound_ptwrite {
                     return Ok(None);
                 }
@@ -581,10 +588,14 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             EventKind::ExecMode { ip, .. }
             | EventKind::AsyncPaging { ip, .. }
             | EventKind::AsyncVmcs { ip, .. }
-            | EventKind::Iflags { ip, .. }
-            | EventKind::Iret { ip }
-            | EventKind::Rsm { ip }
-            | EventKind::Uiret { ip } => here(ip),
+            | EventKind::Iflags { ip, .. } => here(ip),
+            EventKind::Iret { ip } | EventKind::Rsm { ip } | EventKind::Uiret { ip } => {
+                if crate::event::trace::binds_to_insn(&ev) {
+                    !self.enabled
+                } else {
+                    !self.enabled || here(ip)
+                }
+            }
             EventKind::Paging { .. } | EventKind::Vmcs { .. } => !self.enabled,
             EventKind::Exstop { ip }
             | EventKind::Mwait { ip, .. }

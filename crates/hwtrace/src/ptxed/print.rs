@@ -54,7 +54,7 @@ pub fn event_line(ev: &Event, style: &Style, offset: u64) -> String {
     if style.print_event_time && ev.has_tsc {
         let _ = write!(s, "{:016x}  ", ev.tsc);
     }
-    let show_ip = style.print_event_ip && !ev.ip_suppressed;
+    let show_ip = style.print_event_ip && !ev.ip_suppressed && !ev.ip_hidden;
     let ip = |s: &mut String, ip: u64| {
         if show_ip {
             let _ = write!(s, ", ip: {ip:016x}");
