@@ -21,22 +21,6 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "perf sideband (--pevent) is parsed but not yet applied to images or printed",
     ),
     (
-        "ptet",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-int-iret-cpl_0",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-vmexit-vmentry-nonroot",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
-        "ptet-vmexit-vmentry-root",
-        "event trace (CFE/EVD) binding rules of libipt 2.3 only partly inferred",
-    ),
-    (
         "ptxed-resync-nomap-psb",
         "error offset/resync position differs from libipt's read-ahead",
     ),

@@ -805,11 +805,15 @@ impl<'a> EventDecoder<'a> {
 
     fn decode_tip_pge(&mut self, payload: IpPayload) -> Res {
         self.update_ip(payload);
-        let cfe_first = self.evq.find(Binding::Tip, super::trace::binds_to_tip) == Some(0);
-        if !self.bound && cfe_first {
-            // A return reported by event trace (IRET, RSM, UIRET) that
-            // re-enables tracing comes before the enable.
-            let mut ev = self.evq.pop(Binding::Tip).ok_or(ErrorKind::Internal)?;
+        // Event trace reports what re-enabled tracing (an interrupt whose
+        // FUP was not traced, a return or VM entry) before the enable.
+        let fup_cfe = self.evq.find(Binding::Fup, |e| {
+            super::trace::binds_to_fup(e) && e.ip_hidden
+        }) == Some(0);
+        let tip_cfe = self.evq.find(Binding::Tip, super::trace::binds_to_tip) == Some(0);
+        if !self.bound && (fup_cfe || tip_cfe) {
+            let from = if fup_cfe { Binding::Fup } else { Binding::Tip };
+            let mut ev = self.evq.pop(from).ok_or(ErrorKind::Internal)?;
             Self::event_ip(&self.ip, &mut ev);
             self.clock.stamp(&mut ev);
             self.event = Some(ev);

@@ -82,6 +82,7 @@ impl Event {
             | K::Iflags { ip, .. }
             | K::Interrupt { ip, .. }
             | K::Swintr { ip, .. }
+            | K::Syscall { ip }
             | K::Iret { ip }
             | K::Smi { ip }
             | K::Rsm { ip }
@@ -167,6 +168,8 @@ pub enum EventKind {
     },
     /// A software interrupt (INT n) with its vector (event trace).
     Swintr { vector: u8, ip: u64 },
+    /// SYSCALL (event trace).
+    Syscall { ip: u64 },
     /// IRET (event trace).
     Iret { ip: u64 },
     /// SMI (event trace).

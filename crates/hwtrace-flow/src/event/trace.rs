@@ -45,6 +45,7 @@ mod cfe {
     pub const UINTR: u8 = 12;
     pub const UIRET: u8 = 13;
     pub const SWINTR: u8 = 14;
+    pub const SYSCALL: u8 = 15;
 }
 
 /// Whether `ev` is an event-trace event waiting for a FUP.
@@ -53,6 +54,7 @@ pub(crate) fn binds_to_fup(ev: &Event) -> bool {
         ev.kind,
         EventKind::Interrupt { .. }
             | EventKind::Swintr { .. }
+            | EventKind::Syscall { .. }
             | EventKind::Smi { .. }
             | EventKind::Init { .. }
             | EventKind::Vmentry { .. }
@@ -90,7 +92,10 @@ pub fn binds_to_insn(ev: &Event) -> bool {
 pub(super) fn binds_to_tip(ev: &Event) -> bool {
     matches!(
         ev.kind,
-        EventKind::Iret { .. } | EventKind::Rsm { .. } | EventKind::Uiret { .. }
+        EventKind::Iret { .. }
+            | EventKind::Rsm { .. }
+            | EventKind::Uiret { .. }
+            | EventKind::Vmentry { .. }
     )
 }
 
@@ -115,7 +120,8 @@ pub(super) fn decode(
                 0 => data.cr2 = Some(evd.payload),
                 1 => data.vmxq = Some(evd.payload),
                 2 => data.vmxr = Some(evd.payload),
-                _ => return Err(ErrorKind::BadPacket),
+                // Types the SDM does not define carry nothing we know.
+                _ => {}
             }
             Ok(super::decoder::StepOut::More)
         }
@@ -163,17 +169,27 @@ pub(super) fn decode(
                     ip: 0,
                 },
                 cfe::UIRET => EventKind::Uiret { ip: 0 },
-                _ => return Err(ErrorKind::BadPacket),
+                cfe::SYSCALL => EventKind::Syscall { ip: 0 },
+                // Types the SDM does not define report nothing.
+                _ => return Ok(super::decoder::StepOut::More),
             };
             let mut ev = Event::new(kind);
             ev.ip_hidden = !c.ip;
-            // IRET, RSM and UIRET with their IP bit name the instruction
-            // through a FUP; without it they bind to their TIP.
+            // IRET, RSM, UIRET and VM entry with their IP bit name the
+            // instruction through a FUP; without it they bind to their TIP.
             let returns = matches!(
                 kind,
-                EventKind::Iret { .. } | EventKind::Rsm { .. } | EventKind::Uiret { .. }
+                EventKind::Iret { .. }
+                    | EventKind::Rsm { .. }
+                    | EventKind::Uiret { .. }
+                    | EventKind::Vmentry { .. }
             );
-            if binds_to_fup(&ev) || (returns && c.ip) {
+            if !dec.is_enabled() && !c.ip {
+                // With tracing off no TIP will come: report it now.
+                dec.emit(kind, true);
+                let _ = ev;
+                Ok(super::decoder::StepOut::Event)
+            } else if (binds_to_fup(&ev) && !returns) || (returns && c.ip) {
                 dec.push_event(Binding::Fup, ev)?;
                 Ok(super::decoder::StepOut::More)
             } else if binds_to_tip(&ev) {

@@ -491,6 +491,16 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             | EventKind::Rsm { ip }
             | EventKind::Uiret { ip } => {
                 let is_ptw = matches!(self.event.kind, EventKind::Ptwrite { .. });
+                let is_entry = matches!(self.event.kind, EventKind::Vmentry { .. });
+                if is_entry && self.event.ip_suppressed {
+                    // A VM entry whose TIP.PGD hid the IP binds to the
+                    // VMLAUNCH/VMRESUME.
+                    if self.bound_ptwrite || d.special != Special::VmEntry {
+                        return Ok(None);
+                    }
+                    self.bound_ptwrite = true;
+                    return Ok(Some(self.postpone(insn, d)));
+                }
                 if !is_ptw && !crate::event::trace::binds_to_insn(&self.event) {
                     return Ok(None);
                 }
@@ -551,7 +561,8 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             return Ok(self.insn_status(false));
         }
         let ev = self.event;
-        let here = |ip: u64| ev.ip_suppressed || ip == self.ip;
+        // While tracing is off nothing can be executed to reach an IP.
+        let here = |ip: u64| ev.ip_suppressed || !self.enabled || ip == self.ip;
         let pending = match ev.kind {
             EventKind::Disabled { .. } => ev.status_update,
             EventKind::Enabled { .. } | EventKind::Overflow { .. } | EventKind::Stop => true,
@@ -601,6 +612,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             | EventKind::Mwait { ip, .. }
             | EventKind::Interrupt { ip, .. }
             | EventKind::Swintr { ip, .. }
+            | EventKind::Syscall { ip }
             | EventKind::Smi { ip }
             | EventKind::Init { ip }
             | EventKind::Vmexit { ip, .. }
@@ -621,7 +633,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             | EventKind::Cbr { .. }
             | EventKind::Mnt { .. }
             | EventKind::Sipi { .. } => true,
-            EventKind::Ptwrite { .. } | EventKind::Vmentry { .. } => !self.enabled,
+            EventKind::Ptwrite { .. } => !self.enabled,
+            EventKind::Vmentry { .. } => {
+                !self.enabled || (!ev.ip_suppressed && !crate::event::trace::binds_to_insn(&ev))
+            }
             EventKind::Tip { .. } | EventKind::Tnt { .. } => return Err(ErrorKind::Internal),
         };
         Ok(self.insn_status(pending))

@@ -237,6 +237,10 @@ pub fn event_line(ev: &Event, style: &Style, offset: u64) -> String {
             let _ = write!(s, "swintr {vector}");
             ip(&mut s, at);
         }
+        EventKind::Syscall { ip: at } => {
+            s.push_str("syscall");
+            ip(&mut s, at);
+        }
         EventKind::Iret { ip: at } => {
             s.push_str("iret");
             ip(&mut s, at);
