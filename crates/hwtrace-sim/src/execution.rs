@@ -17,6 +17,7 @@
 //! wants. Code that changes while the program runs (two different bytes at
 //! one address) is refused with a [`CodeConflict`].
 
+use std::collections::HashMap;
 use std::io::BufRead;
 
 use hwtrace_packet::ExecMode;
@@ -124,7 +125,8 @@ impl Execution {
     ///
     /// qemu runs each iteration of a `REP` string instruction as a block of
     /// its own; consecutive repeats of such an instruction are folded into one
-    /// executed instruction, as the CPU (and Intel PT) counts it.
+    /// executed instruction, as the CPU (and Intel PT) counts it, before
+    /// the limit is applied.
     pub fn from_qemu_log(log: impl BufRead, limits: &Limits) -> Result<Execution, LogError> {
         parse_log(log, limits, None, &mut false).map(|p| p.execution)
     }
@@ -234,6 +236,8 @@ struct ParseState {
     successor: Option<Ip>,
     limit_reached: bool,
     repeats_past_limit: usize,
+    /// Whether the instruction at an address is a REP string instruction.
+    rep_cache: HashMap<u64, bool>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -285,6 +289,10 @@ impl ParseState {
                     }
                     self.repeats_past_limit += 1;
                 }
+                if self.insns.last() == Some(&pc) && self.is_rep_string(pc, mode) {
+                    // Another iteration of the same REP instruction.
+                    return Ok(Feed::More);
+                }
                 if self.modes.last().map(|&(_, m)| m) != Some(mode) {
                     self.modes.push((self.insns.len(), mode));
                 }
@@ -294,65 +302,41 @@ impl ParseState {
         Ok(Feed::More)
     }
 
-    fn finish(mut self) -> Result<Execution, LogErrorKind> {
+    /// Whether the instruction at `pc` (whose listing came before its first
+    /// execution) is a string instruction with a REP prefix.
+    fn is_rep_string(&mut self, pc: Ip, mode: ExecMode) -> bool {
+        if let Some(&known) = self.rep_cache.get(&pc.0) {
+            return known;
+        }
+        let mut buf = [0u8; 15];
+        let n = self.code.peek(pc, &mut buf);
+        let rep = decode_bytes(&buf[..n], pc, mode).is_some_and(|i| {
+            (i.has_rep_prefix() || i.has_repne_prefix()) && i.is_string_instruction()
+        });
+        self.rep_cache.insert(pc.0, rep);
+        rep
+    }
+
+    fn finish(self) -> Result<Execution, LogErrorKind> {
         if self.insns.is_empty() {
             return Err(LogErrorKind::Empty);
         }
-        let memory = self.code.build()?;
-        let (insns, modes) = fold_rep_iterations(&self.insns, &self.modes, &memory);
-        self.insns = insns;
         Ok(Execution {
             insns: self.insns,
-            modes,
-            memory,
+            modes: self.modes,
+            memory: self.code.build()?,
             successor: self.successor,
         })
     }
 }
 
-/// Folds consecutive repeats of a `REP`/`REPE`/`REPNE` string instruction
-/// (one qemu block per iteration) into one instruction, remapping the mode
-/// runs.
-fn fold_rep_iterations(
-    insns: &[Ip],
-    modes: &[(usize, ExecMode)],
-    memory: &CodeImage,
-) -> (Vec<Ip>, Vec<(usize, ExecMode)>) {
-    let mut out = Vec::with_capacity(insns.len());
-    let mut out_modes = Vec::with_capacity(modes.len());
-    let mut next_mode = modes.iter().peekable();
-    let mut mode = ExecMode::Bits64;
-    for (i, &ip) in insns.iter().enumerate() {
-        while let Some(&&(start, m)) = next_mode.peek() {
-            if start > i {
-                break;
-            }
-            mode = m;
-            next_mode.next();
-        }
-        if i > 0 && insns[i - 1] == ip && is_rep_string(memory, ip, mode) {
-            continue;
-        }
-        if out_modes.last().map(|&(_, m)| m) != Some(mode) {
-            out_modes.push((out.len(), mode));
-        }
-        out.push(ip);
-    }
-    (out, out_modes)
-}
-
-/// Whether the instruction at `ip` is a string instruction with a REP
-/// prefix.
-fn is_rep_string(memory: &CodeImage, ip: Ip, mode: ExecMode) -> bool {
-    let Some(insn) = decode_at(memory, ip, mode) else {
-        return false;
-    };
-    (insn.has_rep_prefix() || insn.has_repne_prefix()) && insn.is_string_instruction()
-}
-
 /// Decodes the instruction at `ip`, if its bytes are known and valid.
 pub(crate) fn decode_at(memory: &CodeImage, ip: Ip, mode: ExecMode) -> Option<Instruction> {
-    let bytes = memory.bytes_at(ip)?;
+    decode_bytes(memory.bytes_at(ip)?, ip, mode)
+}
+
+/// Decodes one instruction at `ip` from `bytes`.
+fn decode_bytes(bytes: &[u8], ip: Ip, mode: ExecMode) -> Option<Instruction> {
     let bitness = match mode {
         ExecMode::Bits16 => 16,
         ExecMode::Bits32 => 32,
@@ -362,4 +346,135 @@ pub(crate) fn decode_at(memory: &CodeImage, ip: Ip, mode: ExecMode) -> Option<In
     let mut decoder = Decoder::with_ip(bitness, bytes, ip.0, DecoderOptions::NONE);
     let insn = decoder.decode();
     (!insn.is_invalid()).then_some(insn)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log in qemu 7.2's format: `IN:` listings before first execution,
+    /// `Trace` lines per executed block, and lines of other `-d` items.
+    fn trace(pc: u64) -> String {
+        format!("Trace 0: 0x7f0000000100 [0000000000000000/{pc:016x}/0040c0b3/00000201] \n")
+    }
+
+    fn listing(addr: u64, bytes: &str, text: &str) -> String {
+        format!("----------------\nIN: \n0x{addr:08x}:  {bytes:<24} {text}\n\n")
+    }
+
+    fn parse(log: &str, limits: Limits) -> Result<Execution, LogError> {
+        Execution::from_qemu_log(log.as_bytes(), &limits)
+    }
+
+    #[test]
+    fn instructions_code_and_mode_from_a_log() {
+        let mut log = String::from("page layout changed following binary load\n");
+        log += &listing(0x401000, "48 89 e7", "movq %rsp, %rdi");
+        log += &trace(0x401000);
+        log += &listing(0x401003, "f3 48 a5", "rep movsq");
+        // One block per REP iteration: folded into one instruction.
+        for _ in 0..3 {
+            log += &trace(0x401003);
+        }
+        log += &listing(0x401006, "eb fe", "jmp 0x401006");
+        // A jump to itself is executed twice, not folded.
+        log += &trace(0x401006);
+        log += &trace(0x401006);
+        let e = parse(&log, Limits::default()).unwrap();
+        assert_eq!(
+            e.insns(),
+            &[Ip(0x401000), Ip(0x401003), Ip(0x401006), Ip(0x401006)]
+        );
+        assert_eq!(e.mode_at(3), ExecMode::Bits64);
+        assert_eq!(e.successor(), None);
+        assert_eq!(e.memory().segments().len(), 1);
+        assert_eq!(e.memory().segments()[0].bytes.len(), 8);
+    }
+
+    #[test]
+    fn a_stopped_block_is_taken_back() {
+        let mut log = listing(0x1000, "90", "nop");
+        log += &trace(0x1000);
+        log += "Stopped execution of TB chain before 0x7f0000000100 [0000000000001000] \n";
+        log += &trace(0x1000);
+        let e = parse(&log, Limits::default()).unwrap();
+        assert_eq!(e.insns(), &[Ip(0x1000)]);
+
+        let bad = format!(
+            "{}{}",
+            trace(0x1000),
+            "Stopped execution of TB chain before 0x7f00 [2000]\n"
+        );
+        let err = parse(&bad, Limits::default()).unwrap_err();
+        assert_eq!(err.line, 2);
+        assert!(matches!(
+            err.kind,
+            LogErrorKind::StoppedMismatch {
+                pc: Ip(0x2000),
+                last: Some(Ip(0x1000))
+            }
+        ));
+    }
+
+    #[test]
+    fn the_limit_keeps_the_next_instruction_as_successor() {
+        let mut log = listing(0x1000, "90", "nop");
+        log += &listing(0x1001, "90", "nop");
+        for pc in [0x1000, 0x1001, 0x1000, 0x1001] {
+            log += &trace(pc);
+        }
+        let limits = Limits {
+            max_instructions: Some(2),
+            ..Limits::default()
+        };
+        let e = parse(&log, limits).unwrap();
+        assert_eq!(e.insns(), &[Ip(0x1000), Ip(0x1001)]);
+        assert_eq!(e.successor(), Some(Ip(0x1000)));
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let log = format!("{}Trace 0: 0x7f00 [0/12g4/0/0]\n", trace(0x1000));
+        let err = parse(&log, Limits::default()).unwrap_err();
+        assert_eq!(err.line, 2);
+        assert!(
+            err.to_string().starts_with("qemu log line 2: field `pc`"),
+            "{err}"
+        );
+
+        let log = format!("{}Trace 1: 0x7f00 [0/2000/0/0]\n", trace(0x1000));
+        let err = parse(&log, Limits::default()).unwrap_err();
+        assert!(matches!(
+            err.kind,
+            LogErrorKind::Threads { first: 0, other: 1 }
+        ));
+
+        let log = format!(
+            "{}{}",
+            listing(0x1000, "90", "nop"),
+            listing(0x1000, "cc", "int3")
+        );
+        let err = parse(&log, Limits::default()).unwrap_err();
+        assert!(matches!(
+            err.kind,
+            LogErrorKind::Code(CodeConflict {
+                addr: Ip(0x1000),
+                ..
+            })
+        ));
+
+        let err = parse("nothing here\n", Limits::default()).unwrap_err();
+        assert!(matches!(err.kind, LogErrorKind::Empty));
+    }
+
+    #[test]
+    fn mode_runs_follow_the_flags() {
+        let mut log = listing(0x1000, "90", "nop");
+        log += &trace(0x1000);
+        // HF_CS64 clear, HF_CS32 set: 32-bit code.
+        log += "Trace 0: 0x7f00 [0000000000000000/0000000000001000/000000b3/00000201] \n";
+        let e = parse(&log, Limits::default()).unwrap();
+        assert_eq!(e.mode_at(0), ExecMode::Bits64);
+        assert_eq!(e.mode_at(1), ExecMode::Bits32);
+    }
 }

@@ -123,6 +123,37 @@ impl CodeImageBuilder {
         Ok(())
     }
 
+    /// Copies the bytes known from `addr` on, as far as pieces continue
+    /// without a gap, into `buf`; returns how many were copied.
+    pub fn peek(&self, addr: Ip, buf: &mut [u8]) -> usize {
+        let mut filled = 0;
+        let end = addr.0.saturating_add(buf.len() as u64);
+        // A piece starting before `addr` may cover it.
+        let first = self
+            .pieces
+            .range(..=addr.0)
+            .next_back()
+            .map_or(addr.0, |(&a, _)| a);
+        for (&start, bytes) in self.pieces.range(first..end) {
+            let want = addr.0 + filled as u64;
+            let piece_end = start.saturating_add(bytes.len() as u64);
+            if start > want {
+                break;
+            }
+            if piece_end <= want {
+                continue;
+            }
+            let from = usize::try_from(want - start).unwrap_or(usize::MAX);
+            let n = (bytes.len() - from).min(buf.len() - filled);
+            buf[filled..filled + n].copy_from_slice(&bytes[from..from + n]);
+            filled += n;
+            if filled == buf.len() {
+                break;
+            }
+        }
+        filled
+    }
+
     /// Merges the pieces into segments.
     pub fn build(self) -> Result<CodeImage, CodeConflict> {
         let mut segments: Vec<Segment> = Vec::new();
@@ -190,6 +221,19 @@ mod tests {
         assert_eq!(image.bytes_at(Ip(0x1002)), Some(&[3u8, 4, 5][..]));
         assert_eq!(image.bytes_at(Ip(0x1005)), None);
         assert_eq!(image.bytes_at(Ip(0xfff)), None);
+    }
+
+    #[test]
+    fn peek_follows_contiguous_pieces() {
+        let mut b = CodeImageBuilder::new();
+        b.add(Ip(0x1000), &[1, 2, 3]).unwrap();
+        b.add(Ip(0x1003), &[4]).unwrap();
+        b.add(Ip(0x1005), &[6]).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(b.peek(Ip(0x1001), &mut buf), 3);
+        assert_eq!(&buf[..3], &[2, 3, 4]);
+        assert_eq!(b.peek(Ip(0x1004), &mut buf), 0);
+        assert_eq!(b.peek(Ip(0x1005), &mut buf[..1]), 1);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! Needs `qemu-x86_64` and libipt 2.0.5 (`scripts/setup.sh`).
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use hwtrace_libipt::{Config, Image, Sections, insn_addresses};
@@ -160,11 +160,143 @@ fn qemu_present() -> bool {
     Path::new("/usr/bin/qemu-x86_64").exists()
 }
 
+/// A scratch file for a program's input, removed on drop.
+struct Input(std::path::PathBuf);
+
+impl Input {
+    fn new(name: &str, contents: &[u8]) -> Result<Self> {
+        let path =
+            std::env::temp_dir().join(format!("hwtrace-sim-test-{}-{name}", std::process::id()));
+        std::fs::write(&path, contents)?;
+        Ok(Input(path))
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap_or_default()
+    }
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Deterministic text: `n` lines of pseudo-random words (a small LCG, so
+/// the input is the same on every run).
+fn text(n: usize) -> String {
+    const WORDS: [&str; 8] = [
+        "branch", "trace", "packet", "return", "syscall", "psb", "tnt", "tip",
+    ];
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut out = String::new();
+    for i in 0..n {
+        for _ in 0..4 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            out += WORDS[(x >> 61) as usize];
+            out.push(' ');
+        }
+        out += &format!("{}\n", x % 1000 + i as u64);
+    }
+    out
+}
+
 #[test]
 fn echo() -> Result<()> {
     ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
     let rec = record("/bin/echo", &["hi"], Limits::default())?;
     ensure!(rec.stdout == b"hi\n", "echo printed {:?}", rec.stdout);
     ensure!(matches!(rec.end, RecordEnd::Exited(s) if s.success()));
+    check_program(&rec)
+}
+
+/// More configurations on one execution: TNT-64, a PSB every 256 bytes
+/// (many PSB+, many suffix starts), TSC packets in PSB+.
+#[test]
+fn echo_other_configurations() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let rec = record("/bin/echo", &["configurations"], Limits::default())?;
+    for return_compression in [true, false] {
+        let trace = roundtrip(
+            &rec.execution,
+            PtConfig {
+                return_compression,
+                psb_period: 256,
+                long_tnt: true,
+                tsc: Some(hwtrace_sim::TscModel {
+                    start: 0x1_0000_0000,
+                    ticks_per_insn: 3,
+                }),
+            },
+        )?;
+        ensure!(trace.stats.psbs > 50, "{:?}", trace.stats);
+    }
+    Ok(())
+}
+
+#[test]
+fn gzip() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let input = Input::new("gzip-input.txt", text(400).as_bytes())?;
+    let rec = record(
+        "/usr/bin/gzip",
+        &["-c", "-9", input.path()],
+        Limits::default(),
+    )?;
+    ensure!(
+        matches!(rec.end, RecordEnd::Exited(s) if s.success()),
+        "{:?}",
+        rec.end
+    );
+    ensure!(
+        rec.stdout.starts_with(&[0x1f, 0x8b]),
+        "gzip wrote no gzip stream"
+    );
+    check_program(&rec)
+}
+
+#[test]
+fn sort() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let unsorted = text(50);
+    let input = Input::new("sort-input.txt", unsorted.as_bytes())?;
+    let rec = record("/usr/bin/sort", &[input.path()], Limits::default())?;
+    ensure!(
+        matches!(rec.end, RecordEnd::Exited(s) if s.success()),
+        "{:?}",
+        rec.end
+    );
+    // sort ran under qemu in the test's locale; compare bytewise only in C.
+    let mut lines: Vec<&str> = unsorted.lines().collect();
+    lines.sort_unstable();
+    let got: Vec<&str> = std::str::from_utf8(&rec.stdout)?.lines().collect();
+    let mut got_sorted = got.clone();
+    got_sorted.sort_unstable();
+    ensure!(got_sorted == lines, "sort lost or changed lines");
+    check_program(&rec)
+}
+
+/// python3's start-up runs about 31.5 million instructions (qemu 7.2,
+/// Debian bookworm's python3.11), over a minute of single-stepping; the
+/// first `PYTHON_INSNS` of them (ld.so, libc and the interpreter's early
+/// initialisation) keep the test near 30 s on two cores. The execution
+/// then ends with FUP + TIP.PGD before the first instruction not recorded.
+const PYTHON_INSNS: usize = 2_000_000;
+
+#[test]
+fn python3_start_up() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let limits = Limits {
+        max_instructions: Some(PYTHON_INSNS),
+        timeout: Some(Duration::from_secs(120)),
+    };
+    let rec = record("/usr/bin/python3", &["-c", "pass"], limits)?;
+    ensure!(rec.end == RecordEnd::Limit, "{:?}", rec.end);
+    ensure!(
+        rec.execution.len() >= PYTHON_INSNS,
+        "{}",
+        rec.execution.len()
+    );
+    ensure!(rec.execution.successor().is_some());
     check_program(&rec)
 }

@@ -1,0 +1,201 @@
+//! The encoder's rules on a hand-assembled program whose packets can be
+//! worked out from the SDM by hand, then decoded by libipt.
+
+use hwtrace_libipt::{Config, Image, Sections, insn_addresses};
+use hwtrace_packet::{ExecMode, LastIp, Packet, decode_packet};
+use hwtrace_sim::{CodeImageBuilder, EncodedTrace, Execution, PtConfig, PtEncoder};
+use hwtrace_types::Ip;
+
+/// ```text
+/// 1000: e8 0b 00 00 00   call 1010
+/// 1005: 0f 05            syscall
+/// 1007: 75 f7            jne  1000
+/// 1009: ff e0            jmp  rax
+/// 1010: c3               ret
+/// 1020: 90               nop
+/// 1021: 90               nop
+/// ```
+fn program() -> Execution {
+    let mut code = CodeImageBuilder::new();
+    code.add(
+        Ip(0x1000),
+        &[0xe8, 0x0b, 0, 0, 0, 0x0f, 0x05, 0x75, 0xf7, 0xff, 0xe0],
+    )
+    .unwrap();
+    code.add(Ip(0x1010), &[0xc3]).unwrap();
+    code.add(Ip(0x1020), &[0x90, 0x90]).unwrap();
+    let insns = [
+        0x1000, 0x1010, 0x1005, // call, compressible ret, syscall
+        0x1007, // jne taken
+        0x1000, 0x1010, 0x1005, // call, ret, syscall
+        0x1007, // jne not taken
+        0x1009, // jmp rax
+        0x1020, // nop; then cut short before the second nop
+    ];
+    Execution::from_parts(
+        insns.iter().map(|&ip| Ip(ip)).collect(),
+        ExecMode::Bits64,
+        code.build().unwrap(),
+        Some(Ip(0x1021)),
+    )
+}
+
+/// The packets as short words, IPs reconstructed.
+fn listing(trace: &EncodedTrace) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut last = LastIp::new();
+    let mut at = 0;
+    while at < trace.bytes.len() {
+        let (packet, len) = decode_packet(&trace.bytes[at..]).unwrap();
+        at += len;
+        let ip = |last: &mut LastIp, p| {
+            last.update(p);
+            last.ip().map_or("-".to_string(), |ip| format!("{ip:#x}"))
+        };
+        out.push(match packet {
+            Packet::Psb => {
+                last.reset();
+                "psb".into()
+            }
+            Packet::Psbend => "psbend".into(),
+            Packet::ModeExec(m) => format!("mode.exec {:?}", m.mode()),
+            Packet::Tnt(t) => format!(
+                "tnt {}",
+                t.iter()
+                    .map(|b| if b { 'T' } else { 'N' })
+                    .collect::<String>()
+            ),
+            Packet::Tip(p) => format!("tip {}", ip(&mut last, p)),
+            Packet::TipPge(p) => format!("tip.pge {}", ip(&mut last, p)),
+            Packet::TipPgd(p) => format!("tip.pgd {}", ip(&mut last, p)),
+            Packet::Fup(p) => format!("fup {}", ip(&mut last, p)),
+            other => format!("{:?}", other.kind()),
+        });
+    }
+    out
+}
+
+fn libipt(execution: &Execution, bytes: &[u8]) -> Vec<u64> {
+    let mut sections = Sections::new();
+    for seg in execution.memory().segments() {
+        sections.insert(seg.addr.0, &seg.bytes).unwrap();
+    }
+    let image = Image::with_memory(&sections).unwrap();
+    let (ips, errors) = insn_addresses(bytes, &Config::default(), &image).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    ips
+}
+
+fn executed(e: &Execution) -> Vec<u64> {
+    e.insns().iter().map(|ip| ip.0).collect()
+}
+
+#[test]
+fn with_return_compression() {
+    let e = program();
+    let trace = PtEncoder::new(PtConfig::default()).encode(&e).unwrap();
+    assert_eq!(
+        listing(&trace),
+        [
+            "psb",
+            "mode.exec Bits64",
+            "psbend",
+            "tip.pge 0x1000",
+            // The RET goes to the CALL's next IP: one taken bit, written
+            // before the SYSCALL's TIP.PGD, whose IP is suppressed (CPL 0).
+            "tnt T",
+            "tip.pgd -",
+            // Back in user mode; the mode is unchanged since the PSB+.
+            "tip.pge 0x1007",
+            "tnt TT",
+            "tip.pgd -",
+            "tip.pge 0x1007",
+            "tnt N",
+            "tip 0x1020",
+            // Cut short before 0x1021.
+            "fup 0x1021",
+            "tip.pgd -",
+        ]
+    );
+    assert_eq!(trace.stats.compressed_returns, 2);
+    assert_eq!(libipt(&e, &trace.bytes), executed(&e));
+}
+
+#[test]
+fn without_return_compression() {
+    let e = program();
+    let config = PtConfig {
+        return_compression: false,
+        ..PtConfig::default()
+    };
+    let trace = PtEncoder::new(config).encode(&e).unwrap();
+    assert_eq!(
+        listing(&trace),
+        [
+            "psb",
+            "mode.exec Bits64",
+            "psbend",
+            "tip.pge 0x1000",
+            "tip 0x1005",
+            "tip.pgd -",
+            "tip.pge 0x1007",
+            // The JNE's bit must precede the RET's TIP.
+            "tnt T",
+            "tip 0x1005",
+            "tip.pgd -",
+            "tip.pge 0x1007",
+            "tnt N",
+            "tip 0x1020",
+            "fup 0x1021",
+            "tip.pgd -",
+        ]
+    );
+    assert_eq!(trace.stats.compressed_returns, 0);
+    assert_eq!(libipt(&e, &trace.bytes), executed(&e));
+}
+
+#[test]
+fn psb_plus_carries_the_ip_and_empties_the_call_stack() {
+    let e = program();
+    // A PSB at every instruction boundary.
+    let config = PtConfig {
+        psb_period: 1,
+        ..PtConfig::default()
+    };
+    let trace = PtEncoder::new(config).encode(&e).unwrap();
+    let l = listing(&trace);
+    // After the PSB between the CALL and the RET the RET cannot be
+    // compressed: the decoder may have started at that PSB.
+    assert_eq!(trace.stats.compressed_returns, 0);
+    assert!(
+        l.windows(4)
+            .any(|w| w == ["psb", "mode.exec Bits64", "fup 0x1010", "psbend"])
+    );
+    assert_eq!(libipt(&e, &trace.bytes), executed(&e));
+    for psb in &trace.psbs {
+        let from = usize::try_from(psb.offset.0).unwrap();
+        assert_eq!(
+            libipt(&e, &trace.bytes[from..]),
+            executed(&e)[psb.insn_index..],
+            "from the PSB at {:#x}",
+            psb.offset.0
+        );
+    }
+}
+
+#[test]
+fn an_unexplained_transfer_is_an_error_naming_the_instruction() {
+    let e = program();
+    // The NOP at 0x1020 cannot be followed by 0x1000.
+    let mut insns = e.insns().to_vec();
+    insns.push(Ip(0x1000));
+    let broken = Execution::from_parts(insns, ExecMode::Bits64, e.memory().clone(), None);
+    let err = PtEncoder::new(PtConfig::default())
+        .encode(&broken)
+        .unwrap_err();
+    assert_eq!((err.index, err.ip), (9, Ip(0x1020)));
+    assert!(
+        err.to_string().contains("`nop` cannot continue at 0x1000"),
+        "{err}"
+    );
+}
