@@ -441,3 +441,21 @@ fn record_pid<W: Write + Seek>(
 pub fn system_page_size() -> u64 {
     page_size() as u64
 }
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Installs a SIGINT handler that sets the returned flag (pass it to
+/// [`record`] so Ctrl-C ends an attached capture and still writes the file).
+pub fn stop_on_sigint() -> &'static AtomicBool {
+    let handler: extern "C" fn(libc::c_int) = on_sigint;
+    // SAFETY: the handler only stores to an atomic, which is
+    // async-signal-safe; `signal` has no other memory effects.
+    unsafe {
+        libc::signal(libc::SIGINT, handler as libc::sighandler_t);
+    }
+    &STOP
+}

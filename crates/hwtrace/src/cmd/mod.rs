@@ -6,8 +6,10 @@ mod dump;
 mod lbr;
 mod mem;
 mod msr;
+mod perf;
 mod ptdump;
 mod ptxed;
+mod record;
 
 use std::process::ExitCode;
 
@@ -32,6 +34,10 @@ pub enum Command {
     Bts(bts::BtsArgs),
     /// Last Branch Records: decode an LBR MSR dump.
     Lbr(lbr::LbrArgs),
+    /// Record a command or process with Intel PT, BTS or LBR (perf_event_open) into perf.data.
+    Record(record::RecordArgs),
+    /// Look inside perf.data files: info, dump-aux.
+    Perf(perf::PerfArgs),
 }
 
 /// Runs one subcommand.
@@ -45,5 +51,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Cpuid(args) => cpuid::run(args),
         Command::Bts(args) => bts::run(args),
         Command::Lbr(args) => lbr::run(args),
+        Command::Record(args) => record::run(args),
+        Command::Perf(args) => perf::run(args),
     }
 }

@@ -1,0 +1,423 @@
+//! `hwtrace perf`: look inside perf.data files.
+//!
+//! * `info`: attributes, features, AUX streams per CPU/thread with their
+//!   sizes and gaps, lost data, sideband counts.
+//! * `dump-aux`: write one CPU's or thread's AUX stream (e.g. raw Intel PT).
+
+use std::collections::BTreeMap;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use hwtrace_perf::data::attr::{attr_type, sample};
+use hwtrace_perf::data::{
+    AuxStreams, AuxtraceKind, EventAttr, PerfData, PerfRecord, QueueKey, record_type_name,
+};
+
+use crate::input::MappedFile;
+
+/// Look inside perf.data files.
+#[derive(Debug, clap::Args)]
+pub struct PerfArgs {
+    #[command(subcommand)]
+    command: PerfCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum PerfCommand {
+    /// Attributes, features, AUX streams per CPU/thread, lost data, record counts.
+    Info {
+        /// The perf.data file (file or pipe format).
+        file: PathBuf,
+    },
+    /// Write the AUX stream (e.g. raw Intel PT) of one CPU or thread.
+    DumpAux {
+        /// The perf.data file.
+        file: PathBuf,
+        /// The CPU (per-CPU recordings).
+        #[arg(long)]
+        cpu: Option<u32>,
+        /// The thread (per-thread recordings).
+        #[arg(long)]
+        tid: Option<u32>,
+        /// Output file.
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+    },
+}
+
+/// Runs `hwtrace perf`.
+pub fn run(args: PerfArgs) -> Result<ExitCode> {
+    match args.command {
+        PerfCommand::Info { file } => info(&file),
+        PerfCommand::DumpAux {
+            file,
+            cpu,
+            tid,
+            output,
+        } => dump_aux(&file, cpu, tid, &output),
+    }
+}
+
+const SAMPLE_BITS: &[(u64, &str)] = &[
+    (sample::IP, "IP"),
+    (sample::TID, "TID"),
+    (sample::TIME, "TIME"),
+    (sample::ADDR, "ADDR"),
+    (sample::READ, "READ"),
+    (sample::CALLCHAIN, "CALLCHAIN"),
+    (sample::ID, "ID"),
+    (sample::CPU, "CPU"),
+    (sample::PERIOD, "PERIOD"),
+    (sample::STREAM_ID, "STREAM_ID"),
+    (sample::RAW, "RAW"),
+    (sample::BRANCH_STACK, "BRANCH_STACK"),
+    (sample::REGS_USER, "REGS_USER"),
+    (sample::STACK_USER, "STACK_USER"),
+    (sample::WEIGHT, "WEIGHT"),
+    (sample::DATA_SRC, "DATA_SRC"),
+    (sample::IDENTIFIER, "IDENTIFIER"),
+    (sample::TRANSACTION, "TRANSACTION"),
+    (sample::REGS_INTR, "REGS_INTR"),
+    (sample::PHYS_ADDR, "PHYS_ADDR"),
+    (sample::AUX, "AUX"),
+    (sample::CGROUP, "CGROUP"),
+    (sample::DATA_PAGE_SIZE, "DATA_PAGE_SIZE"),
+    (sample::CODE_PAGE_SIZE, "CODE_PAGE_SIZE"),
+    (sample::WEIGHT_STRUCT, "WEIGHT_STRUCT"),
+];
+
+fn sample_names(t: u64) -> String {
+    let names: Vec<&str> = SAMPLE_BITS
+        .iter()
+        .filter(|(b, _)| t & b != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join("|")
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn type_name(kind: u32, aux_pmus: &BTreeMap<u32, &'static str>) -> String {
+    match kind {
+        attr_type::HARDWARE => "hardware".into(),
+        attr_type::SOFTWARE => "software".into(),
+        attr_type::TRACEPOINT => "tracepoint".into(),
+        attr_type::HW_CACHE => "hw_cache".into(),
+        attr_type::RAW => "raw".into(),
+        attr_type::BREAKPOINT => "breakpoint".into(),
+        k => aux_pmus
+            .get(&k)
+            .map_or(format!("pmu {k}"), |n| format!("{n} (pmu {k})")),
+    }
+}
+
+fn print_attr(
+    out: &mut dyn Write,
+    i: usize,
+    a: &EventAttr,
+    aux_pmus: &BTreeMap<u32, &'static str>,
+) -> Result<()> {
+    let at = &a.attr;
+    writeln!(
+        out,
+        "event {i}: type {}, config {:#x}",
+        type_name(at.kind, aux_pmus),
+        at.config
+    )?;
+    writeln!(
+        out,
+        "  sample_type {:#x} ({})",
+        at.sample_type,
+        sample_names(at.sample_type)
+    )?;
+    if at.branch_sample_type != 0 {
+        writeln!(out, "  branch_sample_type {:#x}", at.branch_sample_type)?;
+    }
+    if at.config1 != 0 || at.config2 != 0 || at.config3 != 0 {
+        writeln!(
+            out,
+            "  config1 {:#x}, config2 {:#x}, config3 {:#x}",
+            at.config1, at.config2, at.config3
+        )?;
+    }
+    writeln!(
+        out,
+        "  flags {:#x}, sample_period {}, aux_watermark {}, aux_sample_size {}, ids {}",
+        at.flags,
+        at.sample_period,
+        at.aux_watermark,
+        at.aux_sample_size,
+        a.ids.len()
+    )?;
+    Ok(())
+}
+
+fn show_id(v: u32) -> String {
+    if v == u32::MAX {
+        "-1".into()
+    } else {
+        v.to_string()
+    }
+}
+
+fn info(path: &Path) -> Result<ExitCode> {
+    let map = MappedFile::open(path)?;
+    let bytes = map.bytes();
+    let file = PerfData::parse(bytes).with_context(|| format!("{}", path.display()))?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let h = &file.header;
+    let format = if h.is_pipe() { "pipe" } else { "file" };
+    writeln!(
+        out,
+        "{}: perf.data ({format} format), {} bytes",
+        path.display(),
+        bytes.len()
+    )?;
+    writeln!(
+        out,
+        "data: offset {:#x}, size {:#x}",
+        h.data.offset, h.data.size
+    )?;
+
+    // One pass over the records: counts, AUXTRACE_INFO, pipe attrs.
+    let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut aux_pmus = BTreeMap::new();
+    let mut infos = Vec::new();
+    let mut errors = Vec::new();
+    let mut records = file.records();
+    for r in &mut records {
+        match r {
+            Ok(r) => {
+                *counts.entry(record_type_name(r.header.kind)).or_default() += 1;
+                if let PerfRecord::AuxtraceInfo(i) = r.record {
+                    match &i.kind {
+                        AuxtraceKind::IntelPt(p) => {
+                            aux_pmus.insert(p.pmu_type, "intel_pt");
+                        }
+                        AuxtraceKind::IntelBts(b) => {
+                            aux_pmus.insert(b.pmu_type, "intel_bts");
+                        }
+                        _ => {}
+                    }
+                    infos.push(i);
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    let features = if h.is_pipe() {
+        records.pipe_features().clone()
+    } else {
+        file.features.clone()
+    };
+    for (i, a) in records.attrs().iter().enumerate() {
+        print_attr(&mut out, i, a, &aux_pmus)?;
+    }
+
+    writeln!(out, "features:")?;
+    let strings = [
+        ("hostname", features.hostname),
+        ("osrelease", features.osrelease),
+        ("version", features.version),
+        ("arch", features.arch),
+        ("cpudesc", features.cpudesc),
+        ("cpuid", features.cpuid),
+    ];
+    for (name, v) in strings {
+        if let Some(v) = v {
+            writeln!(out, "  {name}: {}", text(v))?;
+        }
+    }
+    if let Some((avail, online)) = features.nrcpus {
+        writeln!(out, "  nrcpus: {online} online, {avail} available")?;
+    }
+    if let Some(c) = &features.cmdline {
+        let args: Vec<String> = c.iter().map(|a| text(a)).collect();
+        writeln!(out, "  cmdline: {}", args.join(" "))?;
+    }
+    for b in &features.build_ids {
+        let id: String = b.build_id.iter().map(|x| format!("{x:02x}")).collect();
+        writeln!(out, "  build-id: {id} {}", text(b.filename))?;
+    }
+    for e in &features.errors {
+        writeln!(out, "  error: {e}")?;
+    }
+
+    for i in &infos {
+        match &i.kind {
+            AuxtraceKind::IntelPt(p) => {
+                writeln!(out, "auxtrace: intel_pt (pmu {})", p.pmu_type)?;
+                let t = &p.tsc;
+                writeln!(
+                    out,
+                    "  tsc conversion: time_shift {}, time_mult {}, time_zero {}, cap_user_time_zero {}",
+                    t.time_shift, t.time_mult, t.time_zero, t.cap_user_time_zero
+                )?;
+                writeln!(
+                    out,
+                    "  {} mmaps, snapshot {}, have_sched_switch {}",
+                    if p.per_cpu_mmaps {
+                        "per-cpu"
+                    } else {
+                        "per-thread"
+                    },
+                    p.snapshot_mode,
+                    p.have_sched_switch
+                )?;
+                let opt = |v: Option<u64>| v.map_or("-".into(), |v| format!("{v:#x}"));
+                writeln!(
+                    out,
+                    "  config bits: tsc {:#x}, noretcomp {:#x}, mtc {}, mtc_freq {}, cyc {}",
+                    p.tsc_bit,
+                    p.noretcomp_bit,
+                    opt(p.mtc_bit),
+                    opt(p.mtc_freq_bits),
+                    opt(p.cyc_bit)
+                )?;
+                writeln!(
+                    out,
+                    "  tsc:ctc ratio {}/{}, max non-turbo ratio {}",
+                    p.tsc_ctc_ratio_n.unwrap_or(0),
+                    p.tsc_ctc_ratio_d.unwrap_or(0),
+                    p.max_non_turbo_ratio.unwrap_or(0)
+                )?;
+                if let Some(f) = &p.filter {
+                    writeln!(out, "  filter: {}", text(f))?;
+                }
+            }
+            AuxtraceKind::IntelBts(b) => {
+                writeln!(
+                    out,
+                    "auxtrace: intel_bts (pmu {}), snapshot {}",
+                    b.pmu_type, b.snapshot_mode
+                )?;
+            }
+            _ => writeln!(out, "auxtrace: type {}", i.kind_code)?,
+        }
+    }
+
+    let streams = AuxStreams::collect(&file);
+    writeln!(out, "aux streams: {}", streams.queues.len())?;
+    for (k, q) in &streams.queues {
+        let lost: u64 = q.gaps.iter().map(|g| g.lost_bytes()).sum();
+        writeln!(
+            out,
+            "  cpu {} tid {}: {} bytes in {} buffers, {} gaps ({} bytes lost)",
+            show_id(k.cpu),
+            show_id(k.tid),
+            q.len(),
+            q.chunks.len(),
+            q.gaps.len(),
+            lost
+        )?;
+        for g in &q.gaps {
+            writeln!(
+                out,
+                "    gap at stream offset {:#x} (record at {}): aux offset {:#x} expected, {:#x} found",
+                g.stream_offset, g.record_offset, g.expected_aux_offset, g.found_aux_offset
+            )?;
+        }
+    }
+    for l in &streams.aux_losses {
+        writeln!(
+            out,
+            "lost: AUX record at {} flags {:#x} (truncated/partial), aux offset {:#x} size {:#x}, cpu {} tid {}",
+            l.record_offset,
+            l.flags,
+            l.aux_offset,
+            l.aux_size,
+            l.cpu.map_or("?".into(), show_id),
+            l.tid.map_or("?".into(), show_id)
+        )?;
+    }
+    for (off, n) in &streams.lost_records {
+        writeln!(out, "lost: LOST record at {off}: {n} events")?;
+    }
+    writeln!(out, "records:")?;
+    for (name, n) in &counts {
+        writeln!(out, "  {name}: {n}")?;
+    }
+    for e in &errors {
+        writeln!(out, "error: {e}")?;
+    }
+    out.flush()?;
+    Ok(if errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+fn dump_aux(path: &Path, cpu: Option<u32>, tid: Option<u32>, output: &Path) -> Result<ExitCode> {
+    let map = MappedFile::open(path)?;
+    let file = PerfData::parse(map.bytes()).with_context(|| format!("{}", path.display()))?;
+    let streams = AuxStreams::collect(&file);
+    let list = || {
+        streams
+            .queues
+            .iter()
+            .map(|(k, q): (&QueueKey, _)| {
+                format!(
+                    "--cpu {} --tid {} ({} bytes)",
+                    show_id(k.cpu),
+                    show_id(k.tid),
+                    q.len()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    if streams.queues.is_empty() {
+        bail!("{} has no AUX data", path.display());
+    }
+    let (key, queue) = if cpu.is_none() && tid.is_none() {
+        if streams.queues.len() != 1 {
+            bail!(
+                "{} has {} AUX streams: pick one with --cpu or --tid: {}",
+                path.display(),
+                streams.queues.len(),
+                list()
+            );
+        }
+        streams.queues.iter().next().context("one stream")?
+    } else {
+        streams
+            .find(cpu, tid)
+            .with_context(|| format!("no AUX stream for that cpu/tid; the file has: {}", list()))?
+    };
+    let f = std::fs::File::create(output)
+        .with_context(|| format!("cannot create {}", output.display()))?;
+    let mut w = BufWriter::new(f);
+    queue
+        .write_to(&mut w)
+        .with_context(|| format!("writing {}", output.display()))?;
+    w.flush()?;
+    for g in &queue.gaps {
+        eprintln!(
+            "hwtrace perf dump-aux: warning: {} bytes lost before output offset {:#x} (AUXTRACE record at {})",
+            g.lost_bytes(),
+            g.stream_offset,
+            g.record_offset
+        );
+    }
+    for e in &streams.errors {
+        eprintln!("hwtrace perf dump-aux: warning: {e}");
+    }
+    eprintln!(
+        "hwtrace perf dump-aux: wrote {} bytes of cpu {} tid {} to {}",
+        queue.len(),
+        show_id(key.cpu),
+        show_id(key.tid),
+        output.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}

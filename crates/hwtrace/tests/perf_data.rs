@@ -1,0 +1,332 @@
+//! `hwtrace record`, `hwtrace perf info` and `hwtrace perf dump-aux`, run as
+//! the built binary.
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use hwtrace_packet::{ModeExec, Packet, TraceBuilder};
+use hwtrace_perf::data::header::EventAttr;
+use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, intel_pt_attr};
+use hwtrace_perf::data::{IntelPtInfo, TscConversion};
+use hwtrace_perf::pevent::SampleId;
+use hwtrace_perf::pevent::record::aux_flag;
+
+fn hwtrace_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("the hwtrace binary runs")
+}
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hwtrace-cli-perf-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn vendor() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    info.lines()
+        .find(|l| l.starts_with("vendor_id"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[test]
+fn record_without_intel_pt_fails_clearly_and_leaves_no_file() {
+    if Path::new("/sys/bus/event_source/devices/intel_pt").exists() {
+        eprintln!("skipped: this machine has Intel PT");
+        return;
+    }
+    let dir = tmpdir("nopt");
+    for args in [
+        &["record", "--", "/bin/true"][..],
+        &["record", "--pt", "-o", "x.data", "--", "/bin/true"],
+    ] {
+        let o = hwtrace_in(&dir, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("has no Intel PT"), "{e}");
+        assert!(e.contains(&vendor()), "{e}");
+        assert!(e.contains("hwtrace record --portable"), "{e}");
+    }
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(left.is_empty(), "no partial output: {left:?}");
+    let o = hwtrace_in(&dir, &["record", "--bts", "--", "/bin/true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("has no Intel BTS"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn record_lbr_without_lbr_fails_clearly() {
+    if Path::new("/sys/bus/event_source/devices/cpu").exists() {
+        eprintln!("skipped: this machine has a hardware PMU; LBR may work");
+        return;
+    }
+    let dir = tmpdir("nolbr");
+    let o = hwtrace_in(
+        &dir,
+        &["record", "--lbr", "-j", "any_call", "--", "/bin/true"],
+    );
+    let e = stderr(&o);
+    if o.status.code() == Some(3) {
+        eprintln!("skipped: not permitted here: {e}");
+        return;
+    }
+    assert_eq!(o.status.code(), Some(2), "{e}");
+    assert!(
+        e.contains("no LBR") && e.contains(&vendor()) && e.contains("--portable"),
+        "{e}"
+    );
+    assert!(!dir.join("perf.data").exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn record_option_errors() {
+    let dir = tmpdir("opts");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "record",
+                "--lbr",
+                "--filter",
+                "0x1000/0x10@/bin/true",
+                "--",
+                "/bin/true",
+            ],
+            "Intel PT only",
+        ),
+        (&["record", "--sideband-only"], "give a command"),
+        (
+            &["record", "--sideband-only", "-m", "lots", "--", "/bin/true"],
+            "not a size",
+        ),
+        (
+            &["record", "--lbr", "-j", "sideways", "--", "/bin/true"],
+            "unknown branch filter `sideways`",
+        ),
+        (
+            &["record", "--sideband-only", "--", "/nonexistent/prog"],
+            "execv",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = hwtrace_in(&dir, args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "{args:?}: {}", stderr(&o));
+    }
+    assert!(!dir.join("perf.data").exists() && !dir.join("perf.data.hwtrace-partial").exists());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn sideband_capture_reads_back_with_perf_info() {
+    let dir = tmpdir("sb");
+    let o = hwtrace_in(&dir, &["record", "--sideband-only", "--", "/bin/true"]);
+    if o.status.code() == Some(3) {
+        eprintln!("skipped: not permitted here: {}", stderr(&o));
+        return;
+    }
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("wrote perf.data"), "{}", stderr(&o));
+    let info = hwtrace_in(&dir, &["perf", "info", "perf.data"]);
+    assert!(info.status.success(), "{}", stderr(&info));
+    let text = stdout(&info);
+    assert!(
+        text.contains("event 0: type software, config 0x9"),
+        "{text}"
+    );
+    assert!(
+        text.contains("COMM: 1") && text.contains("EXIT: 1"),
+        "{text}"
+    );
+    assert!(text.contains("aux streams: 0"), "{text}");
+    // perf itself agrees on the records, when installed.
+    if let Ok(p) = Command::new("perf")
+        .current_dir(&dir)
+        .args(["report", "-D", "-f", "-i", "perf.data"])
+        .output()
+    {
+        let report = String::from_utf8_lossy(&p.stdout);
+        for line in text.lines().skip_while(|l| *l != "records:").skip(1) {
+            let (name, n) = line.trim().split_once(": ").unwrap();
+            let want = format!("{name} events:");
+            let theirs = report
+                .lines()
+                .find(|l| l.trim_start().starts_with(&want))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .unwrap_or_else(|| panic!("perf report -D lacks {name}:\n{report}"));
+            assert_eq!(theirs, n, "{name}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A PT trace: PSB, MODE.Exec, PSBEND, TIP.PGE, TIP.PGD.
+fn pt_bytes(ip: u64) -> Vec<u8> {
+    let mut t = TraceBuilder::new();
+    t.push(Packet::Psb).unwrap();
+    t.push(Packet::ModeExec(ModeExec {
+        csl: true,
+        csd: false,
+        iflag: false,
+    }))
+    .unwrap();
+    t.push(Packet::Psbend).unwrap();
+    t.ip(Packet::TipPge, ip).unwrap();
+    t.ip(Packet::TipPgd, ip + 0x20).unwrap();
+    t.finish()
+}
+
+/// Two threads, the second with two buffers and 0x40 bytes lost between.
+fn two_thread_file() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let attrs = [EventAttr {
+        attr: intel_pt_attr(8, 1 | 1 << 10 | 1 << 13),
+        ids: vec![3],
+    }];
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    w.auxtrace_info_pt(&IntelPtInfo {
+        pmu_type: 8,
+        tsc: TscConversion {
+            time_shift: 10,
+            time_mult: 600,
+            time_zero: 5,
+            cap_user_time_zero: true,
+        },
+        tsc_bit: 1 << 10,
+        filter: Some(b"filter 0x1000/0x100@/bin/true".to_vec()),
+        ..IntelPtInfo::default()
+    })
+    .unwrap();
+    let sid = |tid| SampleId {
+        pid_tid: Some((100, tid)),
+        time: Some(1),
+        cpu: Some(0),
+        identifier: Some(3),
+        ..SampleId::default()
+    };
+    w.comm(100, 100, "prog", true, &sid(100)).unwrap();
+    w.comm(100, 101, "prog", false, &sid(101)).unwrap();
+    let a = pt_bytes(0x401000);
+    let b1 = pt_bytes(0x402000);
+    let b2 = pt_bytes(0x403000);
+    w.auxtrace(&a, 0, 0, 0, 100, u32::MAX).unwrap();
+    w.auxtrace(&b1, 0, 0, 1, 101, u32::MAX).unwrap();
+    let next = (b1.len() as u64).next_multiple_of(8) + 0x40;
+    w.aux(0, 0x40, aux_flag::TRUNCATED, &sid(101)).unwrap();
+    w.auxtrace(&b2, next, 0, 1, 101, u32::MAX).unwrap();
+    let bytes = w
+        .finish(&FeatureData {
+            arch: Some("x86_64".into()),
+            nrcpus: Some((8, 4)),
+            ..FeatureData::default()
+        })
+        .unwrap()
+        .into_inner();
+    let mut want101 = b1.clone();
+    want101.resize(b1.len().next_multiple_of(8), 0);
+    want101.extend_from_slice(&b2);
+    want101.resize(want101.len().next_multiple_of(8), 0);
+    let mut want100 = a.clone();
+    want100.resize(a.len().next_multiple_of(8), 0);
+    (bytes, want100, want101)
+}
+
+#[test]
+fn perf_info_and_dump_aux_on_a_two_thread_pt_file() {
+    let dir = tmpdir("pt");
+    let (bytes, want100, want101) = two_thread_file();
+    std::fs::write(dir.join("pt.data"), &bytes).unwrap();
+    let info = hwtrace_in(&dir, &["perf", "info", "pt.data"]);
+    assert!(info.status.success(), "{}", stderr(&info));
+    let text = stdout(&info);
+    for want in [
+        "event 0: type intel_pt (pmu 8), config 0x2401",
+        "auxtrace: intel_pt (pmu 8)",
+        "time_shift 10, time_mult 600, time_zero 5, cap_user_time_zero true",
+        "per-thread mmaps, snapshot false",
+        "filter: filter 0x1000/0x100@/bin/true",
+        "nrcpus: 4 online, 8 available",
+        "aux streams: 2",
+        &format!(
+            "cpu -1 tid 100: {} bytes in 1 buffers, 0 gaps",
+            want100.len()
+        ),
+        &format!(
+            "cpu -1 tid 101: {} bytes in 2 buffers, 1 gaps (64 bytes lost)",
+            want101.len()
+        ),
+        "lost: AUX record at",
+        "AUXTRACE: 3",
+        "COMM: 2",
+    ] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+
+    let o = hwtrace_in(
+        &dir,
+        &[
+            "perf", "dump-aux", "pt.data", "--tid", "101", "-o", "t101.pt",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("64 bytes lost before output offset"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(std::fs::read(dir.join("t101.pt")).unwrap(), want101);
+    let o = hwtrace_in(
+        &dir,
+        &[
+            "perf", "dump-aux", "pt.data", "--tid", "100", "-o", "t100.pt",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.join("t100.pt")).unwrap(), want100);
+    // The extracted stream is real PT: hwtrace dump decodes it.
+    let d = hwtrace_in(&dir, &["dump", "t100.pt"]);
+    assert!(d.status.success(), "{}", stderr(&d));
+    assert!(stdout(&d).contains("401000"), "{}", stdout(&d));
+
+    // Ambiguous or missing selections are refused with the choices listed.
+    let o = hwtrace_in(&dir, &["perf", "dump-aux", "pt.data", "-o", "x.pt"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--tid 100") && stderr(&o).contains("--tid 101"),
+        "{}",
+        stderr(&o)
+    );
+    let o = hwtrace_in(
+        &dir,
+        &["perf", "dump-aux", "pt.data", "--cpu", "3", "-o", "x.pt"],
+    );
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("no AUX stream"), "{}", stderr(&o));
+
+    // A damaged file: error with its offset, non-zero exit.
+    let mut bad = bytes.clone();
+    bad[..8].copy_from_slice(b"NOTPERF!");
+    std::fs::write(dir.join("bad.data"), &bad).unwrap();
+    let o = hwtrace_in(&dir, &["perf", "info", "bad.data"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("offset 0x0: bad magic"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
