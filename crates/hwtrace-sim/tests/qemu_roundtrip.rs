@@ -300,3 +300,17 @@ fn python3_start_up() -> Result<()> {
     ensure!(rec.execution.successor().is_some());
     check_program(&rec)
 }
+
+#[test]
+fn a_program_that_cannot_start_is_a_qemu_error() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    match Execution::record_qemu("/nonexistent/program", &["x"], Limits::default()) {
+        // qemu 7.2 printf()s its reason and _exit()s, so with a pipe as
+        // stdout the reason is lost; the status is what is left.
+        Err(hwtrace_sim::RecordError::Qemu { status, .. }) => {
+            ensure!(!status.success());
+            Ok(())
+        }
+        other => bail!("expected a qemu error, got {other:?}"),
+    }
+}

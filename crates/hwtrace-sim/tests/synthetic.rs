@@ -199,3 +199,74 @@ fn an_unexplained_transfer_is_an_error_naming_the_instruction() {
         "{err}"
     );
 }
+
+/// `INT n` leaves user mode like SYSCALL; a far return that stays in
+/// 64-bit user mode is a TIP without MODE.Exec.
+///
+/// ```text
+/// 2000: cd 80            int 0x80
+/// 2002: 48 cb            retfq
+/// 3000: 90               nop
+/// 3001: 0f 05            syscall      (exit)
+/// ```
+#[test]
+fn software_interrupts_and_far_returns() {
+    let mut code = CodeImageBuilder::new();
+    code.add(Ip(0x2000), &[0xcd, 0x80, 0x48, 0xcb]).unwrap();
+    code.add(Ip(0x3000), &[0x90, 0x0f, 0x05]).unwrap();
+    let e = Execution::from_parts(
+        [0x2000, 0x2002, 0x3000, 0x3001].map(Ip).to_vec(),
+        ExecMode::Bits64,
+        code.build().unwrap(),
+        None,
+    );
+    for return_compression in [true, false] {
+        let config = PtConfig {
+            return_compression,
+            ..PtConfig::default()
+        };
+        let trace = PtEncoder::new(config).encode(&e).unwrap();
+        assert_eq!(
+            listing(&trace),
+            [
+                "psb",
+                "mode.exec Bits64",
+                "psbend",
+                "tip.pge 0x2000",
+                "tip.pgd -",
+                "tip.pge 0x2002",
+                "tip 0x3000",
+                // The program's last instruction: its TIP.PGD ends the trace.
+                "tip.pgd -",
+            ]
+        );
+        assert_eq!(libipt(&e, &trace.bytes), executed(&e));
+    }
+}
+
+#[test]
+fn instructions_the_encoder_cannot_trace_are_refused() {
+    // ud2 faults: the CPU would write FUP + TIP.PGD before it, which needs
+    // knowing it faulted; the encoder says so instead of guessing.
+    let mut code = CodeImageBuilder::new();
+    code.add(Ip(0x1000), &[0x0f, 0x0b]).unwrap();
+    let e = Execution::from_parts(
+        vec![Ip(0x1000)],
+        ExecMode::Bits64,
+        code.build().unwrap(),
+        None,
+    );
+    let err = PtEncoder::new(PtConfig::default()).encode(&e).unwrap_err();
+    assert_eq!(err.index, 0);
+    assert!(err.to_string().contains("`ud2` is not supported"), "{err}");
+
+    // No code at all.
+    let e = Execution::from_parts(
+        vec![Ip(0x5000)],
+        ExecMode::Bits64,
+        CodeImageBuilder::new().build().unwrap(),
+        None,
+    );
+    let err = PtEncoder::new(PtConfig::default()).encode(&e).unwrap_err();
+    assert_eq!(err.to_string(), "instruction 0 at 0x5000: no code bytes");
+}
