@@ -21,19 +21,7 @@ const EXCEPTIONS: &[(&str, &str)] = &[
         "perf sideband (--pevent) is parsed but not yet applied to images or printed",
     ),
     (
-        "ptxed-resync-nomap-psb",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
         "ptxed-resync-nomap-tip_pge",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-psb-bad_status-psb",
-        "error offset/resync position differs from libipt's read-ahead",
-    ),
-    (
-        "ptxed-resync-psb-nomap-psb",
         "error offset/resync position differs from libipt's read-ahead",
     ),
 ];

@@ -198,10 +198,23 @@ impl<'a> EventDecoder<'a> {
 
     /// Moves to the next PSB and reads its PSB+ header.
     pub fn sync_forward(&mut self) -> Result<(), ErrorKind> {
+        // Search from the packet being processed, not from where look-ahead
+        // left the packet decoder, but never return to the PSB we are
+        // synchronised at.
+        let from = usize::try_from(self.offset().0).unwrap_or(usize::MAX);
+        let last = self.pkt.sync_offset();
         self.reset();
-        self.pkt
-            .sync_forward()
-            .map_err(|e| ErrorKind::from(e.kind))?;
+        let found = hwtrace_packet::find_psb_forward(self.pkt.data(), from)
+            .map(|at| TraceOffset(at as u64))
+            .filter(|at| last.is_none_or(|l| *at > l));
+        match found {
+            Some(at) => self.pkt.sync_at(at).map_err(|e| ErrorKind::from(e.kind))?,
+            None => {
+                self.pkt
+                    .sync_forward()
+                    .map_err(|e| ErrorKind::from(e.kind))?;
+            }
+        }
         self.start()
     }
 
@@ -540,6 +553,7 @@ impl<'a> EventDecoder<'a> {
             let Some(p) = self.packet else {
                 return Err(self.status.err().unwrap_or(ErrorKind::Internal));
             };
+            let before = self.evq.len(Binding::Psbend);
             match p.packet {
                 Packet::Fup(ip) => self.header_fup(ip)?,
                 Packet::ModeExec(m) => {
@@ -609,6 +623,11 @@ impl<'a> EventDecoder<'a> {
                     return Ok(Step::More);
                 }
                 _ => return Err(ErrorKind::BadContext),
+            }
+            for n in before..self.evq.len(Binding::Psbend) {
+                if let Some(ev) = self.evq.get_mut(Binding::Psbend, n) {
+                    ev.status_offset.get_or_insert(p.offset);
+                }
             }
         }
     }

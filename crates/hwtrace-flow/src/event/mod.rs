@@ -34,6 +34,9 @@ pub struct Event {
     pub ip_suppressed: bool,
     /// A status report from PSB+ rather than a change.
     pub status_update: bool,
+    /// For PSB+ status events: the offset of the packet that reported
+    /// the status (the event itself is delivered at PSBEND).
+    pub status_offset: Option<hwtrace_types::TraceOffset>,
     /// The decoder knows the event's IP but the trace did not report it
     /// (a CFE without its IP bit): printers leave it out.
     pub ip_hidden: bool,
@@ -54,6 +57,7 @@ impl Event {
             kind,
             ip_suppressed: false,
             status_update: false,
+            status_offset: None,
             ip_hidden: false,
             has_tsc: false,
             tsc: 0,

@@ -68,6 +68,11 @@ impl EventQueue {
         self.lists[index(b)].pop_front()
     }
 
+    /// How many events wait for `b`.
+    pub fn len(&self, b: Binding) -> usize {
+        self.lists[index(b)].len()
+    }
+
     /// Whether `b` has no event.
     pub fn is_empty(&self, b: Binding) -> bool {
         self.lists[index(b)].is_empty()

@@ -240,7 +240,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         }
         let offset = self.query.offset();
         let (ev, status) = self.query.event()?;
-        self.event_offset = offset;
+        self.event_offset = ev.status_offset.unwrap_or(offset);
         self.event = ev;
         self.process_event = true;
         self.status = status;
@@ -565,6 +565,8 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         let here = |ip: u64| ev.ip_suppressed || !self.enabled || ip == self.ip;
         let pending = match ev.kind {
             EventKind::Disabled { .. } => ev.status_update,
+            // A PSB+ status binds where its FUP says execution is.
+            EventKind::Enabled { ip, .. } if ev.status_update => here(ip),
             EventKind::Enabled { .. } | EventKind::Overflow { .. } | EventKind::Stop => true,
             EventKind::AsyncDisabled { at, .. } => {
                 if at != self.ip {
@@ -850,7 +852,11 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         self.bound_ptwrite = false;
         self.resyncing = true;
         if self.process_event {
-            // The event that was waiting goes first.
+            // The event that was waiting goes first; a status report that
+            // failed fails again.
+            if self.event.status_update && !matches!(self.event.kind, EventKind::Enabled { .. }) {
+                self.process_event().map_err(|k| self.err(k))?;
+            }
             self.process_event = false;
             let (ev, offset) = (self.event, self.event_offset);
             if let Some(status) = self.resync_at(ev, offset).map_err(|k| self.err(k))? {

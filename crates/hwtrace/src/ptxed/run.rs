@@ -188,6 +188,7 @@ impl Run<'_, '_> {
 
     fn decode(&mut self) -> io::Result<()> {
         let mut sync = 0u64;
+        let mut resync_failed = false;
         loop {
             let mut insn_ip = 0u64;
             let status = match self.dec.sync_forward() {
@@ -207,10 +208,33 @@ impl Run<'_, '_> {
             };
             self.blocks.open = false;
             let mut status = status;
+            let mut decoded = false;
             let err = 'inner: loop {
                 status = match self.drain(status) {
                     Ok(s) => s,
-                    Err(k) => break k,
+                    Err(k) => {
+                        // libipt finds these while fetching the next
+                        // instruction: it names the IP decoding was at.
+                        if decoded {
+                            insn_ip = self.dec.ip();
+                        }
+                        if !self.o.resync_on_error || k == ErrorKind::Eos {
+                            break k;
+                        }
+                        diagnose(self.out, self.dec.offset().0, insn_ip, "error", k)?;
+                        match self.dec.resync() {
+                            Ok(s) => {
+                                status = s;
+                                continue 'inner;
+                            }
+                            Err(e) => {
+                                let at = self.dec.offset().0;
+                                diagnose(self.out, at, insn_ip, "resync error", e.kind)?;
+                                resync_failed = true;
+                                break e.kind;
+                            }
+                        }
+                    }
                 };
                 if status.eos {
                     if !status.ip_suppressed && !self.o.quiet {
@@ -222,6 +246,7 @@ impl Run<'_, '_> {
                 let mut insn = Insn::empty(0, None, false);
                 let r = self.dec.next_insn(&mut insn);
                 insn_ip = insn.ip;
+                decoded = true;
                 match r {
                     Ok(s) => {
                         self.emit_insn(&insn, offset)?;
@@ -241,7 +266,12 @@ impl Run<'_, '_> {
                                 status = s;
                                 continue 'inner;
                             }
-                            Err(e) => break e.kind,
+                            Err(e) => {
+                                let at = self.dec.offset().0;
+                                diagnose(self.out, at, insn_ip, "resync error", e.kind)?;
+                                resync_failed = true;
+                                break e.kind;
+                            }
                         }
                     }
                 }
@@ -250,7 +280,9 @@ impl Run<'_, '_> {
             if err == ErrorKind::Eos {
                 break;
             }
-            diagnose(self.out, self.dec.offset().0, insn_ip, "error", err)?;
+            if !std::mem::take(&mut resync_failed) {
+                diagnose(self.out, self.dec.offset().0, insn_ip, "error", err)?;
+            }
         }
         Ok(())
     }
