@@ -79,6 +79,8 @@ pub struct InsnDecoder<'a, M> {
     event_offset: TraceOffset,
     /// Skipping to the next IP after an error ([`Self::resync`]).
     resyncing: bool,
+    /// An event to look at after the one being reported (resync).
+    stashed: Option<(Event, TraceOffset)>,
     /// Instructions since the last trace-consuming point (TRIG.ICNT).
     icount: u64,
     /// The execution mode last reported (forgotten at an overflow).
@@ -110,6 +112,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             speculative: false,
             event_offset: TraceOffset(0),
             resyncing: false,
+            stashed: None,
             icount: 0,
             reported_mode: None,
             iflag: None,
@@ -189,6 +192,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.reported_mode = None;
         self.icount = 0;
         self.resyncing = false;
+        self.stashed = None;
         self.postponed = None;
         self.bound_paging = false;
         self.bound_vmcs = false;
@@ -824,8 +828,15 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         let ev = self.event;
         self.process_event = false;
         if self.resyncing {
-            let status = self.resync_step().map_err(|k| self.err(k))?;
-            return Ok((ev, status));
+            let status = match self.stashed.take() {
+                Some((next, offset)) => match self.resync_at(next, offset) {
+                    Ok(Some(status)) => Ok(status),
+                    Ok(None) => self.resync_step(),
+                    Err(e) => Err(e),
+                },
+                None => self.resync_step(),
+            };
+            return Ok((ev, status.map_err(|k| self.err(k))?));
         }
         if let Some((insn, d)) = self.postponed {
             if let Some(status) = self.check_insn_event(&insn, &d).map_err(|k| self.err(k))? {
@@ -886,6 +897,19 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 self.enabled = true;
                 self.resyncing = false;
                 self.check_ip_event(None).map(Some)
+            }
+            EventKind::Enabled { .. } if self.enabled => {
+                // Tracing was on as far as we knew: it must have been
+                // disabled in what the error skipped. Say so first.
+                self.stashed = Some((ev, offset));
+                let mut disabled = ev;
+                disabled.kind = EventKind::Disabled { ip: 0 };
+                disabled.ip_suppressed = true;
+                self.event = disabled;
+                self.event_offset = offset;
+                self.process_event = true;
+                self.resyncing = true;
+                Ok(Some(self.insn_status(true)))
             }
             kind => {
                 match kind {

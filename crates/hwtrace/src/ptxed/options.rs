@@ -133,6 +133,8 @@ pub fn parse(args: &[String]) -> anyhow::Result<Options> {
         sideband: SidebandOptions::default(),
         preamble: Vec::new(),
     };
+    // ptxed's default: no kernel unless --pevent:kernel-start says where.
+    o.sideband.channel.kernel_start = hwtrace_types::Ip(u64::MAX);
     let mut cpu = CpuArg::None;
     let mut have_pt = false;
     let mut i = 0;
