@@ -13,10 +13,6 @@ use hwtrace_libipt::{Config, Image, Sections, insn_addresses};
 use hwtrace_packet::find_psb_forward;
 use hwtrace_sim::{EncodedTrace, Execution, Limits, PtConfig, PtEncoder, RecordEnd, Recording};
 
-/// How many later PSBs each trace is also decoded from (spread over the
-/// trace; decoding a suffix costs as much as the suffix is long).
-const SUFFIX_STARTS: usize = 4;
-
 fn record(program: &str, args: &[&str], limits: Limits) -> Result<Recording> {
     let started = Instant::now();
     let rec = Execution::record_qemu(program, args, limits)
@@ -96,16 +92,41 @@ fn roundtrip(execution: &Execution, config: PtConfig) -> Result<EncodedTrace> {
     let decoded = libipt_decode(execution, &trace.bytes)?;
     check_same("from the start", &decoded, &executed)?;
 
-    // Later PSBs: libipt syncs at the first PSB of what it is given.
-    let later = &trace.psbs[1.min(trace.psbs.len())..];
-    let step = (later.len() / SUFFIX_STARTS).max(1);
-    for psb in later.iter().step_by(step).take(SUFFIX_STARTS) {
-        let offset = usize::try_from(psb.offset.0)?;
-        let decoded = libipt_decode(execution, &trace.bytes[offset..])?;
+    // Later PSBs: libipt syncs at the first PSB of what it is given. Every
+    // PSB is checked on the stretch up to the next PSB: what libipt decodes
+    // from there must be the execution from that PSB's instruction on, at
+    // least up to the next PSB's (it may walk on through code that needs no
+    // packets). One PSB, in the middle, is decoded to the end of the trace.
+    for (k, psb) in trace.psbs.iter().enumerate().skip(1) {
+        let from = usize::try_from(psb.offset.0)?;
+        let (to, at_least) = match trace.psbs.get(k + 1) {
+            Some(next) => (
+                usize::try_from(next.offset.0)?,
+                next.insn_index - psb.insn_index,
+            ),
+            None => (trace.bytes.len(), executed.len() - psb.insn_index),
+        };
+        let decoded = libipt_decode(execution, &trace.bytes[from..to])?;
+        let want = &executed[psb.insn_index..];
+        let what = format!("from the PSB at {from:#x} to {to:#x}");
+        check_same(&what, &decoded, &want[..decoded.len().min(want.len())])?;
+        ensure!(
+            decoded.len() >= at_least,
+            "{what}: decoded {} instructions, executed {at_least} before the next PSB",
+            decoded.len()
+        );
+    }
+    if let Some(middle) = trace
+        .psbs
+        .get(trace.psbs.len() / 2)
+        .filter(|p| p.insn_index > 0)
+    {
+        let from = usize::try_from(middle.offset.0)?;
+        let decoded = libipt_decode(execution, &trace.bytes[from..])?;
         check_same(
-            &format!("from the PSB at {:#x}", psb.offset.0),
+            &format!("from the PSB at {from:#x} to the end"),
             &decoded,
-            &executed[psb.insn_index..],
+            &executed[middle.insn_index..],
         )?;
     }
     eprintln!(
@@ -313,4 +334,31 @@ fn a_program_that_cannot_start_is_a_qemu_error() -> Result<()> {
         }
         other => bail!("expected a qemu error, got {other:?}"),
     }
+}
+
+/// A log written by qemu itself to a file, with `page` and `strace` lines
+/// mixed in, reads as the same kind of execution, and its trace decodes.
+#[test]
+fn a_log_file_with_other_items_mixed_in() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let log = Input::new("true.log", b"")?;
+    let status = std::process::Command::new("qemu-x86_64")
+        .args(["-singlestep", "-d", "exec,nochain,in_asm,page,strace", "-D"])
+        .arg(log.path())
+        .arg("/bin/true")
+        .status()?;
+    ensure!(status.success());
+    let text = std::fs::read(log.path())?;
+    ensure!(
+        text.windows(4).any(|w| w == b"mmap"),
+        "no strace lines in the log: the test would prove nothing"
+    );
+    let execution = Execution::from_qemu_log(&text[..], &Limits::default())?;
+    ensure!(execution.successor().is_none());
+    eprintln!(
+        "/bin/true from a log file: {} instructions",
+        execution.len()
+    );
+    roundtrip(&execution, PtConfig::default())?;
+    Ok(())
 }
