@@ -63,6 +63,7 @@ fn location_hint(ev: &Event) -> LocationHint {
         | EventKind::Exstop { ip: at }
         | EventKind::Mwait { ip: at, .. }
         | EventKind::Ptwrite { ip: at, .. }
+        | EventKind::Iflags { ip: at, .. }
         | EventKind::Tick { ip: at } => ip(at),
         _ => LocationHint::None,
     }
