@@ -15,10 +15,7 @@ use std::process::Command;
 use serde_json::Value;
 
 /// Cases allowed to fail, with the reason. None today: every case matches.
-const EXCEPTIONS: &[(&str, &str)] = &[(
-    "pevent-tip_pgd-switch_cpu_wide-tsc-tip_pge",
-    "the sideband session switches to pid-2 at the TSC of the SWITCH_CPU_WIDE records (after the [tick] at 0x1000); libipt postpones it to the TIP.PGD",
-)];
+const EXCEPTIONS: &[(&str, &str)] = &[];
 
 fn corpus_dir() -> PathBuf {
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
