@@ -15,7 +15,9 @@ use std::process::Command;
 use hwtrace_packet::{IpPayload, ModeExec, Packet, TraceBuilder};
 use hwtrace_perf::data::attr::{Attr, flag, sample};
 use hwtrace_perf::data::header::EventAttr;
-use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, intel_pt_attr};
+use hwtrace_perf::data::write::{
+    FeatureData, PerfDataWriter, PipeWriter, RecordWriter, intel_pt_attr,
+};
 use hwtrace_perf::data::{AuxStreams, IntelPtInfo, PerfData, PerfRecord, TscConversion};
 use hwtrace_perf::pevent::SampleId;
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
@@ -90,7 +92,7 @@ fn trace(entry: u64) -> Vec<u8> {
     t.finish()
 }
 
-fn write_perf_data(p: &Program, pt: &[u8]) -> Vec<u8> {
+fn attrs() -> [EventAttr; 1] {
     // pt | branch, no TSC: perf decodes "timeless", per thread.
     let config = 1 | 1 << 13;
     let mut attr: Attr = intel_pt_attr(PT_PMU_TYPE, config);
@@ -98,8 +100,20 @@ fn write_perf_data(p: &Program, pt: &[u8]) -> Vec<u8> {
     attr.set(flag::COMM, true);
     attr.set(flag::MMAP2, true);
     attr.set(flag::MMAP, true);
-    let attrs = [EventAttr { attr, ids: vec![1] }];
-    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    [EventAttr { attr, ids: vec![1] }]
+}
+
+fn features() -> FeatureData {
+    FeatureData {
+        arch: Some("x86_64".into()),
+        nrcpus: Some((1, 1)),
+        cmdline: Some(vec!["hwtrace".into(), "test".into()]),
+        ..FeatureData::default()
+    }
+}
+
+/// AUXTRACE_INFO, sideband for the program, the trace.
+fn write_records(w: &mut impl RecordWriter, p: &Program, pt: &[u8]) {
     let info = IntelPtInfo {
         pmu_type: PT_PMU_TYPE,
         tsc: TscConversion::default(),
@@ -129,13 +143,18 @@ fn write_perf_data(p: &Program, pt: &[u8]) -> Vec<u8> {
     w.auxtrace(pt, 0, 0, 0, PID, u32::MAX).unwrap();
     w.aux(0, pt.len() as u64, 0, &sid).unwrap();
     w.finished_round().unwrap();
-    let features = FeatureData {
-        arch: Some("x86_64".into()),
-        nrcpus: Some((1, 1)),
-        cmdline: Some(vec!["hwtrace".into(), "test".into()]),
-        ..FeatureData::default()
-    };
-    w.finish(&features).unwrap().into_inner()
+}
+
+fn write_perf_data(p: &Program, pt: &[u8]) -> Vec<u8> {
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs()).unwrap();
+    write_records(&mut w, p, pt);
+    w.finish(&features()).unwrap().into_inner()
+}
+
+fn write_pipe_data(p: &Program, pt: &[u8]) -> Vec<u8> {
+    let mut w = PipeWriter::new(Vec::new(), &attrs(), &features()).unwrap();
+    write_records(&mut w, p, pt);
+    w.finish().unwrap()
 }
 
 fn perf() -> Option<&'static str> {
@@ -247,5 +266,61 @@ fn perf_script_decodes_our_perf_data() {
         [(0, p.entry), (last, 0)],
         "perf script --itrace=b:\n{text}"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn pipe_format_reads_back_and_decodes_in_perf() {
+    let p = program();
+    let pt = trace(p.entry);
+    let bytes = write_pipe_data(&p, &pt);
+    let file = PerfData::parse(&bytes).unwrap();
+    assert!(file.header.is_pipe());
+    let mut records = file.records();
+    let kinds: Vec<u32> = (&mut records).map(|r| r.unwrap().header.kind).collect();
+    // ATTR, FEATUREs (arch, nrcpus, cmdline), then what the file format holds.
+    assert_eq!(kinds, [64, 80, 80, 80, 70, 3, 10, 12, 71, 11, 68]);
+    assert_eq!(
+        records.attrs(),
+        &attrs()[..]
+            .iter()
+            .map(|a| {
+                let mut a = a.clone();
+                a.attr = a.attr.with_size(a.attr.encoded_size());
+                a
+            })
+            .collect::<Vec<_>>()[..]
+    );
+    assert_eq!(records.pipe_features().nrcpus, Some((1, 1)));
+    assert_eq!(records.pipe_features().arch, Some(&b"x86_64"[..]));
+    let streams = AuxStreams::collect(&file);
+    let (_, q) = streams.find(None, Some(PID)).unwrap();
+    assert_eq!(q.chunks[0].data[..pt.len()], pt[..]);
+
+    let Some(_) = perf() else { return };
+    let dir = std::env::temp_dir().join(format!("hwtrace-perf-pipe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Through a real pipe: perf script -i - reads stdin.
+    let mut child = Command::new("perf")
+        .args(["script", "-f", "-i", "-", "--itrace=i1i", "-F", "ip"])
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&bytes).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let insns = hex_column(&String::from_utf8_lossy(&out.stdout), 0);
+    assert_eq!(insns, p.expected, "perf script -i - (pipe format)");
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -15,7 +15,7 @@ use std::process::Command;
 
 use hwtrace_perf::data::attr::{flag, sample};
 use hwtrace_perf::data::header::EventAttr;
-use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, intel_pt_attr};
+use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, RecordWriter, intel_pt_attr};
 use hwtrace_perf::data::{IntelPtInfo, PerfData};
 use hwtrace_perf::pevent::SampleId;
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder};

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use hwtrace_packet::{ModeExec, Packet, TraceBuilder};
 use hwtrace_perf::data::header::EventAttr;
-use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, intel_pt_attr};
+use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, RecordWriter, intel_pt_attr};
 use hwtrace_perf::data::{IntelPtInfo, TscConversion};
 use hwtrace_perf::pevent::SampleId;
 use hwtrace_perf::pevent::record::aux_flag;

@@ -17,7 +17,7 @@ use super::sys::{PerfEvent, Rings, page_size};
 use crate::data::attr::flag;
 use crate::data::auxtrace::{IntelBtsInfo, IntelPtInfo};
 use crate::data::header::EventAttr;
-use crate::data::write::{FeatureData, PerfDataWriter};
+use crate::data::write::{FeatureData, PerfDataWriter, RecordWriter};
 use crate::pevent::record::record_type;
 
 /// Whom to record.

@@ -60,4 +60,4 @@ pub use header::{BuildId, EventAttr, Features, FileHeader, FileSection};
 pub use reader::{PerfData, PerfRecord, RecordItem, Records, record_type_name};
 pub use sample::{BranchEntry, BranchStack, Sample};
 pub use streams::{AuxChunk, AuxGap, AuxLoss, AuxQueue, AuxStreams, QueueKey};
-pub use write::PerfDataWriter;
+pub use write::{PerfDataWriter, PipeWriter, RecordWriter};

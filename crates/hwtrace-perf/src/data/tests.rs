@@ -5,7 +5,7 @@ use std::io::Cursor as IoCursor;
 use super::attr::{Attr, branch, flag, sample};
 use super::auxtrace::{AuxtraceKind, IntelPtInfo, TscConversion};
 use super::header::EventAttr;
-use super::write::{FeatureData, PerfDataWriter, intel_pt_attr};
+use super::write::{FeatureData, PerfDataWriter, RecordWriter, intel_pt_attr};
 use super::*;
 use crate::pevent::record::{Body, SampleId, aux_flag};
 

@@ -10,7 +10,8 @@ use std::io::{self, Seek, SeekFrom, Write};
 use super::attr::{ATTR_SIZE_VER7, Attr};
 use super::auxtrace::{AUXTRACE, AUXTRACE_INFO, AUXTRACE_TYPE_INTEL_BTS, AUXTRACE_TYPE_INTEL_PT};
 use super::auxtrace::{IntelBtsInfo, IntelPtInfo};
-use super::header::{EventAttr, FILE_HEADER_SIZE, MAGIC, feature};
+use super::header::{EventAttr, FILE_HEADER_SIZE, MAGIC, PIPE_HEADER_SIZE, feature};
+use super::reader::user_type::{HEADER_ATTR, HEADER_FEATURE};
 use crate::pevent::record::{SampleId, Task, record_type, sample_type as st};
 
 /// What the feature sections will say.
@@ -116,259 +117,10 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         })
     }
 
-    /// Writes one record: header, then `body` (which must include any
-    /// `sample_id` trailer).
-    pub fn write_record(&mut self, kind: u32, misc: u16, body: &[u8]) -> io::Result<()> {
-        let size = u16::try_from(8 + body.len()).map_err(|_| record_too_big())?;
-        self.out.write_all(&kind.to_le_bytes())?;
-        self.out.write_all(&misc.to_le_bytes())?;
-        self.out.write_all(&size.to_le_bytes())?;
-        self.out.write_all(body)?;
-        self.pos += u64::from(size);
-        Ok(())
-    }
-
-    /// Writes a kernel record with its `sample_id` trailer.
-    pub fn write_event(
-        &mut self,
-        kind: u32,
-        misc: u16,
-        body: &[u8],
-        sample: &SampleId,
-    ) -> io::Result<()> {
-        let mut b = body.to_vec();
-        if let Some(t) = self.trailer_type {
-            encode_sample_id(&mut b, t, sample);
-        }
-        self.write_record(kind, misc, &b)
-    }
-
-    /// `PERF_RECORD_MMAP2` (device fields form; `prot`/`flags` as mmap(2)).
-    #[allow(clippy::too_many_arguments)]
-    pub fn mmap2(
-        &mut self,
-        misc: u16,
-        pid: u32,
-        tid: u32,
-        addr: u64,
-        len: u64,
-        pgoff: u64,
-        prot: u32,
-        flags: u32,
-        filename: &str,
-        sample: &SampleId,
-    ) -> io::Result<()> {
-        let mut b = Vec::with_capacity(72 + filename.len());
-        b.extend_from_slice(&pid.to_le_bytes());
-        b.extend_from_slice(&tid.to_le_bytes());
-        for v in [addr, len, pgoff] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        b.extend_from_slice(&[0u8; 24]); // maj, min, ino, ino_generation
-        b.extend_from_slice(&prot.to_le_bytes());
-        b.extend_from_slice(&flags.to_le_bytes());
-        b.extend_from_slice(&padded(filename.as_bytes()));
-        self.write_event(record_type::MMAP2, misc, &b, sample)
-    }
-
-    /// `PERF_RECORD_COMM` (`exec` sets `PERF_RECORD_MISC_COMM_EXEC`).
-    pub fn comm(
-        &mut self,
-        pid: u32,
-        tid: u32,
-        comm: &str,
-        exec: bool,
-        sample: &SampleId,
-    ) -> io::Result<()> {
-        let mut b = Vec::new();
-        b.extend_from_slice(&pid.to_le_bytes());
-        b.extend_from_slice(&tid.to_le_bytes());
-        b.extend_from_slice(&padded(comm.as_bytes()));
-        let misc = if exec {
-            crate::pevent::record::misc::COMM_EXEC
-        } else {
-            0
-        };
-        self.write_event(record_type::COMM, misc, &b, sample)
-    }
-
-    /// `PERF_RECORD_ITRACE_START`.
-    pub fn itrace_start(&mut self, pid: u32, tid: u32, sample: &SampleId) -> io::Result<()> {
-        let mut b = pid.to_le_bytes().to_vec();
-        b.extend_from_slice(&tid.to_le_bytes());
-        self.write_event(record_type::ITRACE_START, 0, &b, sample)
-    }
-
-    /// `PERF_RECORD_AUX`.
-    pub fn aux(
-        &mut self,
-        aux_offset: u64,
-        aux_size: u64,
-        flags: u64,
-        sample: &SampleId,
-    ) -> io::Result<()> {
-        let mut b = Vec::with_capacity(24);
-        for v in [aux_offset, aux_size, flags] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        self.write_event(record_type::AUX, 0, &b, sample)
-    }
-
-    /// `PERF_RECORD_EXIT` / `PERF_RECORD_FORK` (`fork` picks which).
-    pub fn task(&mut self, fork: bool, t: &Task, sample: &SampleId) -> io::Result<()> {
-        let mut b = Vec::with_capacity(24);
-        for v in [t.pid, t.ppid, t.tid, t.ptid] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        b.extend_from_slice(&t.time.to_le_bytes());
-        let kind = if fork {
-            record_type::FORK
-        } else {
-            record_type::EXIT
-        };
-        self.write_event(kind, 0, &b, sample)
-    }
-
-    /// `PERF_RECORD_AUXTRACE_INFO` for Intel PT.
-    pub fn auxtrace_info_pt(&mut self, info: &IntelPtInfo) -> io::Result<()> {
-        self.auxtrace_info(AUXTRACE_TYPE_INTEL_PT, &info.to_words())
-    }
-
-    /// `PERF_RECORD_AUXTRACE_INFO` for Intel BTS.
-    pub fn auxtrace_info_bts(&mut self, info: &IntelBtsInfo) -> io::Result<()> {
-        self.auxtrace_info(AUXTRACE_TYPE_INTEL_BTS, &info.to_words())
-    }
-
-    fn auxtrace_info(&mut self, kind: u32, words: &[u64]) -> io::Result<()> {
-        let mut b = kind.to_le_bytes().to_vec();
-        b.extend_from_slice(&[0u8; 4]);
-        for w in words {
-            b.extend_from_slice(&w.to_le_bytes());
-        }
-        self.write_record(AUXTRACE_INFO, 0, &b)
-    }
-
-    /// `PERF_RECORD_AUXTRACE` and its payload (padded to 8 bytes as perf
-    /// does; `size` says the padded length). `cpu`/`tid` are `u32::MAX` for
-    /// "none" (perf's -1).
-    pub fn auxtrace(
-        &mut self,
-        data: &[u8],
-        offset: u64,
-        reference: u64,
-        idx: u32,
-        tid: u32,
-        cpu: u32,
-    ) -> io::Result<()> {
-        self.auxtrace_parts(&[data], offset, reference, idx, tid, cpu)
-    }
-
-    /// `PERF_RECORD_AUXTRACE` whose payload is the concatenation of `parts`
-    /// (a wrapped AUX area is two slices; nothing is joined in memory).
-    pub fn auxtrace_parts(
-        &mut self,
-        parts: &[&[u8]],
-        offset: u64,
-        reference: u64,
-        idx: u32,
-        tid: u32,
-        cpu: u32,
-    ) -> io::Result<()> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let size = pad8(len) as u64;
-        let mut b = Vec::with_capacity(40);
-        for v in [size, offset, reference] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        for v in [idx, tid, cpu, 0] {
-            b.extend_from_slice(&v.to_le_bytes());
-        }
-        self.write_record(AUXTRACE, 0, &b)?;
-        for p in parts {
-            self.out.write_all(p)?;
-        }
-        self.out.write_all(&[0u8; 8][..size as usize - len])?;
-        self.pos += size;
-        Ok(())
-    }
-
-    /// Copies a whole record (header included) as it came from the kernel's
-    /// ring; its size must match its header.
-    pub fn write_raw_record(&mut self, record: &[u8]) -> io::Result<()> {
-        let size = record
-            .get(6..8)
-            .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
-        if size != Some(record.len()) || record.len() < 8 {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "record size does not match its header",
-            ));
-        }
-        self.out.write_all(record)?;
-        self.pos += record.len() as u64;
-        Ok(())
-    }
-
-    /// `PERF_RECORD_FINISHED_ROUND`.
-    pub fn finished_round(&mut self) -> io::Result<()> {
-        self.write_record(68, 0, &[])
-    }
-
     /// Writes the feature sections and the header; returns the output.
     pub fn finish(mut self, f: &FeatureData) -> io::Result<W> {
         let data_end = self.pos;
-        let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
-        if !f.build_ids.is_empty() {
-            let mut b = Vec::new();
-            for (pid, id, name) in &f.build_ids {
-                let name = padded(name.as_bytes());
-                let size = u16::try_from(8 + 4 + 24 + name.len()).map_err(|_| record_too_big())?;
-                b.extend_from_slice(&0u32.to_le_bytes());
-                b.extend_from_slice(&(1u16 << 15 | 2).to_le_bytes()); // BUILD_ID_SIZE | user
-                b.extend_from_slice(&size.to_le_bytes());
-                b.extend_from_slice(&pid.to_le_bytes());
-                let mut raw = [0u8; 24];
-                let n = id.len().min(20);
-                raw[..n].copy_from_slice(&id[..n]);
-                raw[20] = n as u8;
-                b.extend_from_slice(&raw);
-                b.extend_from_slice(&name);
-            }
-            feats.push((feature::BUILD_ID, b));
-        }
-        let strings = [
-            (feature::HOSTNAME, &f.hostname),
-            (feature::OSRELEASE, &f.osrelease),
-            (feature::VERSION, &f.version),
-            (feature::ARCH, &f.arch),
-        ];
-        for (bit, s) in strings {
-            if let Some(s) = s {
-                feats.push((bit, header_string(s)));
-            }
-        }
-        if let Some((avail, online)) = f.nrcpus {
-            let mut b = avail.to_le_bytes().to_vec();
-            b.extend_from_slice(&online.to_le_bytes());
-            feats.push((feature::NRCPUS, b));
-        }
-        if let Some(s) = &f.cpudesc {
-            feats.push((feature::CPUDESC, header_string(s)));
-        }
-        if let Some(s) = &f.cpuid {
-            feats.push((feature::CPUID, header_string(s)));
-        }
-        if let Some(m) = f.total_mem {
-            feats.push((feature::TOTAL_MEM, m.to_le_bytes().to_vec()));
-        }
-        if let Some(args) = &f.cmdline {
-            let mut b = (args.len() as u32).to_le_bytes().to_vec();
-            for a in args {
-                b.extend_from_slice(&header_string(a));
-            }
-            feats.push((feature::CMDLINE, b));
-        }
-        feats.sort_by_key(|(bit, _)| *bit);
+        let feats = feature_payloads(f)?;
         let mut at = data_end + feats.len() as u64 * 16;
         let mut bits = [0u64; 4];
         for (bit, payload) in &feats {
@@ -404,6 +156,333 @@ impl<W: Write + Seek> PerfDataWriter<W> {
         self.out.flush()?;
         Ok(self.out)
     }
+}
+
+impl<W: Write + Seek> RecordWriter for PerfDataWriter<W> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn trailer_type(&self) -> Option<u64> {
+        self.trailer_type
+    }
+}
+
+/// Streams records in perf's pipe format (what `perf record -o -` writes):
+/// a 16-byte header, the events as `PERF_RECORD_HEADER_ATTR` records, the
+/// features as `PERF_RECORD_HEADER_FEATURE` records, then the data. Needs
+/// no seeking, so it can write to a pipe.
+#[derive(Debug)]
+pub struct PipeWriter<W: Write> {
+    out: W,
+    trailer_type: Option<u64>,
+}
+
+impl<W: Write> PipeWriter<W> {
+    /// Writes the header, the events and the features.
+    pub fn new(mut out: W, attrs: &[EventAttr], features: &FeatureData) -> io::Result<Self> {
+        out.write_all(&MAGIC.to_le_bytes())?;
+        out.write_all(&PIPE_HEADER_SIZE.to_le_bytes())?;
+        let trailer_type = attrs
+            .first()
+            .filter(|a| a.attr.sample_id_all())
+            .map(|a| a.attr.sample_type);
+        let mut w = Self { out, trailer_type };
+        for a in attrs {
+            let mut b = a.attr.to_bytes();
+            for id in &a.ids {
+                b.extend_from_slice(&id.to_le_bytes());
+            }
+            w.write_record(HEADER_ATTR, 0, &b)?;
+        }
+        for (bit, payload) in feature_payloads(features)? {
+            let mut b = u64::from(bit).to_le_bytes().to_vec();
+            b.extend_from_slice(&payload);
+            w.write_record(HEADER_FEATURE, 0, &b)?;
+        }
+        Ok(w)
+    }
+
+    /// Flushes and returns the output.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write> RecordWriter for PipeWriter<W> {
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.out.write_all(bytes)
+    }
+
+    fn trailer_type(&self) -> Option<u64> {
+        self.trailer_type
+    }
+}
+
+/// Record writing shared by the file and pipe writers: each record is
+/// built here and handed to [`RecordWriter::put`].
+pub trait RecordWriter {
+    /// Writes bytes to the data stream.
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()>;
+
+    /// The `sample_type` that shapes non-sample records' `sample_id`
+    /// trailers (`None` without `sample_id_all`).
+    fn trailer_type(&self) -> Option<u64>;
+
+    /// Writes one record: header, then `body` (which must include any
+    /// `sample_id` trailer).
+    fn write_record(&mut self, kind: u32, misc: u16, body: &[u8]) -> io::Result<()> {
+        let size = u16::try_from(8 + body.len()).map_err(|_| record_too_big())?;
+        self.put(&kind.to_le_bytes())?;
+        self.put(&misc.to_le_bytes())?;
+        self.put(&size.to_le_bytes())?;
+        self.put(body)?;
+        Ok(())
+    }
+
+    /// Writes a kernel record with its `sample_id` trailer.
+    fn write_event(
+        &mut self,
+        kind: u32,
+        misc: u16,
+        body: &[u8],
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = body.to_vec();
+        if let Some(t) = self.trailer_type() {
+            encode_sample_id(&mut b, t, sample);
+        }
+        self.write_record(kind, misc, &b)
+    }
+
+    /// `PERF_RECORD_MMAP2` (device fields form; `prot`/`flags` as mmap(2)).
+    #[allow(clippy::too_many_arguments)]
+    fn mmap2(
+        &mut self,
+        misc: u16,
+        pid: u32,
+        tid: u32,
+        addr: u64,
+        len: u64,
+        pgoff: u64,
+        prot: u32,
+        flags: u32,
+        filename: &str,
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = Vec::with_capacity(72 + filename.len());
+        b.extend_from_slice(&pid.to_le_bytes());
+        b.extend_from_slice(&tid.to_le_bytes());
+        for v in [addr, len, pgoff] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&[0u8; 24]); // maj, min, ino, ino_generation
+        b.extend_from_slice(&prot.to_le_bytes());
+        b.extend_from_slice(&flags.to_le_bytes());
+        b.extend_from_slice(&padded(filename.as_bytes()));
+        self.write_event(record_type::MMAP2, misc, &b, sample)
+    }
+
+    /// `PERF_RECORD_COMM` (`exec` sets `PERF_RECORD_MISC_COMM_EXEC`).
+    fn comm(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        comm: &str,
+        exec: bool,
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = Vec::new();
+        b.extend_from_slice(&pid.to_le_bytes());
+        b.extend_from_slice(&tid.to_le_bytes());
+        b.extend_from_slice(&padded(comm.as_bytes()));
+        let misc = if exec {
+            crate::pevent::record::misc::COMM_EXEC
+        } else {
+            0
+        };
+        self.write_event(record_type::COMM, misc, &b, sample)
+    }
+
+    /// `PERF_RECORD_ITRACE_START`.
+    fn itrace_start(&mut self, pid: u32, tid: u32, sample: &SampleId) -> io::Result<()> {
+        let mut b = pid.to_le_bytes().to_vec();
+        b.extend_from_slice(&tid.to_le_bytes());
+        self.write_event(record_type::ITRACE_START, 0, &b, sample)
+    }
+
+    /// `PERF_RECORD_AUX`.
+    fn aux(
+        &mut self,
+        aux_offset: u64,
+        aux_size: u64,
+        flags: u64,
+        sample: &SampleId,
+    ) -> io::Result<()> {
+        let mut b = Vec::with_capacity(24);
+        for v in [aux_offset, aux_size, flags] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        self.write_event(record_type::AUX, 0, &b, sample)
+    }
+
+    /// `PERF_RECORD_EXIT` / `PERF_RECORD_FORK` (`fork` picks which).
+    fn task(&mut self, fork: bool, t: &Task, sample: &SampleId) -> io::Result<()> {
+        let mut b = Vec::with_capacity(24);
+        for v in [t.pid, t.ppid, t.tid, t.ptid] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&t.time.to_le_bytes());
+        let kind = if fork {
+            record_type::FORK
+        } else {
+            record_type::EXIT
+        };
+        self.write_event(kind, 0, &b, sample)
+    }
+
+    /// `PERF_RECORD_AUXTRACE_INFO` for Intel PT.
+    fn auxtrace_info_pt(&mut self, info: &IntelPtInfo) -> io::Result<()> {
+        self.auxtrace_info(AUXTRACE_TYPE_INTEL_PT, &info.to_words())
+    }
+
+    /// `PERF_RECORD_AUXTRACE_INFO` for Intel BTS.
+    fn auxtrace_info_bts(&mut self, info: &IntelBtsInfo) -> io::Result<()> {
+        self.auxtrace_info(AUXTRACE_TYPE_INTEL_BTS, &info.to_words())
+    }
+
+    fn auxtrace_info(&mut self, kind: u32, words: &[u64]) -> io::Result<()> {
+        let mut b = kind.to_le_bytes().to_vec();
+        b.extend_from_slice(&[0u8; 4]);
+        for w in words {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        self.write_record(AUXTRACE_INFO, 0, &b)
+    }
+
+    /// `PERF_RECORD_AUXTRACE` and its payload (padded to 8 bytes as perf
+    /// does; `size` says the padded length). `cpu`/`tid` are `u32::MAX` for
+    /// "none" (perf's -1).
+    fn auxtrace(
+        &mut self,
+        data: &[u8],
+        offset: u64,
+        reference: u64,
+        idx: u32,
+        tid: u32,
+        cpu: u32,
+    ) -> io::Result<()> {
+        self.auxtrace_parts(&[data], offset, reference, idx, tid, cpu)
+    }
+
+    /// `PERF_RECORD_AUXTRACE` whose payload is the concatenation of `parts`
+    /// (a wrapped AUX area is two slices; nothing is joined in memory).
+    fn auxtrace_parts(
+        &mut self,
+        parts: &[&[u8]],
+        offset: u64,
+        reference: u64,
+        idx: u32,
+        tid: u32,
+        cpu: u32,
+    ) -> io::Result<()> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let size = pad8(len) as u64;
+        let mut b = Vec::with_capacity(40);
+        for v in [size, offset, reference] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [idx, tid, cpu, 0] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        self.write_record(AUXTRACE, 0, &b)?;
+        for p in parts {
+            self.put(p)?;
+        }
+        self.put(&[0u8; 8][..size as usize - len])?;
+        Ok(())
+    }
+
+    /// Copies a whole record (header included) as it came from the kernel's
+    /// ring; its size must match its header.
+    fn write_raw_record(&mut self, record: &[u8]) -> io::Result<()> {
+        let size = record
+            .get(6..8)
+            .map(|b| usize::from(u16::from_le_bytes([b[0], b[1]])));
+        if size != Some(record.len()) || record.len() < 8 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "record size does not match its header",
+            ));
+        }
+        self.put(record)?;
+        Ok(())
+    }
+
+    /// `PERF_RECORD_FINISHED_ROUND`.
+    fn finished_round(&mut self) -> io::Result<()> {
+        self.write_record(68, 0, &[])
+    }
+}
+
+/// The feature sections' payloads, in feature-bit order.
+fn feature_payloads(f: &FeatureData) -> io::Result<Vec<(u32, Vec<u8>)>> {
+    let mut feats: Vec<(u32, Vec<u8>)> = Vec::new();
+    if !f.build_ids.is_empty() {
+        let mut b = Vec::new();
+        for (pid, id, name) in &f.build_ids {
+            let name = padded(name.as_bytes());
+            let size = u16::try_from(8 + 4 + 24 + name.len()).map_err(|_| record_too_big())?;
+            b.extend_from_slice(&0u32.to_le_bytes());
+            b.extend_from_slice(&(1u16 << 15 | 2).to_le_bytes()); // BUILD_ID_SIZE | user
+            b.extend_from_slice(&size.to_le_bytes());
+            b.extend_from_slice(&pid.to_le_bytes());
+            let mut raw = [0u8; 24];
+            let n = id.len().min(20);
+            raw[..n].copy_from_slice(&id[..n]);
+            raw[20] = n as u8;
+            b.extend_from_slice(&raw);
+            b.extend_from_slice(&name);
+        }
+        feats.push((feature::BUILD_ID, b));
+    }
+    let strings = [
+        (feature::HOSTNAME, &f.hostname),
+        (feature::OSRELEASE, &f.osrelease),
+        (feature::VERSION, &f.version),
+        (feature::ARCH, &f.arch),
+    ];
+    for (bit, s) in strings {
+        if let Some(s) = s {
+            feats.push((bit, header_string(s)));
+        }
+    }
+    if let Some((avail, online)) = f.nrcpus {
+        let mut b = avail.to_le_bytes().to_vec();
+        b.extend_from_slice(&online.to_le_bytes());
+        feats.push((feature::NRCPUS, b));
+    }
+    if let Some(s) = &f.cpudesc {
+        feats.push((feature::CPUDESC, header_string(s)));
+    }
+    if let Some(s) = &f.cpuid {
+        feats.push((feature::CPUID, header_string(s)));
+    }
+    if let Some(m) = f.total_mem {
+        feats.push((feature::TOTAL_MEM, m.to_le_bytes().to_vec()));
+    }
+    if let Some(args) = &f.cmdline {
+        let mut b = (args.len() as u32).to_le_bytes().to_vec();
+        for a in args {
+            b.extend_from_slice(&header_string(a));
+        }
+        feats.push((feature::CMDLINE, b));
+    }
+    feats.sort_by_key(|(bit, _)| *bit);
+    Ok(feats)
 }
 
 /// Appends a `sample_id` trailer for `sample_type` (missing values as 0).
