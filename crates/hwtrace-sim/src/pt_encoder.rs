@@ -18,7 +18,7 @@
 //! | any other near RET, indirect JMP or CALL | TIP with the target (33.2.1.2, 33.4.2.2) |
 //! | far JMP/CALL/RET, IRET staying in user mode | MODE.Exec if the mode changed, then TIP (33.2.1.3) |
 //! | SYSCALL, SYSENTER, INT n, INT3, INTO, INT1 | the kernel runs at CPL 0, which `OS = 0` filters out: TIP.PGD with the IP suppressed (33.4.2.4; 33.4.2.2 gives exactly this SYSCALL as the example of a suppressed IP) |
-//! | the first instruction back in user mode | MODE.Exec if the mode changed since the last one (every PSB+ carries one), then TIP.PGE with its IP (33.4.2.3) |
+//! | the first instruction back in user mode | MODE.Exec if the mode changed since the last one or none was written since the last PSB, then TIP.PGE with its IP (33.4.2.3) |
 //!
 //! Pending TNT bits are written before any TIP, TIP.PGD, FUP or PSB, so the
 //! decoder meets the outcomes in execution order; a TNT packet is also
@@ -26,11 +26,14 @@
 //! encoder never defers TIPs (33.4.2.3 "Deferred TIPs" allows, never
 //! requires, it).
 //!
-//! **PSB+** (33.4.2.17/18): the trace opens with PSB, MODE.Exec, PSBEND and
-//! then TIP.PGE at the first instruction. Later, whenever at least
+//! **PSB+** (33.4.2.17/18): the trace opens with PSB, [TSC], PSBEND, then
+//! MODE.Exec and TIP.PGE at the first instruction. Later, whenever at least
 //! `psb_period` bytes were written since the last PSB, the next instruction
 //! boundary gets PSB, [TSC], MODE.Exec, FUP (the IP of the instruction about
-//! to execute), PSBEND. A PSB resets the last IP, so the next IP packet is
+//! to execute), PSBEND. MODE.Exec and FUP belong in a PSB+ only while
+//! packets are enabled; real Skylake traces (`../shared/corpus/real/foo`)
+//! show exactly this: PSB+ written outside the traced region hold neither,
+//! and the next TIP.PGE is preceded by MODE.Exec. A PSB resets the last IP, so the next IP packet is
 //! written uncompressed (33.4.2.2 "IP Compression"), and it empties the call
 //! stack: "only RETs that correspond to CALLs which have been seen since the
 //! last PSB packet may be compressed" (33.2.1.2), which is what lets a
@@ -45,10 +48,11 @@
 //!
 //! **End**: a program's last instruction is its `exit_group` SYSCALL, whose
 //! TIP.PGD ends the trace. An execution cut short (see
-//! [`Execution::successor`]) ends as an asynchronous disable: FUP with the
-//! IP of the first instruction not traced, then TIP.PGD with the IP
-//! suppressed, so a decoder stops exactly after the last executed
-//! instruction.
+//! [`Execution::successor`]) ends as if software had cleared TraceEn
+//! there: FUP with the IP of the first instruction not traced, then TIP.PGD
+//! with the IP suppressed, so a decoder stops exactly after the last
+//! executed instruction. Real traces whose recorder stopped tracing this
+//! way (`../shared/corpus/real/Unzip`) end each stretch with just this pair.
 //!
 //! IP packets are compressed against the last IP as the hardware does
 //! ([`hwtrace_packet::IpPayload::compress`], 33.4.2.2); a suppressed IP
@@ -490,9 +494,11 @@ impl<'e> Run<'e> {
         if let Some(tsc) = self.config.tsc {
             self.push(Packet::Tsc(tsc.at(index)))?;
         }
+        // MODE.Exec and FUP only while packets are enabled; otherwise the
+        // MODE.Exec goes before the next TIP.PGE.
         self.last_mode = None;
-        self.mode_exec(mode)?;
         if self.enabled {
+            self.mode_exec(mode)?;
             self.ip_packet(Packet::Fup, ip)?;
         }
         self.push(Packet::Psbend)?;

@@ -98,8 +98,10 @@ fn with_return_compression() {
         listing(&trace),
         [
             "psb",
-            "mode.exec Bits64",
             "psbend",
+            // PSB+ outside user mode carries no MODE.Exec; it comes with
+            // the TIP.PGE.
+            "mode.exec Bits64",
             "tip.pge 0x1000",
             // The RET goes to the CALL's next IP: one taken bit, written
             // before the SYSCALL's TIP.PGD, whose IP is suppressed (CPL 0).
@@ -133,8 +135,10 @@ fn without_return_compression() {
         listing(&trace),
         [
             "psb",
-            "mode.exec Bits64",
             "psbend",
+            // PSB+ outside user mode carries no MODE.Exec; it comes with
+            // the TIP.PGE.
+            "mode.exec Bits64",
             "tip.pge 0x1000",
             "tip 0x1005",
             "tip.pgd -",
@@ -230,8 +234,8 @@ fn software_interrupts_and_far_returns() {
             listing(&trace),
             [
                 "psb",
-                "mode.exec Bits64",
                 "psbend",
+                "mode.exec Bits64",
                 "tip.pge 0x2000",
                 "tip.pgd -",
                 "tip.pge 0x2002",
