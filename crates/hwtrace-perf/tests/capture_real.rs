@@ -183,3 +183,63 @@ fn a_missing_command_fails_before_anything_runs() {
     .unwrap_err();
     assert!(e.to_string().contains("command not found"), "{e}");
 }
+
+#[test]
+fn attaching_to_a_running_process_synthesizes_its_sideband() {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let o = RecordOptions {
+        tracer: Tracer::Software,
+        ..RecordOptions::default()
+    };
+    let Ok(p) = plan(&o, system_page_size()) else {
+        return;
+    };
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("0.5")
+        .spawn()
+        .unwrap();
+    let pid = sleeper.id();
+    // Give it time to exec.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let stop = Arc::new(AtomicBool::new(false));
+    let guard = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            stop.store(true, Ordering::Relaxed);
+        })
+    };
+    let result = record(&p, &o, &Target::Pid(pid), Cursor::new(Vec::new()), &stop);
+    sleeper.wait().unwrap();
+    drop(guard);
+    let (summary, out) = match result {
+        Ok(r) => r,
+        Err(e @ CaptureError::PermissionDenied { .. }) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(
+        !stop.load(Ordering::Relaxed),
+        "the capture ended when the process exited"
+    );
+    assert_eq!(summary.pid, pid);
+    let bytes = out.into_inner();
+    let file = PerfData::parse(&bytes).unwrap();
+    let (mut comm, mut sleep_mapped, mut exit) = (false, false, false);
+    for r in file.records() {
+        let PerfRecord::Event(ev) = r.unwrap().record else {
+            continue;
+        };
+        match ev.body {
+            Body::Comm(c) => comm |= c.comm == b"sleep" && c.pid == pid,
+            Body::Mmap2(m) => sleep_mapped |= m.filename.ends_with(b"/sleep") && m.prot & 4 != 0,
+            Body::Exit(t) => exit |= t.pid == pid,
+            _ => {}
+        }
+    }
+    assert!(comm && sleep_mapped, "synthesized COMM and MMAP2 of sleep");
+    assert!(exit, "the kernel's EXIT record");
+}

@@ -23,6 +23,7 @@ pub mod access;
 pub mod error;
 pub mod plan;
 pub mod pmu;
+pub mod procfs;
 pub mod ring;
 pub mod session;
 pub mod sys;

@@ -13,12 +13,13 @@ use std::time::Duration;
 use super::access;
 use super::error::{CaptureError, Tracer};
 use super::plan::{Plan, RecordOptions};
+use super::procfs;
 use super::sys::{PerfEvent, Rings, page_size};
 use crate::data::attr::flag;
 use crate::data::auxtrace::{IntelBtsInfo, IntelPtInfo};
 use crate::data::header::EventAttr;
 use crate::data::write::{FeatureData, PerfDataWriter, RecordWriter};
-use crate::pevent::record::record_type;
+use crate::pevent::record::{SampleId, record_type};
 
 /// Whom to record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -175,9 +176,17 @@ impl HeldChild {
     }
 }
 
+/// Whether `pid` still runs (a zombie does not: it exited and waits for
+/// its parent to reap it).
 fn process_alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks the process exists.
-    unsafe { libc::kill(pid as i32, 0) == 0 }
+    let exists = unsafe { libc::kill(pid as i32, 0) == 0 };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // `pid (comm) S ...`: the state follows the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    exists && !matches!(state, Some('Z' | 'X'))
 }
 
 /// Turns a perf_event_open failure into the error that says why.
@@ -300,6 +309,39 @@ impl<W: Write + Seek> Drain<'_, W> {
     }
 }
 
+/// Writes what an attached process already has (as perf does when it
+/// attaches): a COMM per thread and an MMAP2 per executable mapping, with
+/// `sample_id` trailers naming the event `id` (time 0: before any record
+/// the kernel writes).
+fn synthesize(w: &mut impl RecordWriter, procfs_root: &Path, pid: u32, id: u64) -> io::Result<()> {
+    let sid = |tid| SampleId {
+        pid_tid: Some((pid, tid)),
+        time: Some(0),
+        cpu: Some(0),
+        identifier: Some(id),
+        ..SampleId::default()
+    };
+    for (tid, comm) in procfs::threads(procfs_root, pid) {
+        w.comm(pid, tid, &comm, false, &sid(tid))?;
+    }
+    for m in procfs::exec_maps(procfs_root, pid) {
+        // PERF_RECORD_MISC_USER: a user-space mapping.
+        w.mmap2(
+            2,
+            pid,
+            pid,
+            m.start,
+            m.end - m.start,
+            m.pgoff,
+            m.prot,
+            m.flags,
+            &m.path,
+            &sid(pid),
+        )?;
+    }
+    Ok(())
+}
+
 /// Records `target` as `plan` says into `out` (a perf.data file), until the
 /// workload exits or `stop` is set. On error the output is incomplete: the
 /// caller deletes it.
@@ -396,6 +438,9 @@ fn record_pid<W: Write + Seek>(
             })
             .map_err(CaptureError::Output)?,
         Tracer::Lbr | Tracer::Software => {}
+    }
+    if child.is_none() {
+        synthesize(&mut w, &opts.procfs_root, pid as u32, id).map_err(CaptureError::Output)?;
     }
     let mut d = Drain {
         w: &mut w,
