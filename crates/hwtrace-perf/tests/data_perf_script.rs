@@ -324,3 +324,50 @@ fn pipe_format_reads_back_and_decodes_in_perf() {
     assert_eq!(insns, p.expected, "perf script -i - (pipe format)");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `testdata/perf/pt-true.data`: this test's perf.data for the machine that
+/// wrote it (`HWTRACE_BLESS=1` rewrites it). Elsewhere the fixture is read
+/// back: one Intel PT queue whose stream is this test's trace for the
+/// entry point recorded in its MMAP2.
+#[test]
+fn pt_fixture() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/perf/pt-true.data");
+    if std::env::var_os("HWTRACE_BLESS").is_some() {
+        let p = program();
+        std::fs::write(&path, write_perf_data(&p, &trace(p.entry))).unwrap();
+    }
+    let bytes = std::fs::read(&path).unwrap();
+    let file = PerfData::parse(&bytes).unwrap();
+    let mut entry = None;
+    for r in file.records() {
+        match r.unwrap().record {
+            PerfRecord::AuxtraceInfo(i) => {
+                assert!(
+                    matches!(i.kind, hwtrace_perf::data::AuxtraceKind::IntelPt(ref pt) if pt.pmu_type == PT_PMU_TYPE)
+                );
+            }
+            PerfRecord::Event(ev) => {
+                if let hwtrace_perf::pevent::Body::Mmap2(m) = ev.body {
+                    entry = Some(m.addr);
+                }
+            }
+            _ => {}
+        }
+    }
+    let streams = AuxStreams::collect(&file);
+    assert_eq!(streams.queues.len(), 1);
+    let (_, q) = streams.find(None, Some(PID)).unwrap();
+    // The trace starts with PSB, MODE, PSBEND and a TIP.PGE inside the mapping.
+    let data = q.chunks[0].data;
+    assert_eq!(&data[..16], &[0x02, 0x82].repeat(8)[..]);
+    let pge = hwtrace_packet::PacketDecoder::new(data)
+        .map_while(Result::ok)
+        .find_map(|p| match p.packet {
+            Packet::TipPge(ip) => Some(ip),
+            _ => None,
+        });
+    assert!(
+        pge.is_some() && entry.is_some(),
+        "TIP.PGE and an MMAP2 in the fixture"
+    );
+}

@@ -367,7 +367,6 @@ impl<'a> Features<'a> {
             }
             feature::BUILD_ID => {
                 while c.remaining() >= 8 {
-                    let at = c.pos();
                     let _type = c.u32()?;
                     let misc = c.u16()?;
                     let size = usize::from(c.u16()?);
@@ -383,7 +382,6 @@ impl<'a> Features<'a> {
                     } else {
                         20
                     };
-                    let _ = at;
                     self.build_ids.push(BuildId {
                         pid,
                         misc,
