@@ -224,6 +224,8 @@ pub fn branches(execution: &Execution) -> Result<Vec<Branch>, BranchError> {
             return Err(err(BranchErrorKind::NoSuccessor { mnemonic }));
         };
         match kind {
+            // Not taken. (A Jcc whose target is its own fall-through cannot
+            // be told apart; it is counted as taken, like a JMP there.)
             BranchKind::Jcc if next == fall && target != fall.0 => {}
             BranchKind::Jcc | BranchKind::NearRelJmp | BranchKind::NearRelCall
                 if next.0 != target =>

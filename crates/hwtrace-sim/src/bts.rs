@@ -208,8 +208,12 @@ impl BtsSim {
         let size = self.config.format.bts_record_size();
         let end = self.buffer.len() as u64;
         if self.index + size > end {
-            // Only reachable with BTINT = 1: circular mode wraps below.
-            return Ok(BtsStep::Lost);
+            if self.mode != BtsMode::CircularBuffer {
+                return Ok(BtsStep::Lost);
+            }
+            // Armed with the index at the very end: circular mode goes
+            // back to the base before writing.
+            self.index = 0;
         }
         let record = BtsRecord {
             from: branch.from,
@@ -375,6 +379,17 @@ mod tests {
         // TR alone sends messages on the bus: nothing stored.
         let mut sim = BtsSim::new(config(8, 9, &[F::Tr])).expect("valid");
         assert_eq!(sim.step(0, &b(0, 3)), Ok(BtsStep::Skipped));
+    }
+
+    #[test]
+    fn circular_buffer_armed_at_its_end_writes_at_the_base() {
+        let mut c = config(3, 4, &[F::Tr, F::Bts]);
+        c.area.bts_index = c.area.bts_absolute_maximum;
+        let mut sim = BtsSim::new(c).expect("index at the maximum is allowed");
+        assert!(matches!(
+            sim.step(0, &b(0, 3)),
+            Ok(BtsStep::Written { slot: 0, .. })
+        ));
     }
 
     #[test]
