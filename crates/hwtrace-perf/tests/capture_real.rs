@@ -118,24 +118,28 @@ fn software_event_capture_writes_sideband_we_read_back() {
     let bytes = out.into_inner();
     let file = PerfData::parse(&bytes).unwrap();
     assert_eq!(file.attrs.len(), 1);
-    assert_eq!(file.attrs[0].ids.len(), 1);
+    // One event per online CPU.
+    let cpus = hwtrace_perf::capture::session::online_cpus(Path::new("/sys"));
+    assert_eq!(file.attrs[0].ids.len(), cpus.len());
     let mut comm_exec = false;
     let mut true_mapped = false;
     let mut exits = 0;
     let mut n = 0;
     for r in file.records() {
         let r = r.unwrap();
-        n += 1;
         let PerfRecord::Event(ev) = r.record else {
+            assert!(matches!(r.record, PerfRecord::FinishedRound), "{r:?}");
             continue;
         };
+        n += 1;
         // Every sideband record carries the sample_id the attribute asked for.
         assert_eq!(
             ev.sample.pid_tid.map(|(p, _)| p),
             Some(summary.pid),
             "{ev:?}"
         );
-        assert_eq!(ev.sample.identifier, Some(file.attrs[0].ids[0]));
+        assert!(file.attrs[0].ids.contains(&ev.sample.identifier.unwrap()));
+        assert!(cpus.contains(&ev.sample.cpu.unwrap()));
         match ev.body {
             Body::Comm(c) if ev.is_comm_exec() => comm_exec |= c.comm == b"true",
             Body::Mmap2(m) => true_mapped |= m.filename.ends_with(b"/true") && m.prot & 4 != 0,
@@ -143,7 +147,7 @@ fn software_event_capture_writes_sideband_we_read_back() {
             _ => {}
         }
     }
-    assert_eq!(n, summary.records);
+    assert_eq!(n, summary.records, "every kernel record, and only those");
     assert!(comm_exec, "a COMM exec record names `true`");
     assert!(true_mapped, "an executable MMAP2 of .../true");
     assert_eq!(exits, 1);
@@ -242,4 +246,93 @@ fn attaching_to_a_running_process_synthesizes_its_sideband() {
     }
     assert!(comm && sleep_mapped, "synthesized COMM and MMAP2 of sleep");
     assert!(exit, "the kernel's EXIT record");
+}
+
+/// The data ring wraps many times: a one-page ring, a workload that execs
+/// 100 times. Every record read across the wrap parses, and each exec is
+/// either seen or accounted for by a LOST record.
+#[test]
+fn a_one_page_data_ring_wraps_without_corruption() {
+    let o = RecordOptions {
+        tracer: Tracer::Software,
+        data_size: system_page_size(),
+        ..RecordOptions::default()
+    };
+    let Ok(p) = plan(&o, system_page_size()) else {
+        return;
+    };
+    let script = "i=0; while [ $i -lt 100 ]; do /bin/true; i=$((i+1)); done";
+    let target = Target::Command(vec!["/bin/sh".into(), "-c".into(), script.into()]);
+    let (summary, out) = match record(
+        &p,
+        &o,
+        &target,
+        Cursor::new(Vec::new()),
+        &AtomicBool::new(false),
+    ) {
+        Ok(r) => r,
+        Err(e @ CaptureError::PermissionDenied { .. }) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(summary.exit_code, Some(0));
+    let bytes = out.into_inner();
+    let file = PerfData::parse(&bytes).unwrap();
+    let mut execs = 0;
+    let mut lost = 0;
+    for r in file.records() {
+        let PerfRecord::Event(ev) = r.unwrap().record else {
+            continue;
+        };
+        match ev.body {
+            Body::Comm(c) if ev.is_comm_exec() && c.comm == b"true" => execs += 1,
+            Body::Lost(l) => lost += l.lost,
+            _ => {}
+        }
+    }
+    assert!(
+        bytes.len() as u64 > 3 * system_page_size(),
+        "the ring wrapped: {} bytes",
+        bytes.len()
+    );
+    assert!(
+        execs == 100 || lost > 0,
+        "{execs} execs seen, {lost} events lost"
+    );
+    assert_eq!(lost, summary.lost_events);
+}
+
+/// Real kernel refusals on this machine, through our wrappers: an AUX area
+/// on an event without one, and an address filter on a software event.
+#[test]
+fn kernel_refusals_are_typed() {
+    use hwtrace_perf::capture::sys::{PerfEvent, Rings};
+    let o = RecordOptions {
+        tracer: Tracer::Software,
+        ..RecordOptions::default()
+    };
+    let Ok(p) = plan(&o, system_page_size()) else {
+        return;
+    };
+    // On CPU 0: the kernel maps inherited events only when bound to a CPU.
+    let ev = match PerfEvent::open(&p.attr, 0, 0) {
+        Ok(ev) => ev,
+        Err(e) => {
+            eprintln!("skipped: perf_event_open: {e}");
+            return;
+        }
+    };
+    let mut rings = Rings::map(&ev, 2 * system_page_size() as usize).unwrap();
+    let e = rings
+        .map_aux(&ev, system_page_size() as usize, false)
+        .unwrap_err();
+    assert!(matches!(e, CaptureError::AuxMmap { .. }), "{e}");
+    assert!(e.to_string().contains("AUX area failed"), "{e}");
+    assert!(ev.set_filter("filter 0x1000/0x10@/bin/true").is_err());
+    // The header page is live: no data yet, and the TSC conversion is readable.
+    let (data, tail, head) = rings.data().unwrap();
+    assert_eq!((data.len() as u64, tail), (head, 0));
+    let _ = rings.tsc_conversion();
 }

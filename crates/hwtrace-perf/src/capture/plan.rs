@@ -220,6 +220,9 @@ pub fn plan(opts: &RecordOptions, page: u64) -> Result<Plan, CaptureError> {
         }
     }
     sideband(&mut attr, opts.user, opts.kernel);
+    // Follow the workload's children: events are opened per CPU (see
+    // `session`), where the kernel allows inherited events to be mapped.
+    attr.set(flag::INHERIT, true);
     access::check(
         &opts.procfs_root,
         Needs {

@@ -266,14 +266,41 @@ fn tsc_ctc_ratio() -> Option<(u64, u64)> {
     None
 }
 
+/// One CPU's event and its rings.
+#[derive(Debug)]
+struct CpuStream {
+    cpu: u32,
+    ev: PerfEvent,
+    rings: Rings,
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`: `0-3,6`), or
+/// 0..available_parallelism when that file is missing.
+pub fn online_cpus(sysfs_root: &Path) -> Vec<u32> {
+    let text =
+        std::fs::read_to_string(sysfs_root.join("devices/system/cpu/online")).unwrap_or_default();
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(lo), Ok(hi)) = (lo.trim().parse::<u32>(), hi.trim().parse::<u32>()) {
+            cpus.extend(lo..=hi.min(lo.saturating_add(4095)));
+        }
+    }
+    if cpus.is_empty() {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        cpus.extend(0..n);
+    }
+    cpus
+}
+
 struct Drain<'a, W: Write + Seek> {
     w: &'a mut PerfDataWriter<W>,
     summary: Summary,
-    tid: u32,
 }
 
 impl<W: Write + Seek> Drain<'_, W> {
-    fn data(&mut self, rings: &Rings) -> Result<(), CaptureError> {
+    /// Copies the records of one data ring; returns how many.
+    fn data(&mut self, rings: &Rings) -> Result<u64, CaptureError> {
         let (raw, tail, _) = rings.data()?;
         let (recs, used, _partial) = super::ring::records(&raw);
         for r in &recs {
@@ -285,26 +312,43 @@ impl<W: Write + Seek> Drain<'_, W> {
             self.w
                 .write_raw_record(&r.bytes)
                 .map_err(CaptureError::Output)?;
-            self.summary.records += 1;
         }
+        self.summary.records += recs.len() as u64;
         rings.consume_data(tail.wrapping_add(used as u64));
-        Ok(())
+        Ok(recs.len() as u64)
     }
 
-    fn aux(&mut self, rings: &Rings) -> Result<(), CaptureError> {
-        let Some((raw, tail, head)) = rings.aux()? else {
-            return Ok(());
+    /// Copies one CPU's new AUX data as an AUXTRACE buffer of queue `idx`.
+    fn aux(&mut self, s: &CpuStream, idx: u32) -> Result<u64, CaptureError> {
+        let Some((raw, tail, head)) = s.rings.aux()? else {
+            return Ok(0);
         };
         if raw.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let (a, b) = raw.parts();
         self.w
-            .auxtrace_parts(&[a, b], tail, 0, 0, self.tid, u32::MAX)
+            .auxtrace_parts(&[a, b], tail, 0, idx, u32::MAX, s.cpu)
             .map_err(CaptureError::Output)?;
         self.summary.aux_buffers += 1;
         self.summary.aux_bytes += raw.len() as u64;
-        rings.consume_aux(head);
+        s.rings.consume_aux(head);
+        Ok(1)
+    }
+
+    /// One pass over every CPU; a FINISHED_ROUND after it when anything
+    /// was written, so perf may sort each round's records by time.
+    fn round(&mut self, streams: &[CpuStream], aux: bool) -> Result<(), CaptureError> {
+        let mut n = 0;
+        for (i, s) in streams.iter().enumerate() {
+            n += self.data(&s.rings)?;
+            if aux {
+                n += self.aux(s, i as u32)?;
+            }
+        }
+        if n > 0 {
+            self.w.finished_round().map_err(CaptureError::Output)?;
+        }
         Ok(())
     }
 }
@@ -387,26 +431,38 @@ fn record_pid<W: Write + Seek>(
     out: W,
     stop: &AtomicBool,
 ) -> Result<(Summary, W), CaptureError> {
-    let ev = PerfEvent::open(&attr, pid, -1).map_err(|e| open_error(e, plan, opts))?;
-    let mut rings =
-        Rings::map(&ev, plan.data_size as usize).map_err(sys_err("mmap (data ring)"))?;
-    if plan.aux_size != 0 {
-        rings.map_aux(&ev, plan.aux_size as usize, plan.snapshot)?;
+    // One event per CPU following the workload (and, with inherit, its
+    // children), as perf records by default: the kernel refuses to mmap an
+    // inherited event that is not bound to a CPU.
+    let mut streams = Vec::new();
+    for cpu in online_cpus(&opts.sysfs_root) {
+        let ev = PerfEvent::open(&attr, pid, cpu as i32).map_err(|e| open_error(e, plan, opts))?;
+        let mut rings =
+            Rings::map(&ev, plan.data_size as usize).map_err(sys_err("mmap (data ring)"))?;
+        if plan.aux_size != 0 {
+            rings.map_aux(&ev, plan.aux_size as usize, plan.snapshot)?;
+        }
+        if let Some(f) = &plan.filter {
+            ev.set_filter(f)
+                .map_err(|e| CaptureError::UnsupportedFilter {
+                    filter: opts.filter.clone().unwrap_or_default(),
+                    reason: format!("the kernel refused `{f}`: {e}"),
+                })?;
+        }
+        streams.push(CpuStream { cpu, ev, rings });
     }
-    if let Some(f) = &plan.filter {
-        ev.set_filter(f)
-            .map_err(|e| CaptureError::UnsupportedFilter {
-                filter: opts.filter.clone().unwrap_or_default(),
-                reason: format!("the kernel refused `{f}`: {e}"),
-            })?;
-    }
-    let id = ev.id().map_err(sys_err("PERF_EVENT_IOC_ID"))?;
-    let attrs = [EventAttr {
-        attr,
-        ids: vec![id],
-    }];
+    let ids = streams
+        .iter()
+        .map(|s| s.ev.id())
+        .collect::<io::Result<Vec<u64>>>()
+        .map_err(sys_err("PERF_EVENT_IOC_ID"))?;
+    let id = ids.first().copied().unwrap_or(0);
+    let attrs = [EventAttr { attr, ids }];
     let mut w = PerfDataWriter::new(out, &attrs).map_err(CaptureError::Output)?;
-    let tsc = rings.tsc_conversion();
+    let tsc = streams
+        .first()
+        .map(|s| s.rings.tsc_conversion())
+        .unwrap_or_default();
     match plan.tracer {
         Tracer::IntelPt => {
             let p = plan.pmu.as_ref();
@@ -419,7 +475,7 @@ fn record_pid<W: Write + Seek>(
                 noretcomp_bit: bits("noretcomp"),
                 have_sched_switch: u64::from(attr.has(flag::CONTEXT_SWITCH)),
                 snapshot_mode: plan.snapshot,
-                per_cpu_mmaps: false,
+                per_cpu_mmaps: true,
                 mtc_bit: Some(bits("mtc")),
                 mtc_freq_bits: Some(bits("mtc_period")),
                 tsc_ctc_ratio_n: Some(ratio.map_or(0, |r| r.0)),
@@ -448,17 +504,17 @@ fn record_pid<W: Write + Seek>(
             pid: pid as u32,
             ..Summary::default()
         },
-        tid: pid as u32,
     };
     match child.as_deref_mut() {
         Some(c) => c.release()?,
-        None => ev.enable().map_err(sys_err("PERF_EVENT_IOC_ENABLE"))?,
+        None => {
+            for s in &streams {
+                s.ev.enable().map_err(sys_err("PERF_EVENT_IOC_ENABLE"))?;
+            }
+        }
     }
     loop {
-        d.data(&rings)?;
-        if !plan.snapshot {
-            d.aux(&rings)?;
-        }
+        d.round(&streams, !plan.snapshot)?;
         let done = match child.as_deref() {
             Some(c) => c.try_wait().map(Some),
             None => (!process_alive(pid as u32)).then_some(None),
@@ -472,9 +528,11 @@ fn record_pid<W: Write + Seek>(
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    ev.disable().map_err(sys_err("PERF_EVENT_IOC_DISABLE"))?;
-    d.data(&rings)?;
-    d.aux(&rings)?;
+    for s in &streams {
+        s.ev.disable().map_err(sys_err("PERF_EVENT_IOC_DISABLE"))?;
+    }
+    // In snapshot mode this is the only AUX read: the newest window of each CPU.
+    d.round(&streams, true)?;
     let summary = d.summary;
     let out = w
         .finish(&machine_features(&opts.procfs_root))
