@@ -4,6 +4,7 @@
 //! function; this file only dispatches and turns errors into exit codes.
 
 mod cmd;
+mod flow;
 mod image_args;
 mod input;
 mod ptdump;

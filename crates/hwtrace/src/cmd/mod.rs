@@ -3,6 +3,7 @@
 mod bts;
 mod cpuid;
 mod dump;
+mod flow;
 mod lbr;
 mod mem;
 mod msr;
@@ -24,6 +25,8 @@ pub enum Command {
     /// Decode a trace over code images exactly as libipt's ptxed does (same options, same output).
     #[command(disable_help_flag = true)]
     Ptxed(ptxed::PtxedArgs),
+    /// Decode a trace over code images or a memory dump: instructions, blocks or branches.
+    Flow(flow::FlowArgs),
     /// Page tables of a physical memory dump: translate, maps, selfmap.
     Mem(mem::MemArgs),
     /// Explain or build trace-hardware register values (IA32_RTIT_*, DEBUGCTL, LBR MSRs).
@@ -46,6 +49,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Dump(args) => dump::run(args),
         Command::Ptdump(args) => ptdump::run(args),
         Command::Ptxed(args) => ptxed::run(args),
+        Command::Flow(args) => flow::run(args),
         Command::Mem(args) => mem::run(args),
         Command::Msr(args) => msr::run(args),
         Command::Cpuid(args) => cpuid::run(args),

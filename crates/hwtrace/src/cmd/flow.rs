@@ -1,0 +1,263 @@
+//! `hwtrace flow`: the instructions (or blocks, or branches) a PT trace
+//! says were executed, over code images and/or a physical memory dump.
+
+use crate::flow::{Blocks, Branches, FlowMemory, Format, Item, Items, Printer, Stats};
+use crate::image_args::ImageArgs;
+use crate::input::MappedFile;
+use anyhow::{Context, Result, bail};
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use hwtrace_flow::Config;
+use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_mem::paging::{PagingConfig, PagingMode};
+use hwtrace_mem::phys::Dump;
+use hwtrace_mem::virt::DumpMemory;
+use hwtrace_types::{Cr3, PhysAddr};
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Decode a trace into executed instructions, blocks or branches.
+#[derive(Debug, clap::Args)]
+pub struct FlowArgs {
+    /// The raw Intel PT trace (memory-mapped).
+    trace: PathBuf,
+    #[command(flatten)]
+    images: ImageArgs,
+    #[command(flatten)]
+    dump: DumpArgs,
+    /// One line per block of sequentially executed instructions.
+    #[arg(long, conflicts_with = "branches")]
+    blocks: bool,
+    /// One line per taken branch, `from => to  kind` (like `perf script --itrace=b`).
+    #[arg(long)]
+    branches: bool,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Addresses only, no disassembly.
+    #[arg(long)]
+    no_disasm: bool,
+    /// Print nothing per item (errors still go to stderr; with --stats, the counts).
+    #[arg(long)]
+    quiet: bool,
+    /// Print counts at the end.
+    #[arg(long)]
+    stats: bool,
+}
+
+/// `--dump FILE[@PHYSBASE]` and `--la57`, with the `--cr3` of the image
+/// options read for the dump too (see [`DumpArgs::cr3`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct DumpArgs {
+    dump: Option<String>,
+    /// The CR3 reads use before a PIP packet names one: the `--cr3` in
+    /// effect at `--dump` (they apply to what follows), else the first
+    /// `--cr3` after it; `None`: vCPU 0's CR3 of an ELF core.
+    cr3: Option<Cr3>,
+    la57: bool,
+}
+
+impl clap::Args for DumpArgs {
+    fn augment_args(cmd: Command) -> Command {
+        cmd.arg(
+            Arg::new("dump")
+                .long("dump")
+                .value_name("FILE[@PHYSBASE]")
+                .action(ArgAction::Set)
+                .help("Physical memory (raw dump, or QEMU dump-guest-memory ELF core) read through the page tables of the CR3 PIP packets report; --cr3 gives the CR3 before the first PIP"),
+        )
+        .arg(
+            Arg::new("la57")
+                .long("la57")
+                .action(ArgAction::SetTrue)
+                .requires("dump")
+                .help("The dump's page tables are 5-level (CR4.LA57 = 1); default: from an ELF core's CR4"),
+        )
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl clap::FromArgMatches for DumpArgs {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut args = Self::default();
+        args.update_from_arg_matches(matches)?;
+        Ok(args)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        self.dump = matches.get_one::<String>("dump").cloned();
+        self.la57 = matches.get_flag("la57");
+        let Some(at) = matches.index_of("dump") else {
+            return Ok(());
+        };
+        // `--cr3` belongs to the image options (its values are theirs to
+        // type); the raw text is enough here.
+        let cr3s: Vec<(usize, Option<u64>)> =
+            match (matches.indices_of("cr3"), matches.get_raw("cr3")) {
+                (Some(indices), Some(raw)) => indices
+                    .zip(raw)
+                    .map(|(i, v)| (i, v.to_str().and_then(parse_hex)))
+                    .collect(),
+                _ => Vec::new(),
+            };
+        let before = cr3s.iter().rev().find(|(i, _)| *i < at);
+        let after = cr3s.iter().find(|(i, _)| *i > at);
+        self.cr3 = before.or(after).and_then(|(_, v)| *v).map(Cr3);
+        Ok(())
+    }
+}
+
+/// Hex with or without `0x`, `_` ignored.
+fn parse_hex(s: &str) -> Option<u64> {
+    let digits: String = s.chars().filter(|c| *c != '_').collect();
+    let hex = digits
+        .strip_prefix("0x")
+        .or_else(|| digits.strip_prefix("0X"))
+        .unwrap_or(&digits);
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// `FILE@PHYSBASE`: a suffix that is not a number stays in the name.
+fn parse_dump_arg(arg: &str) -> (PathBuf, Option<PhysAddr>) {
+    if let Some((file, base)) = arg.rsplit_once('@')
+        && let Some(base) = parse_hex(base)
+    {
+        return (PathBuf::from(file), Some(PhysAddr(base)));
+    }
+    (PathBuf::from(arg), None)
+}
+
+fn open_dump(args: &DumpArgs, spec: &str) -> Result<DumpMemory<Dump>> {
+    let (path, base) = parse_dump_arg(spec);
+    let dump = Dump::open(&path, base).context("--dump")?;
+    let cpu = dump.cpus().first().copied();
+    let cr3 = args.cr3.or(cpu.map(|c| c.cr3()));
+    let mode = if args.la57 {
+        PagingMode::Level5
+    } else {
+        cpu.map_or(PagingMode::Level4, |c| c.paging_mode())
+    };
+    let config = PagingConfig {
+        mode,
+        ..PagingConfig::default()
+    };
+    Ok(DumpMemory::new(dump, cr3, config))
+}
+
+fn memory(args: &FlowArgs) -> Result<FlowMemory> {
+    if args.images.is_empty() && args.dump.dump.is_none() {
+        bail!("no code to decode over: give --image, --elf, --pe, --pages or --dump");
+    }
+    let image = if args.images.is_empty() {
+        None
+    } else {
+        Some(args.images.load()?)
+    };
+    let dump = match &args.dump.dump {
+        Some(spec) => Some(open_dump(&args.dump, spec)?),
+        None => None,
+    };
+    Ok(FlowMemory::new(image, dump))
+}
+
+/// Runs `hwtrace flow`: exit code 2 when the trace had errors.
+pub fn run(args: FlowArgs) -> Result<ExitCode> {
+    let trace = MappedFile::open(&args.trace)?;
+    let mem = memory(&args)?;
+    let dec = InsnDecoder::new(trace.bytes(), Config::default(), mem);
+    // Instructions are counted as decoded: --blocks and --branches fold
+    // them into other items.
+    let insns = std::cell::Cell::new(0u64);
+    let mut items = Items::new(dec).inspect(|item| {
+        if let Item::Insn { .. } = item {
+            insns.set(insns.get() + 1);
+        }
+    });
+    let out = std::io::stdout().lock();
+    let mut out = BufWriter::with_capacity(1 << 16, out);
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Text
+    };
+    let mut printer = Printer::new(format, !args.no_disasm);
+    let mut stats = Stats::default();
+    let len = trace.bytes().len() as u64;
+    let mut emit = |item: Item| -> Result<()> {
+        stats.count(&item, len);
+        if !args.quiet {
+            printer.item(&item, &mut out)?;
+        } else if let Item::Error(e) = item {
+            eprintln!("hwtrace: {}: error at {e}", args.trace.display());
+        }
+        Ok(())
+    };
+    if args.blocks {
+        Blocks::new(items).try_for_each(&mut emit)?;
+    } else if args.branches {
+        Branches::new(items).try_for_each(&mut emit)?;
+    } else {
+        items.try_for_each(&mut emit)?;
+    }
+    stats.insns = insns.get();
+    if args.stats {
+        printer.stats(&stats, &mut out)?;
+    }
+    out.flush()?;
+    Ok(if stats.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flow: FlowArgs,
+    }
+
+    fn parse(args: &[&str]) -> FlowArgs {
+        Cli::try_parse_from(std::iter::once("flow").chain(args.iter().copied()))
+            .unwrap()
+            .flow
+    }
+
+    #[test]
+    fn clap_accepts_the_definitions() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_dump_takes_the_cr3_in_effect_or_the_one_after_it() {
+        let a = parse(&["t.pt", "--dump", "d.raw", "--cr3", "0x1000"]);
+        assert_eq!(a.dump.cr3, Some(Cr3(0x1000)));
+        let b = parse(&[
+            "t.pt",
+            "--cr3",
+            "2000",
+            "--dump",
+            "d.raw@1000",
+            "--cr3",
+            "3000",
+        ]);
+        assert_eq!(b.dump.cr3, Some(Cr3(0x2000)));
+        assert_eq!(
+            parse_dump_arg(b.dump.dump.as_deref().unwrap()),
+            (PathBuf::from("d.raw"), Some(PhysAddr(0x1000)))
+        );
+        let c = parse(&["t.pt", "--dump", "d", "--cr3", "default", "--la57"]);
+        assert_eq!((c.dump.cr3, c.dump.la57), (None, true));
+        let d = parse(&["t.pt", "--cr3", "5000", "--elf", "/bin/true"]);
+        assert_eq!(d.dump, DumpArgs::default());
+    }
+}

@@ -1,0 +1,177 @@
+//! [`Items`]: the instruction decoder driven to the end of the trace, one
+//! [`Item`] at a time.
+
+use super::shape::{Block, Branch};
+use hwtrace_flow::event::{Event, Status};
+use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder};
+use hwtrace_flow::{Error, ErrorKind};
+use hwtrace_types::ReadMemory;
+
+/// One thing the trace says happened, in trace order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// An executed instruction; `offset` is that of the packet being
+    /// processed when it was decoded.
+    Insn { offset: u64, insn: Insn },
+    /// An event (enabled, disabled, paging, overflow, ...) between
+    /// instructions, at the offset of the packet that reported it.
+    Event { offset: u64, event: Event },
+    /// Decoding failed: trace offset, IP (when known) and what. Decoding
+    /// goes on at the next PSB; a [`Item::Resync`] follows.
+    Error(Error),
+    /// Decoding resumed after an error: the bytes from `from` (the error's
+    /// offset) to `to` (the PSB synchronised to; `None`: no PSB was left,
+    /// the rest of the trace is lost) were not decoded.
+    Resync { from: u64, to: Option<u64> },
+    /// A block of sequentially executed instructions ([`super::Blocks`]).
+    Block(Block),
+    /// A taken branch ([`super::Branches`]).
+    Branch(Branch),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    /// Synchronise at the next PSB; `after_error` is the offset of the
+    /// error that made it necessary.
+    Sync { after_error: Option<u64> },
+    /// Synchronised: decode on.
+    Run(Status),
+    /// The end of the trace.
+    Done,
+}
+
+/// The instruction decoder driven as ptxed drives it, as an iterator of
+/// instructions, events, errors and resynchronisations.
+#[derive(Debug)]
+pub struct Items<'a, M> {
+    dec: InsnDecoder<'a, M>,
+    state: State,
+    /// An item to hand out before decoding on (the error after a
+    /// partially decoded instruction).
+    queued: Option<Item>,
+    /// The offset of the last PSB synchronised to, or of the last failed
+    /// attempt: synchronisation must move forward.
+    last_sync: Option<u64>,
+}
+
+impl<'a, M: ReadMemory> Items<'a, M> {
+    /// Decodes `dec`'s trace from its first PSB.
+    pub fn new(dec: InsnDecoder<'a, M>) -> Self {
+        Self {
+            dec,
+            state: State::Sync { after_error: None },
+            queued: None,
+            last_sync: None,
+        }
+    }
+
+    /// Reports `e` and arranges to resynchronise at the next PSB.
+    fn fail(&mut self, e: Error) -> Item {
+        self.state = State::Sync {
+            after_error: Some(e.offset.0),
+        };
+        Item::Error(e)
+    }
+
+    /// One synchronisation attempt; `None` when there is nothing to report
+    /// and decoding goes on.
+    fn sync(&mut self, after_error: Option<u64>) -> Option<Item> {
+        match self.dec.sync_forward() {
+            Ok(status) => {
+                let to = self.dec.sync_offset().map(|o| o.0);
+                if to.is_some() && to <= self.last_sync {
+                    // The same PSB again: a decoder that cannot move on.
+                    self.state = State::Done;
+                    return after_error.map(|from| Item::Resync { from, to: None });
+                }
+                self.last_sync = to;
+                self.state = State::Run(status);
+                after_error.map(|from| Item::Resync { from, to })
+            }
+            Err(e) if e.kind == ErrorKind::Eos => {
+                self.state = State::Done;
+                after_error.map(|from| Item::Resync { from, to: None })
+            }
+            Err(e) => {
+                // PSB+ itself is bad: report it and try the PSB after it.
+                let at = Some(e.offset.0);
+                if at <= self.last_sync {
+                    self.state = State::Done;
+                } else {
+                    self.last_sync = at;
+                    self.state = State::Sync {
+                        after_error: after_error.or(at),
+                    };
+                }
+                Some(Item::Error(e))
+            }
+        }
+    }
+}
+
+impl<M: ReadMemory> Iterator for Items<'_, M> {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        if let Some(item) = self.queued.take() {
+            return Some(item);
+        }
+        loop {
+            let status = match self.state {
+                State::Done => return None,
+                State::Sync { after_error } => {
+                    if let Some(item) = self.sync(after_error) {
+                        return Some(item);
+                    }
+                    continue;
+                }
+                State::Run(status) => status,
+            };
+            if status.event_pending {
+                let offset = self.dec.offset().0;
+                match self.dec.event() {
+                    Ok((event, status)) => {
+                        self.state = State::Run(status);
+                        // PSB+ status reports repeat what is known; ptxed
+                        // does not show them either.
+                        if event.status_update {
+                            continue;
+                        }
+                        return Some(Item::Event { offset, event });
+                    }
+                    Err(e) => return Some(self.fail(e)),
+                }
+            }
+            if status.eos {
+                self.state = State::Done;
+                return None;
+            }
+            let offset = self.dec.offset().0;
+            let mut insn = Insn::empty(0, None, false);
+            match self.dec.next_insn(&mut insn) {
+                Ok(status) => {
+                    self.state = State::Run(status);
+                    return Some(Item::Insn { offset, insn });
+                }
+                Err(e) => {
+                    let error = if e.kind == ErrorKind::Eos {
+                        // The trace ended where more was needed: as in
+                        // ptxed, the end, not an error.
+                        self.state = State::Done;
+                        None
+                    } else {
+                        Some(self.fail(e))
+                    };
+                    // An instruction decoded before the error was executed.
+                    if insn.class != InsnClass::Unknown {
+                        self.queued = error;
+                        return Some(Item::Insn { offset, insn });
+                    }
+                    if error.is_some() {
+                        return error;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,28 @@
+//! `hwtrace flow`'s engine: the loop that drives the instruction decoder,
+//! as small iterators of [`Item`]s, and the printers of those items.
+//!
+//! - [`Items`] drives [`hwtrace_flow::insn::InsnDecoder`] the way libipt's
+//!   ptxed does (synchronise, drain pending events before each instruction,
+//!   report an error and resynchronise at the next PSB) and yields one
+//!   [`Item`] per instruction, event, error and resynchronisation gap;
+//! - [`Blocks`] and [`Branches`] reshape that stream into basic blocks
+//!   (libipt's block decoder's boundaries) and taken branches (from → to,
+//!   like `perf script --itrace=b`);
+//! - [`FlowMemory`] is the code the decoder reads: images and/or a
+//!   physical dump read through the page tables of the CR3 the trace
+//!   reports;
+//! - [`Printer`] writes items as text lines (with Intel-syntax
+//!   disassembly) or JSON objects.
+//!
+//! Nothing here allocates per instruction: items are `Copy` values and the
+//! printers reuse their buffers.
+
+mod items;
+mod memory;
+mod print;
+mod shape;
+
+pub use items::{Item, Items};
+pub use memory::FlowMemory;
+pub use print::{Format, Printer, Stats};
+pub use shape::{Blocks, Branches};

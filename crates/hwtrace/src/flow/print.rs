@@ -1,0 +1,562 @@
+//! Printing [`Item`]s: text lines (`ip  disassembly`, events in brackets as
+//! ptxed shows them) or one JSON object per line.
+
+use super::items::Item;
+use super::shape::{Block, Branch, BranchKind};
+use hwtrace_flow::Error;
+use hwtrace_flow::event::{Event, EventKind};
+use hwtrace_flow::insn::{Insn, InsnClass};
+use hwtrace_packet::ExecMode;
+use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+/// Text or JSON lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `0000000000401000  mov eax,1`, `[enabled]`, `[error: ...]`.
+    Text,
+    /// One JSON object per line, with a `"type"` field.
+    Json,
+}
+
+/// Counters of what was decoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Instructions (counted by the caller: blocks and branches fold
+    /// them away).
+    pub insns: u64,
+    /// Blocks.
+    pub blocks: u64,
+    /// Taken branches.
+    pub branches: u64,
+    /// Events shown.
+    pub events: u64,
+    /// Errors.
+    pub errors: u64,
+    /// Bytes of trace skipped after errors.
+    pub skipped: u64,
+}
+
+impl Stats {
+    /// Counts `item` (not instructions); `trace_len` bounds a gap that
+    /// reaches the end.
+    pub fn count(&mut self, item: &Item, trace_len: u64) {
+        match item {
+            Item::Insn { .. } => {}
+            Item::Block(_) => self.blocks += 1,
+            Item::Branch(_) => self.branches += 1,
+            Item::Event { .. } => self.events += 1,
+            Item::Error(_) => self.errors += 1,
+            Item::Resync { from, to } => {
+                self.skipped += to.unwrap_or(trace_len).saturating_sub(*from);
+            }
+        }
+    }
+}
+
+/// Writes items; reuses its buffers, so printing allocates nothing per
+/// instruction once warmed up.
+pub struct Printer {
+    format: Format,
+    disasm: bool,
+    formatter: IntelFormatter,
+    text: String,
+    line: String,
+}
+
+impl std::fmt::Debug for Printer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Printer")
+            .field("format", &self.format)
+            .field("disasm", &self.disasm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Printer {
+    /// A printer in `format`, with disassembly when `disasm`.
+    pub fn new(format: Format, disasm: bool) -> Self {
+        // objdump's and perf's way of writing numbers: 0x1f, lower case.
+        let mut formatter = IntelFormatter::new();
+        let options = formatter.options_mut();
+        options.set_uppercase_hex(false);
+        options.set_hex_prefix("0x");
+        options.set_hex_suffix("");
+        Self {
+            format,
+            disasm,
+            formatter,
+            text: String::with_capacity(64),
+            line: String::with_capacity(128),
+        }
+    }
+
+    /// Disassembles `insn` into `self.text` (Intel syntax).
+    fn disassemble(&mut self, insn: &Insn) {
+        self.text.clear();
+        let bitness = match insn.mode {
+            Some(ExecMode::Bits16) => 16,
+            Some(ExecMode::Bits32) => 32,
+            _ => 64,
+        };
+        let mut decoder = Decoder::with_ip(bitness, insn.bytes(), insn.ip, DecoderOptions::NONE);
+        let instr = decoder.decode();
+        if instr.is_invalid() {
+            self.text.push_str("(bad)");
+        } else {
+            self.formatter.format(&instr, &mut self.text);
+        }
+    }
+
+    /// Writes `item` as one line.
+    pub fn item(&mut self, item: &Item, out: &mut dyn Write) -> io::Result<()> {
+        self.line.clear();
+        match self.format {
+            Format::Text => self.text_line(item),
+            Format::Json => self.json_line(item),
+        }
+        self.line.push('\n');
+        out.write_all(self.line.as_bytes())
+    }
+
+    /// Writes the counters.
+    pub fn stats(&mut self, stats: &Stats, out: &mut dyn Write) -> io::Result<()> {
+        let Stats {
+            insns,
+            blocks,
+            branches,
+            events,
+            errors,
+            skipped,
+        } = *stats;
+        match self.format {
+            Format::Text => writeln!(
+                out,
+                "[stats: {insns} instructions, {blocks} blocks, {branches} branches, {events} events, {errors} errors, {skipped} bytes skipped]"
+            ),
+            Format::Json => writeln!(
+                out,
+                r#"{{"type":"stats","insns":{insns},"blocks":{blocks},"branches":{branches},"events":{events},"errors":{errors},"skipped":{skipped}}}"#
+            ),
+        }
+    }
+
+    fn text_line(&mut self, item: &Item) {
+        match item {
+            Item::Insn { insn, .. } => {
+                if insn.speculative {
+                    self.line.push_str("? ");
+                }
+                let _ = write!(self.line, "{:016x}", insn.ip);
+                if self.disasm {
+                    self.disassemble(insn);
+                    let _ = write!(self.line, "  {}", self.text);
+                }
+            }
+            Item::Event { event, .. } => {
+                self.line.push('[');
+                describe_event(event, &mut self.line);
+                self.line.push(']');
+            }
+            Item::Error(e) => {
+                let _ = write!(
+                    self.line,
+                    "[{:x}, {:x}: error: {}]",
+                    e.offset.0,
+                    e.ip.unwrap_or(0),
+                    e.kind
+                );
+            }
+            Item::Resync { from, to } => match to {
+                Some(to) => {
+                    let _ = write!(
+                        self.line,
+                        "[resync at {to:x}: {} bytes from {from:x} skipped]",
+                        to.saturating_sub(*from)
+                    );
+                }
+                None => {
+                    let _ = write!(
+                        self.line,
+                        "[no PSB after {from:x}: rest of the trace skipped]"
+                    );
+                }
+            },
+            Item::Block(b) => self.block_text(b),
+            Item::Branch(b) => branch_text(b, &mut self.line),
+        }
+    }
+
+    fn block_text(&mut self, b: &Block) {
+        let _ = write!(
+            self.line,
+            "{:016x} - {:016x}  {:>4} insns  {}",
+            b.ip,
+            b.last.ip,
+            b.insns,
+            class_name(b.last.class)
+        );
+        if self.disasm {
+            self.disassemble(&b.last);
+            let _ = write!(self.line, "  {}", self.text);
+        }
+    }
+
+    fn json_line(&mut self, item: &Item) {
+        match item {
+            Item::Insn { offset, insn } => {
+                let _ = write!(
+                    self.line,
+                    r#"{{"type":"insn","offset":{offset},"ip":"{:#x}","size":{},"class":"{}""#,
+                    insn.ip,
+                    insn.size,
+                    class_name(insn.class)
+                );
+                if insn.speculative {
+                    self.line.push_str(r#","speculative":true"#);
+                }
+                if self.disasm {
+                    self.disassemble(insn);
+                    self.line.push_str(r#","disasm":"#);
+                    json_string(&self.text, &mut self.line);
+                }
+                self.line.push('}');
+            }
+            Item::Event { offset, event } => {
+                self.text.clear();
+                describe_event(event, &mut self.text);
+                let _ = write!(self.line, r#"{{"type":"event","offset":{offset},"event":"#);
+                json_string(&self.text, &mut self.line);
+                if let Some(ip) = event_ip(event) {
+                    let _ = write!(self.line, r#","ip":"{ip:#x}""#);
+                }
+                match event.kind {
+                    EventKind::Paging { cr3, .. } | EventKind::AsyncPaging { cr3, .. } => {
+                        let _ = write!(self.line, r#","cr3":"{cr3:#x}""#);
+                    }
+                    // Where an asynchronous event hit.
+                    EventKind::AsyncDisabled { at, .. } => {
+                        let _ = write!(self.line, r#","at":"{at:#x}""#);
+                    }
+                    EventKind::AsyncBranch { from, .. } => {
+                        let _ = write!(self.line, r#","from":"{from:#x}""#);
+                    }
+                    _ => {}
+                }
+                self.line.push('}');
+            }
+            Item::Error(e) => json_error(e, &mut self.line),
+            Item::Resync { from, to } => {
+                let _ = write!(self.line, r#"{{"type":"resync","from":{from},"to":"#);
+                match to {
+                    Some(to) => {
+                        let _ =
+                            write!(self.line, "{to},\"skipped\":{}}}", to.saturating_sub(*from));
+                    }
+                    None => self.line.push_str("null}"),
+                }
+            }
+            Item::Block(b) => {
+                let _ = write!(
+                    self.line,
+                    r#"{{"type":"block","offset":{},"ip":"{:#x}","end_ip":"{:#x}","insns":{},"end":"{}""#,
+                    b.offset,
+                    b.ip,
+                    b.last.ip,
+                    b.insns,
+                    class_name(b.last.class)
+                );
+                if self.disasm {
+                    self.disassemble(&b.last);
+                    self.line.push_str(r#","disasm":"#);
+                    json_string(&self.text, &mut self.line);
+                }
+                self.line.push('}');
+            }
+            Item::Branch(b) => {
+                let _ = write!(
+                    self.line,
+                    r#"{{"type":"branch","offset":{},"from":"#,
+                    b.offset
+                );
+                json_addr(b.from, &mut self.line);
+                self.line.push_str(r#","to":"#);
+                json_addr(b.to, &mut self.line);
+                let _ = write!(self.line, r#","kind":"{}""#, b.kind.name());
+                if b.ends_trace {
+                    self.line.push_str(r#","ends_trace":true"#);
+                }
+                self.line.push('}');
+            }
+        }
+    }
+}
+
+fn json_error(e: &Error, line: &mut String) {
+    let _ = write!(line, r#"{{"type":"error","offset":{},"ip":"#, e.offset.0);
+    json_addr(e.ip, line);
+    line.push_str(r#","error":"#);
+    let mut what = String::new();
+    let _ = write!(what, "{}", e.kind);
+    json_string(&what, line);
+    line.push('}');
+}
+
+/// `from => to  kind`, perf script's order; unknown ends print as 0 as
+/// perf prints them.
+fn branch_text(b: &Branch, line: &mut String) {
+    let _ = write!(
+        line,
+        "{:016x} => {:016x}  {}",
+        b.from.unwrap_or(0),
+        b.to.unwrap_or(0),
+        b.kind.name()
+    );
+    if b.ends_trace && b.kind != BranchKind::TraceEnd {
+        line.push_str(" (tr end)");
+    }
+}
+
+fn json_addr(addr: Option<u64>, line: &mut String) {
+    match addr {
+        Some(a) => {
+            let _ = write!(line, "\"{a:#x}\"");
+        }
+        None => line.push_str("null"),
+    }
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str, line: &mut String) {
+    line.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => line.push_str("\\\""),
+            '\\' => line.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(line, "\\u{:04x}", u32::from(c));
+            }
+            c => line.push(c),
+        }
+    }
+    line.push('"');
+}
+
+fn class_name(class: InsnClass) -> &'static str {
+    match class {
+        InsnClass::Other => "other",
+        InsnClass::Call => "call",
+        InsnClass::Return => "return",
+        InsnClass::Jump => "jump",
+        InsnClass::CondJump => "cond jump",
+        InsnClass::FarCall => "far call",
+        InsnClass::FarReturn => "far return",
+        InsnClass::FarJump => "far jump",
+        InsnClass::Ptwrite => "ptwrite",
+        InsnClass::Unknown => "unknown",
+    }
+}
+
+fn mode_name(mode: ExecMode) -> &'static str {
+    match mode {
+        ExecMode::Bits16 => "16-bit",
+        ExecMode::Bits32 => "32-bit",
+        ExecMode::Bits64 => "64-bit",
+        ExecMode::Reserved => "<invalid>",
+    }
+}
+
+/// The IP an event names, when the trace gave one.
+fn event_ip(ev: &Event) -> Option<u64> {
+    if ev.ip_suppressed || ev.ip_hidden {
+        return None;
+    }
+    match ev.kind {
+        EventKind::Enabled { ip, .. }
+        | EventKind::Disabled { ip }
+        | EventKind::AsyncDisabled { ip, .. }
+        | EventKind::AsyncBranch { to: ip, .. }
+        | EventKind::AsyncPaging { ip, .. }
+        | EventKind::Overflow { ip }
+        | EventKind::ExecMode { ip, .. }
+        | EventKind::Tsx { ip, .. }
+        | EventKind::AsyncVmcs { ip, .. }
+        | EventKind::Exstop { ip }
+        | EventKind::Mwait { ip, .. }
+        | EventKind::Ptwrite { ip, .. } => Some(ip),
+        _ => None,
+    }
+}
+
+/// An event in ptxed's words (without the brackets).
+fn describe_event(ev: &Event, s: &mut String) {
+    match ev.kind {
+        EventKind::Enabled { resumed, .. } => {
+            s.push_str(if resumed { "resumed" } else { "enabled" });
+        }
+        EventKind::Disabled { .. } | EventKind::AsyncDisabled { .. } => s.push_str("disabled"),
+        EventKind::AsyncBranch { from, to } => {
+            let _ = write!(s, "interrupt, from: {from:016x}");
+            if !ev.ip_suppressed {
+                let _ = write!(s, ", to: {to:016x}");
+            }
+        }
+        EventKind::Paging { cr3, non_root } | EventKind::AsyncPaging { cr3, non_root, .. } => {
+            let _ = write!(
+                s,
+                "paging, cr3: {cr3:016x}{}",
+                if non_root { ", nr" } else { "" }
+            );
+        }
+        EventKind::Overflow { .. } => s.push_str("overflow"),
+        EventKind::ExecMode { mode, .. } => {
+            let _ = write!(s, "exec mode: {}", mode_name(mode));
+        }
+        EventKind::Tsx {
+            speculative,
+            aborted,
+            ..
+        } => s.push_str(if aborted {
+            "aborted"
+        } else if speculative {
+            "begin transaction"
+        } else {
+            "committed"
+        }),
+        EventKind::Stop => s.push_str("stopped"),
+        EventKind::Vmcs { base } | EventKind::AsyncVmcs { base, .. } => {
+            let _ = write!(s, "vmcs, base: {base:016x}");
+        }
+        EventKind::Exstop { .. } => s.push_str("exstop"),
+        EventKind::Mwait { hints, ext, .. } => {
+            let _ = write!(s, "mwait {hints:x} {ext:x}");
+        }
+        EventKind::Ptwrite { payload, .. } => {
+            let _ = write!(s, "ptwrite: {payload:x}");
+        }
+        EventKind::Cbr { ratio } => {
+            let _ = write!(s, "cbr: {ratio:x}");
+        }
+        // The rarer events (power, event trace, triggers) by their fields.
+        other => {
+            let _ = write!(s, "{other:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtrace_flow::ErrorKind;
+    use hwtrace_types::TraceOffset;
+
+    fn insn(ip: u64, bytes: &[u8], class: InsnClass) -> Insn {
+        let mut i = Insn::empty(ip, Some(ExecMode::Bits64), false);
+        i.size = bytes.len() as u8;
+        i.raw[..bytes.len()].copy_from_slice(bytes);
+        i.class = class;
+        i
+    }
+
+    fn lines(printer: &mut Printer, items: &[Item]) -> Vec<String> {
+        let mut out = Vec::new();
+        for item in items {
+            printer.item(item, &mut out).unwrap();
+        }
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn sample() -> Vec<Item> {
+        let mut enabled = Event::new(EventKind::Enabled {
+            ip: 0x40_1000,
+            resumed: false,
+        });
+        enabled.tsc = 5;
+        vec![
+            Item::Event {
+                offset: 0x10,
+                event: enabled,
+            },
+            Item::Insn {
+                offset: 0x20,
+                insn: insn(0x40_1000, &[0xb8, 1, 0, 0, 0], InsnClass::Other),
+            },
+            Item::Insn {
+                offset: 0x20,
+                insn: insn(0x40_1005, &[0xc3], InsnClass::Return),
+            },
+            Item::Error(Error {
+                offset: TraceOffset(0x31),
+                ip: Some(0x40_1006),
+                kind: ErrorKind::BadOpcode,
+            }),
+            Item::Resync {
+                from: 0x31,
+                to: Some(0x100),
+            },
+        ]
+    }
+
+    #[test]
+    fn text_lines() {
+        let got = lines(&mut Printer::new(Format::Text, true), &sample());
+        assert_eq!(
+            got,
+            [
+                "[enabled]",
+                "0000000000401000  mov eax,1",
+                "0000000000401005  ret",
+                "[31, 401006: error: unknown opcode]",
+                "[resync at 100: 207 bytes from 31 skipped]",
+            ]
+        );
+        let bare = lines(&mut Printer::new(Format::Text, false), &sample());
+        assert_eq!(bare[1], "0000000000401000");
+    }
+
+    #[test]
+    fn json_lines_parse_back() {
+        let got = lines(&mut Printer::new(Format::Json, true), &sample());
+        let values: Vec<serde_json::Value> = got
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(values[0]["type"], "event");
+        assert_eq!(values[0]["event"], "enabled");
+        assert_eq!(values[0]["ip"], "0x401000");
+        assert_eq!(values[1]["disasm"], "mov eax,1");
+        assert_eq!(values[2]["class"], "return");
+        assert_eq!(values[3]["offset"], 0x31);
+        assert_eq!(values[3]["ip"], "0x401006");
+        assert_eq!(values[3]["error"], "unknown opcode");
+        assert_eq!(values[4]["skipped"], 0x100 - 0x31);
+        let mut s = String::new();
+        json_string("a\"b\\c\u{1}", &mut s);
+        assert_eq!(serde_json::from_str::<String>(&s).unwrap(), "a\"b\\c\u{1}");
+    }
+
+    #[test]
+    fn stats_count_what_was_printed() {
+        let mut stats = Stats::default();
+        for item in sample() {
+            stats.count(&item, 0x200);
+        }
+        assert_eq!(
+            (stats.insns, stats.events, stats.errors, stats.skipped),
+            (0, 1, 1, 0xcf)
+        );
+        stats.count(
+            &Item::Resync {
+                from: 0x180,
+                to: None,
+            },
+            0x200,
+        );
+        assert_eq!(stats.skipped, 0xcf + 0x80);
+    }
+}
