@@ -53,6 +53,9 @@ pub enum ErrorKind {
     Overflow,
     /// `--cpu` names a processor without an errata entry.
     BadCpu,
+    /// Millions of instructions ran without needing any trace (a loop of
+    /// direct jumps): the decoder stops instead of running forever.
+    NoProgress,
 }
 
 impl fmt::Display for ErrorKind {
@@ -79,6 +82,7 @@ impl fmt::Display for ErrorKind {
             Self::NoEnable => "expected tracing enabled event",
             Self::Overflow => "overflow",
             Self::BadCpu => "unknown cpu",
+            Self::NoProgress => "no trace for too many instructions",
         })
     }
 }

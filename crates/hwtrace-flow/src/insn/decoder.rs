@@ -56,6 +56,20 @@ impl Insn {
     }
 }
 
+/// One step of the flow: an executed instruction or an event between
+/// instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// An instruction that was executed.
+    Insn(Insn),
+    /// Something the trace reported (enable, disable, overflow, mode...).
+    Event(Event),
+}
+
+/// How many instructions may run without any trace before the decoder
+/// gives up ([`ErrorKind::NoProgress`]).
+pub const MAX_UNTRACED_INSNS: u64 = 1 << 22;
+
 /// How many instructions BDM64's check may walk.
 const BDM64_MAX_STEPS: usize = 0x100;
 
@@ -75,6 +89,8 @@ pub struct InsnDecoder<'a, M> {
     process_event: bool,
     event: Event,
     speculative: bool,
+    /// The status of the last step, for [`Self::next`].
+    last: Status,
     /// The trace offset of the pending event.
     event_offset: TraceOffset,
     /// Skipping to the next IP after an error ([`Self::resync`]).
@@ -110,6 +126,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             process_event: false,
             event: Event::new(EventKind::Stop),
             speculative: false,
+            last: Status::default(),
             event_offset: TraceOffset(0),
             resyncing: false,
             stashed: None,
@@ -206,7 +223,39 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     pub fn sync_forward(&mut self) -> Result<Status, Error> {
         self.reset();
         let r = self.query.sync_forward();
-        self.start(r)
+        let status = self.start(r)?;
+        self.last = status;
+        Ok(status)
+    }
+
+    /// The next instruction or event, in execution order; `Ok(None)` at
+    /// the end of the trace. Call [`sync_forward`](Self::sync_forward)
+    /// first, and again after an error to go on at the next PSB.
+    ///
+    /// This is the convenient form of [`next_insn`](Self::next_insn) and
+    /// [`event`](Self::event), which give the [`Status`] flags themselves.
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "the decoder verb of every layer; an Iterator could not report errors with a resync point"
+    )]
+    pub fn next(&mut self) -> Result<Option<Step>, Error> {
+        if self.last.event_pending {
+            let (ev, status) = self.event()?;
+            self.last = status;
+            return Ok(Some(Step::Event(ev)));
+        }
+        if self.last.eos {
+            return Ok(None);
+        }
+        let mut insn = Insn::empty(self.ip, self.mode, self.speculative);
+        match self.next_insn(&mut insn) {
+            Ok(status) => {
+                self.last = status;
+                Ok(Some(Step::Insn(insn)))
+            }
+            Err(e) if e.kind == ErrorKind::Eos => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Synchronises at the PSB at `offset`.
@@ -328,6 +377,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// Moves past `insn`: to the next instruction or the branch target.
     fn proceed(&mut self, insn: &Insn, d: &Decoded) -> Flow<()> {
         self.icount = self.icount.saturating_add(1);
+        if self.icount > MAX_UNTRACED_INSNS {
+            // Code that never needs trace (a `jmp .`) would run forever.
+            return Err(ErrorKind::NoProgress);
+        }
         self.ip = insn.ip.wrapping_add(u64::from(d.size));
         match d.class {
             InsnClass::Ptwrite | InsnClass::Other => return Ok(()),
@@ -462,7 +515,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 self.ip = match next_ip(insn, d) {
                     Ok(ip) => ip,
                     Err(ErrorKind::BadQuery) => match d.class {
-                        InsnClass::Call | InsnClass::FarCall => insn.ip + u64::from(d.size),
+                        InsnClass::Call | InsnClass::FarCall => {
+                            insn.ip.wrapping_add(u64::from(d.size))
+                        }
                         _ => 0,
                     },
                     Err(e) => return Err(e),

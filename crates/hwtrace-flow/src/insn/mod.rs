@@ -8,5 +8,5 @@ mod retstack;
 
 pub use cache::{Cached, InsnCache};
 pub use classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special, classify};
-pub use decoder::{Insn, InsnDecoder};
+pub use decoder::{Insn, InsnDecoder, MAX_UNTRACED_INSNS, Step};
 pub use retstack::{RETSTACK_SIZE, RetStack};
