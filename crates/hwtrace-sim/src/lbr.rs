@@ -23,7 +23,17 @@
 //!
 //! [`LbrSim::snapshot`] is what RDMSR returns at that point; its
 //! [`LbrSnapshot::stack`] decodes it with `hwtrace_regs::dump`.
-//! Haswell's call-stack mode (EN_CALLSTACK) is not modelled and refused.
+//!
+//! **Call-stack mode** (Haswell and later, MSR_LBR_SELECT.EN_CALLSTACK; SDM
+//! Vol. 3B §18.9 “Last Branch, Call Stack, Interrupt, and Exception
+//! Recording for Processors based on Haswell Microarchitecture”): the SDM
+//! requires JCC, NEAR_IND_JMP, NEAR_REL_JMP and FAR_BRANCH set and the
+//! CALL/RET filters clear, and says returns flush “the last captured
+//! branch record … in a last-in first-out manner”. The simulator models a
+//! return as clearing the entry TOS points at and decrementing TOS, so the
+//! stack holds the calls still open (Linux's perf reads such a stack down
+//! from TOS until an entry whose FROM is 0). A return with nothing recorded
+//! at TOS changes nothing; the SDM does not say what the hardware does then.
 
 use std::fmt::Write as _;
 
@@ -34,7 +44,7 @@ use hwtrace_regs::lbr::{LbrError, LbrFormat, LbrFrom, LbrInfo, LbrTo};
 use hwtrace_regs::lbr_select::{BranchClass, LbrSelect, LbrSelectError};
 use hwtrace_regs::msr;
 
-use crate::branch::Branch;
+use crate::branch::{Branch, BranchKind};
 
 /// What the simulated processor was programmed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,9 +100,12 @@ pub enum LbrSimError {
     /// MSR_LBR_SELECT is missing or has reserved bits set.
     #[error(transparent)]
     Select(#[from] LbrSelectError),
-    /// EN_CALLSTACK is set.
-    #[error("MSR_LBR_SELECT.EN_CALLSTACK (call-stack mode) is not simulated")]
-    CallStackMode,
+    /// EN_CALLSTACK is set without the filter bits call-stack mode needs.
+    #[error(
+        "MSR_LBR_SELECT = {0:#x}: call-stack mode (EN_CALLSTACK) needs JCC, NEAR_IND_JMP, \
+         NEAR_REL_JMP and FAR_BRANCH set and NEAR_REL_CALL, NEAR_IND_CALL and NEAR_RET clear"
+    )]
+    CallStackMode(u64),
     /// A branch's address does not fit the format.
     #[error("branch {branch}: {error}")]
     Record {
@@ -114,6 +127,12 @@ pub enum LbrStep {
     Recorded {
         /// The entry.
         slot: u8,
+    },
+    /// Call-stack mode: a return cleared entry `slot` and TOS moved below
+    /// it (`None`: nothing was recorded at TOS, nothing changed).
+    Popped {
+        /// The entry cleared.
+        slot: Option<u8>,
     },
 }
 
@@ -137,8 +156,12 @@ impl LbrSim {
         if config.select.raw() != 0 {
             // Refuses a missing MSR and reserved bits.
             config.select.records(BranchClass::Jcc, 3, config.uarch)?;
-            if config.select.en_callstack() {
-                return Err(LbrSimError::CallStackMode);
+            let sel = config.select;
+            let required =
+                sel.jcc() && sel.near_ind_jmp() && sel.near_rel_jmp() && sel.far_branch();
+            let forbidden = sel.near_rel_call() || sel.near_ind_call() || sel.near_ret();
+            if sel.en_callstack() && (!required || forbidden) {
+                return Err(LbrSimError::CallStackMode(sel.raw()));
             }
         }
         let d = usize::from(config.depth);
@@ -181,6 +204,9 @@ impl LbrSim {
         {
             return Ok(LbrStep::Filtered);
         }
+        if self.config.select.en_callstack() && branch.kind == BranchKind::NearRet {
+            return Ok(self.pop());
+        }
         let format = self.config.format;
         let err = |error| LbrSimError::Record { branch: n, error };
         let mispredicted = branch.mispredicted.unwrap_or(false);
@@ -216,6 +242,20 @@ impl LbrSim {
         self.info[i] = info;
         self.tos = slot;
         Ok(LbrStep::Recorded { slot })
+    }
+
+    /// Call-stack mode's return: clear the entry at TOS, TOS − 1.
+    fn pop(&mut self) -> LbrStep {
+        let slot = self.tos;
+        let i = usize::from(slot);
+        if self.from[i] == 0 && self.to[i] == 0 {
+            return LbrStep::Popped { slot: None };
+        }
+        self.from[i] = 0;
+        self.to[i] = 0;
+        self.info[i] = 0;
+        self.tos = slot.checked_sub(1).unwrap_or(self.config.depth - 1);
+        LbrStep::Popped { slot: Some(slot) }
     }
 
     /// Runs a stream; returns how many branches were recorded.
@@ -302,7 +342,6 @@ impl LbrSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::branch::BranchKind;
     use hwtrace_types::Ip;
 
     #[test]
@@ -376,7 +415,11 @@ mod tests {
         assert!(matches!(LbrSim::new(core2), Err(LbrSimError::Select(_))));
         assert_eq!(
             LbrSim::new(c.with_select(1 << 9)).err(),
-            Some(LbrSimError::CallStackMode)
+            Some(LbrSimError::CallStackMode(1 << 9))
+        );
+        assert_eq!(
+            LbrSim::new(c.with_select(0x3C4 | 0x20)).err(),
+            Some(LbrSimError::CallStackMode(0x3E4))
         );
         c.depth = 33;
         assert_eq!(LbrSim::new(c).err(), Some(LbrSimError::Depth(33)));

@@ -291,3 +291,88 @@ proptest! {
         prop_assert_eq!(got, kept[start..].to_vec());
     }
 }
+
+/// MSR_LBR_SELECT for call-stack mode: JCC, NEAR_IND_JMP, NEAR_REL_JMP,
+/// FAR_BRANCH and EN_CALLSTACK.
+const CALL_STACK: u64 = 0x3C4;
+
+/// Call-stack mode keeps the calls still open: leaf calls that returned are
+/// gone, jumps are filtered.
+#[test]
+fn call_stack_mode_keeps_the_open_calls() {
+    let stream = vec![
+        br(0x1000, 0x2000, K::NearRelCall), // main -> a
+        br(0x2004, 0x2010, K::Jcc),
+        br(0x2010, 0x3000, K::NearRelCall), // a -> leaf
+        br(0x3004, 0x2015, K::NearRet),     // leaf returns
+        br(0x2020, 0x4000, K::NearIndCall), // a -> b
+        br(0x4000, 0x4008, K::NearRelJmp),
+        br(0x4008, 0x5000, K::NearRelCall), // b -> leaf2
+        br(0x5004, 0x400D, K::NearRet),
+    ];
+    let config = LbrConfig::for_uarch(Uarch::Haswell)
+        .expect("known")
+        .with_select(CALL_STACK);
+    let mut sim = LbrSim::new(config).expect("valid call-stack configuration");
+    sim.run(&stream).expect("runs");
+    let open = lbr_branches(&sim.snapshot().stack().expect("valid"));
+    let want: Vec<_> = [&stream[0], &stream[4]]
+        .into_iter()
+        .map(|b| RecordedBranch::lbr(b, true))
+        .collect();
+    assert_eq!(open, want);
+    // b and a return: nothing open.
+    sim.run(&[
+        br(0x4010, 0x2025, K::NearRet),
+        br(0x2030, 0x1005, K::NearRet),
+    ])
+    .expect("runs");
+    assert_eq!(
+        lbr_branches(&sim.snapshot().stack().expect("valid")),
+        vec![]
+    );
+    // Sandy Bridge has no EN_CALLSTACK: a reserved bit.
+    let snb = LbrConfig::for_uarch(Uarch::SandyBridge)
+        .expect("known")
+        .with_select(CALL_STACK);
+    assert!(LbrSim::new(snb).is_err());
+}
+
+proptest! {
+    /// Random well-nested programs no deeper than the stack: call-stack
+    /// mode reads back exactly the open calls, oldest first.
+    #[test]
+    fn call_stack_mode_matches_a_shadow_stack(
+        actions in proptest::collection::vec(0u8..4, 0..300),
+    ) {
+        let config = LbrConfig::for_uarch(Uarch::Skylake)
+            .expect("known")
+            .with_select(CALL_STACK);
+        let depth = usize::from(config.depth);
+        let mut sim = LbrSim::new(config).expect("valid");
+        let mut shadow: Vec<Branch> = Vec::new();
+        for (i, a) in actions.iter().enumerate() {
+            let at = 0x10_0000 + 0x100 * i as u64;
+            let b = match a {
+                0 if shadow.len() < depth => br(at, at + 0x40, K::NearRelCall),
+                1 if !shadow.is_empty() => br(at, at + 0x5, K::NearRet),
+                2 => br(at, at + 0x10, K::NearIndCall),
+                _ => br(at, at + 0x8, K::Jcc),
+            };
+            if shadow.len() >= depth && b.kind == K::NearIndCall {
+                continue;
+            }
+            match b.kind {
+                K::NearRelCall | K::NearIndCall => shadow.push(b),
+                K::NearRet => {
+                    shadow.pop();
+                }
+                _ => {}
+            }
+            sim.step(i, &b).expect("fits");
+            let got = lbr_branches(&sim.snapshot().stack().expect("valid"));
+            let want: Vec<_> = shadow.iter().map(|b| RecordedBranch::lbr(b, true)).collect();
+            prop_assert_eq!(got, want);
+        }
+    }
+}
