@@ -3,7 +3,7 @@
 //! bytes never make it panic or run away.
 
 use hwtrace_flow::event::{EventDecoder, EventKind};
-use hwtrace_flow::insn::{InsnClass, InsnDecoder, Step};
+use hwtrace_flow::insn::{BlockDecoder, BlockStep, InsnClass, InsnDecoder, Step};
 use hwtrace_flow::{Config, ErrorKind};
 use hwtrace_packet::{IpPayload, ModeExec, Packet, Tnt, TraceBuilder};
 use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
@@ -246,6 +246,52 @@ fn the_instruction_class_is_reported() {
         }
     }
     assert_eq!(classes[..2], [InsnClass::Other, InsnClass::Jump]);
+}
+
+#[test]
+fn blocks_hold_the_same_instructions_as_the_instruction_decoder() {
+    // 1000: call 1007; 1005: hlt; 1006: hlt; 1007: nop; 1008: jz 100b;
+    // 100a: nop; 100b: ret
+    let bytes = vec![
+        0xe8, 0x02, 0x00, 0x00, 0x00, 0xf4, 0xf4, 0x90, 0x74, 0x01, 0x90, 0xc3,
+    ];
+    let mut t = TraceBuilder::new();
+    psb_at(&mut t, BASE);
+    // jz taken, ret compressed.
+    t.push(Packet::Tnt(Tnt {
+        bits: 0b11,
+        len: 2,
+        long: false,
+    }))
+    .unwrap();
+    t.ip(Packet::Fup, BASE + 5).unwrap();
+    t.push(Packet::TipPgd(IpPayload::SUPPRESSED)).unwrap();
+    let trace = t.finish();
+
+    let flat = steps(
+        &trace,
+        Code {
+            base: BASE,
+            bytes: bytes.clone(),
+        },
+    );
+    let mut dec = BlockDecoder::new(&trace, Config::default(), Code { base: BASE, bytes });
+    dec.sync_forward().unwrap();
+    let mut lines = Vec::new();
+    let mut blocks = Vec::new();
+    while let Some(step) = dec.next().unwrap() {
+        match step {
+            BlockStep::Block(b) => {
+                blocks.push((b.ip(), b.end_ip(), b.insns.len()));
+                lines.extend(b.insns.iter().map(|i| format!("{:x}", i.ip)));
+            }
+            BlockStep::Event(e) if e.status_update => {}
+            BlockStep::Event(e) => lines.push(format!("{:?}", e.kind)),
+        }
+    }
+    assert_eq!(lines, flat);
+    // The direct call stays inside the first block, which ends at the jz.
+    assert_eq!(blocks, [(0x1000, 0x1008, 3), (0x100b, 0x100b, 1)]);
 }
 
 proptest! {

@@ -5,7 +5,7 @@ use super::options::{DecoderKind, Options};
 use super::print::{Style, event_line, insn_line};
 use hwtrace_flow::ErrorKind;
 use hwtrace_flow::event::{Event, EventKind, Status};
-use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder};
+use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder, ends_block};
 use hwtrace_mem::image::{Image, RawSpec};
 use hwtrace_perf::pevent::{ContextId, LocationHint, Session, TraceEvent};
 use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory, Tsc};
@@ -76,19 +76,13 @@ struct Stats {
     blocks: u64,
 }
 
-/// Block boundaries as ptxed's block decoder draws them.
+/// Block boundaries as ptxed's block decoder draws them (the rule is
+/// `hwtrace_flow::insn::ends_block`, shared with the library's
+/// `BlockDecoder`; ptxed groups here so that it prints instructions and
+/// errors exactly where the instruction loop finds them).
 #[derive(Debug, Default)]
 struct Blocks {
     open: bool,
-}
-
-fn ends_block(insn: &Insn, direct: bool, o: &Options) -> bool {
-    match insn.class {
-        InsnClass::Other | InsnClass::Ptwrite => false,
-        InsnClass::Call => !direct || o.config.end_on_call,
-        InsnClass::Jump => !direct || o.config.end_on_jump,
-        _ => true,
-    }
 }
 
 fn diagnose(
@@ -181,7 +175,7 @@ impl Run<'_, '_> {
             );
             writeln!(self.out, "{line}")?;
         }
-        if ends_block(insn, insn.target.is_some(), self.o) {
+        if ends_block(insn.class, insn.target.is_some(), &self.o.config) {
             self.blocks.open = false;
         }
         Ok(())
