@@ -330,3 +330,89 @@ fn perf_info_and_dump_aux_on_a_two_thread_pt_file() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A fake sysfs with an Intel PT PMU (of a type this kernel does not have)
+/// and a fake procfs with the given paranoid level and no capabilities.
+fn fake_intel(dir: &Path, paranoid: i32, ranges: u32) -> (String, String) {
+    let pt = dir.join("sys/bus/event_source/devices/intel_pt");
+    std::fs::create_dir_all(pt.join("format")).unwrap();
+    std::fs::create_dir_all(pt.join("caps")).unwrap();
+    std::fs::write(pt.join("type"), "4093\n").unwrap();
+    for (t, f) in [
+        ("pt", "config:0"),
+        ("tsc", "config:10"),
+        ("branch", "config:13"),
+        ("noretcomp", "config:11"),
+    ] {
+        std::fs::write(pt.join("format").join(t), f).unwrap();
+    }
+    std::fs::write(pt.join("caps/num_address_ranges"), format!("{ranges}\n")).unwrap();
+    let proc_ = dir.join("proc");
+    std::fs::create_dir_all(proc_.join("sys/kernel")).unwrap();
+    std::fs::create_dir_all(proc_.join("self")).unwrap();
+    std::fs::write(
+        proc_.join("sys/kernel/perf_event_paranoid"),
+        format!("{paranoid}\n"),
+    )
+    .unwrap();
+    std::fs::write(proc_.join("self/status"), "CapEff:\t0000000000000000\n").unwrap();
+    std::fs::write(
+        proc_.join("cpuinfo"),
+        "vendor_id\t: GenuineIntel\nmodel name\t: Fake Lake\n",
+    )
+    .unwrap();
+    (
+        format!("--sysfs-root={}", dir.join("sys").display()),
+        format!("--procfs-root={}", proc_.display()),
+    )
+}
+
+/// Injected failures on a machine that "has" Intel PT: each prints its
+/// message, exits non-zero and leaves no file.
+#[test]
+fn injected_capture_failures_exit_nonzero_without_a_file() {
+    let dir = tmpdir("inject");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let run = |paranoid, ranges, extra: &[&str]| {
+        let (sys, proc_) = fake_intel(&dir, paranoid, ranges);
+        let mut args = vec!["record", sys.as_str(), proc_.as_str()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "/bin/true"]);
+        hwtrace_in(&work, &args)
+    };
+    let cases: Vec<(Output, u8, &str)> = vec![
+        // Debian's paranoid 3 without CAP_PERFMON.
+        (
+            run(3, 2, &[]),
+            3,
+            "perf_event_paranoid is 3, tracing your own process needs 2",
+        ),
+        (run(2, 2, &["--kernel"]), 3, "kernel tracing needs 1"),
+        // sysfs lists the PMU, this kernel has no such type: perf_event_open fails.
+        (
+            run(2, 2, &[]),
+            1,
+            "the kernel rejected the Intel PT event (PMU type 4093",
+        ),
+        (
+            run(2, 0, &["--filter", "0x1000/0x100@/usr/bin/true"]),
+            1,
+            "num_address_ranges = 0",
+        ),
+        (
+            run(2, 2, &["--terms", "pt,cyc"]),
+            1,
+            "has no config term `cyc`",
+        ),
+        (run(2, 2, &["-m", "12K"]), 1, "power-of-two"),
+    ];
+    for (o, code, want) in cases {
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(i32::from(code)), "{e}");
+        assert!(e.contains(want), "want `{want}` in: {e}");
+        let left: Vec<_> = std::fs::read_dir(&work).unwrap().collect();
+        assert!(left.is_empty(), "no file left after `{want}`: {left:?}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -66,6 +66,22 @@ pub enum CaptureError {
         /// The errno text.
         errno_text: String,
     },
+    /// The kernel refused the AUX tracer's event although sysfs lists the PMU.
+    #[error(
+        "the kernel rejected the {} event (PMU type {pmu_type}, from {}): {errno_text}; \
+         check the config terms (--terms) against {}",
+        tracer.hardware(), dir.join("type").display(), dir.join("format").display()
+    )]
+    PmuRejected {
+        /// What was asked for.
+        tracer: Tracer,
+        /// The PMU type used.
+        pmu_type: u32,
+        /// The PMU's sysfs directory.
+        dir: PathBuf,
+        /// The errno text.
+        errno_text: String,
+    },
     /// `perf_event_paranoid` forbids this capture for an unprivileged user.
     #[error(
         "/proc/sys/kernel/perf_event_paranoid is {value}, {what} needs {needed} or lower (or CAP_PERFMON): \

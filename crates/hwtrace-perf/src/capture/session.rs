@@ -205,6 +205,15 @@ fn open_error(e: io::Error, plan: &Plan, opts: &RecordOptions) -> CaptureError {
                 errno_text: e.to_string(),
             }
         }
+        libc::ENOENT | libc::ENODEV | libc::EINVAL | libc::EOPNOTSUPP if plan.pmu.is_some() => {
+            let pmu = plan.pmu.as_ref();
+            CaptureError::PmuRejected {
+                tracer: plan.tracer,
+                pmu_type: plan.attr.kind,
+                dir: pmu.map(|p| p.dir.clone()).unwrap_or_default(),
+                errno_text: e.to_string(),
+            }
+        }
         _ => CaptureError::Sys {
             call: "perf_event_open",
             source: e,

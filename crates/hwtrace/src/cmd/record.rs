@@ -67,6 +67,12 @@ pub struct RecordArgs {
     /// Attach to a running process instead of starting a command (Ctrl-C stops).
     #[arg(short = 'p', long, value_name = "PID", conflicts_with = "command")]
     pid: Option<u32>,
+    /// Where sysfs is (tests point this at fake PMU trees).
+    #[arg(long, hide = true, default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Where procfs is (tests point this at fake paranoid/capability files).
+    #[arg(long, hide = true, default_value = "/proc")]
+    procfs_root: PathBuf,
     /// The command to record.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -96,6 +102,8 @@ impl RecordArgs {
             snapshot: self.snapshot,
             terms: self.terms.clone(),
             branch_filter: self.branch_filter.clone(),
+            sysfs_root: self.sysfs_root.clone(),
+            procfs_root: self.procfs_root.clone(),
             ..RecordOptions::default()
         })
     }
