@@ -470,3 +470,164 @@ mod round_trip {
         }
     }
 }
+
+fn words(ws: &[u64]) -> Vec<u8> {
+    ws.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+#[test]
+fn auxtrace_info_of_every_vintage() {
+    use super::auxtrace::{AuxtraceInfo, IntelBtsInfo};
+    // perf 4.1: the ten base words only.
+    let mut body = words(&[1 << 32 | 1]); // type 1 (intel_pt), reserved 1
+    body.extend(words(&[8, 31, 0x1234, 99, 1, 1 << 10, 1 << 11, 1, 0, 1]));
+    let AuxtraceKind::IntelPt(pt) = AuxtraceInfo::parse(&body, 0).unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            pt.pmu_type,
+            pt.tsc.time_shift,
+            pt.tsc.time_mult,
+            pt.tsc.time_zero
+        ),
+        (8, 31, 0x1234, 99)
+    );
+    assert!(pt.tsc.cap_user_time_zero && pt.per_cpu_mmaps && !pt.snapshot_mode);
+    assert_eq!(
+        (
+            pt.mtc_bit,
+            pt.cyc_bit,
+            pt.max_non_turbo_ratio,
+            pt.filter.as_deref()
+        ),
+        (None, None, None, None)
+    );
+    // The full current layout round-trips, filter included.
+    let full = pt_info();
+    let mut body = words(&[1]);
+    body.extend(words(&full.to_words()));
+    assert_eq!(
+        AuxtraceInfo::parse(&body, 0).unwrap().kind,
+        AuxtraceKind::IntelPt(full)
+    );
+    // A filter length beyond the record is a typed error at its offset.
+    let mut cut = body.clone();
+    cut.truncate(8 + 17 * 8 + 4);
+    let e = AuxtraceInfo::parse(&cut, 0x100).unwrap_err();
+    assert!(
+        matches!(
+            e.kind,
+            ErrorKind::Truncated {
+                what: "intel_pt filter string",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Intel BTS.
+    let bts = IntelBtsInfo {
+        pmu_type: 9,
+        tsc: pt_info().tsc,
+        snapshot_mode: true,
+    };
+    let mut body = words(&[2]);
+    body.extend(words(&bts.to_words()));
+    assert_eq!(
+        AuxtraceInfo::parse(&body, 0).unwrap().kind,
+        AuxtraceKind::IntelBts(bts)
+    );
+    // Another tracer (CoreSight = 3) stays raw; a header-only record is truncated.
+    let mut body = words(&[3]);
+    body.extend(words(&[5, 6]));
+    assert!(
+        matches!(AuxtraceInfo::parse(&body, 0).unwrap().kind, AuxtraceKind::Other(w) if w.len() == 16)
+    );
+    assert!(AuxtraceInfo::parse(&[1, 0, 0], 0).is_err());
+}
+
+#[test]
+fn sample_with_every_variable_field() {
+    use super::attr::read_format;
+    use super::sample::parse_sample;
+    let attr = Attr {
+        sample_type: sample::IDENTIFIER
+            | sample::IP
+            | sample::TID
+            | sample::TIME
+            | sample::ADDR
+            | sample::ID
+            | sample::CPU
+            | sample::PERIOD
+            | sample::READ
+            | sample::CALLCHAIN
+            | sample::RAW
+            | sample::BRANCH_STACK
+            | sample::REGS_USER
+            | sample::STACK_USER
+            | sample::WEIGHT
+            | sample::DATA_SRC
+            | sample::PHYS_ADDR
+            | sample::AUX,
+        read_format: read_format::GROUP | read_format::ID | read_format::TOTAL_TIME_ENABLED,
+        branch_sample_type: branch::ANY | branch::COUNTERS,
+        sample_regs_user: 0b1011,
+        ..Attr::default()
+    };
+    let mut b = vec![9, 0, 0, 0, 0, 0, 0, 0]; // header, size patched below
+    b.extend(words(&[
+        0x77,
+        0x401000,
+        5 << 32 | 4,
+        1000,
+        0xdead,
+        0x77,
+        3,
+        10,
+    ]));
+    b.extend(words(&[2, 111, 50, 1, 60, 2])); // read: nr, enabled, {value, id} x2
+    b.extend(words(&[3, 0xa, 0xb, 0xc])); // callchain
+    b.extend(&12u32.to_le_bytes()); // raw: 4 + 12 bytes
+    b.extend(&[0xee; 12]);
+    b.extend(words(&[1, 0x10, 0x20, 1, 0x99])); // branch stack: 1 entry + 1 counter
+    b.extend(words(&[2, 1, 2, 3])); // regs_user: abi 2, 3 regs
+    b.extend(words(&[16, 0, 0, 16])); // stack_user: size 16, data, dyn_size
+    b.extend(words(&[7, 8, 0x1000])); // weight, data_src, phys_addr
+    b.extend(words(&[8, 0x55])); // aux: size 8, data
+    let size = b.len() as u16;
+    b[6..8].copy_from_slice(&size.to_le_bytes());
+    let s = parse_sample(&b, 0x40, &attr).unwrap();
+    assert_eq!(
+        (s.identifier, s.ip, s.pid_tid, s.time, s.addr),
+        (
+            Some(0x77),
+            Some(0x401000),
+            Some((4, 5)),
+            Some(1000),
+            Some(0xdead)
+        )
+    );
+    assert_eq!((s.id, s.cpu, s.period), (Some(0x77), Some(3), Some(10)));
+    assert_eq!(s.read.unwrap().len(), 6 * 8);
+    assert_eq!(s.callchain_ips().collect::<Vec<_>>(), [0xa, 0xb, 0xc]);
+    assert_eq!(s.raw.unwrap(), &[0xee; 12]);
+    let e: Vec<_> = s.branch_stack.unwrap().entries().collect();
+    assert_eq!(
+        (e.len(), e[0].from, e[0].to, e[0].mispred()),
+        (1, 0x10, 0x20, true)
+    );
+    assert_eq!(
+        (s.weight, s.data_src, s.phys_addr),
+        (Some(7), Some(8), Some(0x1000))
+    );
+    assert_eq!(s.aux.unwrap(), &0x55u64.to_le_bytes());
+    // One byte short: the error names the field and the record's offset.
+    let mut short = b[..b.len() - 8].to_vec();
+    short[6..8].copy_from_slice(&(size - 8).to_le_bytes());
+    let e = parse_sample(&short, 0x40, &attr).unwrap_err();
+    assert_eq!(e.offset, FileOffset(0x40));
+    assert!(
+        matches!(e.kind, ErrorKind::SampleTooShort { field: "aux", .. }),
+        "{e}"
+    );
+}
