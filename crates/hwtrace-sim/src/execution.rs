@@ -16,6 +16,16 @@
 //! path reads unmapped memory instead of wrong code, which is what a check
 //! wants. Code that changes while the program runs (two different bytes at
 //! one address) is refused with a [`CodeConflict`].
+//!
+//! # What an execution can be
+//!
+//! One thread of one process. A second guest thread shows up as a second
+//! CPU index in the log and is refused ([`LogErrorKind::Threads`]). A child
+//! process made by `fork` inherits qemu's log and would interleave its
+//! instructions with the parent's under the same CPU index; that cannot be
+//! told apart in the log, so record programs that do not fork (the encoder
+//! then reports the first impossible transfer). Signals delivered to a
+//! handler look like such a transfer too and are not modelled.
 
 use std::collections::HashMap;
 use std::io::BufRead;
