@@ -7,13 +7,22 @@
 //! * [`pmu`]: sysfs PMU discovery (`type`, `format/*`, `caps/*`) and config
 //!   terms (`tsc,mtc,cyc,noretcomp,branch`) → config words.
 //! * [`access`]: `perf_event_paranoid` and CAP_PERFMON.
-//! * [`plan`]: options → a checked [`Plan`] (attribute, sizes, filter) with
+//! * [`plan`](mod@plan): options → a checked [`Plan`] (attribute, sizes, filter) with
 //!   a typed [`CaptureError`] for every missing capability, before any
 //!   system call.
 //! * [`ring`]: the mmap head/tail protocol as arithmetic over slices
 //!   (wrap-around as [`ring::RawData::Split`], snapshot windows).
 //! * [`sys`]: the kernel boundary (`perf_event_open`, mmaps, ioctls).
-//! * [`session`]: running a capture into a perf.data writer.
+//! * [`procfs`]: an attached process's threads and mappings.
+//! * [`session`]: running a capture into a perf.data writer: the workload
+//!   is forked and held until the events exist (they enable themselves at
+//!   its exec); one inherited event per online CPU follows it and its
+//!   children (the kernel maps inherited events only when bound to a CPU),
+//!   each with its data ring and, for Intel PT/BTS, its AUX area; rings are
+//!   drained in rounds closed by FINISHED_ROUND.
+//!
+//! Snapshot mode reads each AUX area once, when recording ends (perf's
+//! SIGUSR2-triggered snapshots are not offered).
 //!
 //! This is the only module of the workspace allowed `unsafe` (system calls
 //! and shared ring memory); each block says why it is sound.

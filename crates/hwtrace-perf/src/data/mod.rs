@@ -23,7 +23,7 @@
 //! * [`sample`]: SAMPLE records and branch stacks (LBR).
 //! * [`auxtrace`]: AUXTRACE_INFO (Intel PT and BTS private words) and AUXTRACE.
 //! * [`streams`]: per-(CPU, thread) AUX streams with gaps and losses.
-//! * [`write`]: a perf.data writer for hwtrace's own captures.
+//! * [`write`](mod@write): a perf.data writer for hwtrace's own captures.
 //!
 //! Errors are [`Error`] `{ offset, kind }`, the offset being a file offset.
 //!
