@@ -17,7 +17,8 @@
 //! | near RET whose target is the youngest entry of the call stack, without DisRETC | one taken TNT bit: a compressed return (33.4.2.2, "Indirect Transfer Compression for Returns") |
 //! | any other near RET, indirect JMP or CALL | TIP with the target (33.2.1.2, 33.4.2.2) |
 //! | far JMP/CALL/RET, IRET staying in user mode | MODE.Exec if the mode changed, then TIP (33.2.1.3) |
-//! | SYSCALL, SYSENTER, INT n, INT3, INTO, INT1 | the kernel runs at CPL 0, which `OS = 0` filters out: TIP.PGD with the IP suppressed (33.4.2.4; 33.4.2.2 gives exactly this SYSCALL as the example of a suppressed IP) |
+//! | SYSCALL, SYSENTER | the kernel runs at CPL 0, which `OS = 0` filters out: TIP.PGD with the IP suppressed (33.4.2.4; 33.4.2.2 gives exactly this SYSCALL as the example of a suppressed IP) |
+//! | INT n, INT3, INTO, INT1 | FUP with the interrupt instruction's own IP (CLIP), then TIP.PGD with the IP suppressed (the software-interrupt rows of the table "Packet Generation under Different Enable Conditions"). libipt reads the pair as a disable *before* the INT, so it does not report the INT itself |
 //! | the first instruction back in user mode | MODE.Exec if the mode changed since the last one or none was written since the last PSB, then TIP.PGE with its IP (33.4.2.3) |
 //!
 //! Pending TNT bits are written before any TIP, TIP.PGD, FUP or PSB, so the
@@ -219,6 +220,7 @@ enum Class {
     Return,
     Far,
     LeaveUser,
+    SoftwareInterrupt,
     Unsupported,
 }
 
@@ -255,7 +257,7 @@ fn classify(insn: &Instruction) -> Class {
         FlowControl::IndirectBranch => Class::IndirectJump,
         FlowControl::IndirectCall => Class::IndirectCall,
         FlowControl::Return => Class::Return,
-        FlowControl::Interrupt => Class::LeaveUser,
+        FlowControl::Interrupt => Class::SoftwareInterrupt,
         FlowControl::XbeginXabortXend | FlowControl::Exception => Class::Unsupported,
     }
 }
@@ -441,8 +443,11 @@ impl<'e> Run<'e> {
                 self.tip(n)?;
                 Ok(Some(n))
             }
-            Class::LeaveUser => {
+            Class::LeaveUser | Class::SoftwareInterrupt => {
                 self.flush_tnt()?;
+                if d.class == Class::SoftwareInterrupt {
+                    self.ip_packet(Packet::Fup, ip)?;
+                }
                 self.push(Packet::TipPgd(IpPayload::SUPPRESSED))?;
                 self.stats.disables += 1;
                 self.enabled = false;

@@ -204,8 +204,10 @@ fn an_unexplained_transfer_is_an_error_naming_the_instruction() {
     );
 }
 
-/// `INT n` leaves user mode like SYSCALL; a far return that stays in
-/// 64-bit user mode is a TIP without MODE.Exec.
+/// `INT n` leaves user mode with FUP(CLIP), TIP.PGD() (SDM table "Packet
+/// Generation under Different Enable Conditions", software interrupt with
+/// PacketEn 1 → 0 and ContextEn 0); a far return that stays in 64-bit user
+/// mode is a TIP without MODE.Exec.
 ///
 /// ```text
 /// 2000: cd 80            int 0x80
@@ -237,6 +239,8 @@ fn software_interrupts_and_far_returns() {
                 "psbend",
                 "mode.exec Bits64",
                 "tip.pge 0x2000",
+                // A software interrupt reports its own IP (CLIP) first.
+                "fup 0x2000",
                 "tip.pgd -",
                 "tip.pge 0x2002",
                 "tip 0x3000",
@@ -244,7 +248,12 @@ fn software_interrupts_and_far_returns() {
                 "tip.pgd -",
             ]
         );
-        assert_eq!(libipt(&e, &trace.bytes), executed(&e));
+        // FUP(CLIP) + TIP.PGD is an asynchronous disable *at* the INT to
+        // libipt: it stops before the INT, so the INT itself is the one
+        // executed instruction no decoder following libipt reports.
+        let mut want = executed(&e);
+        want.retain(|&ip| ip != 0x2000);
+        assert_eq!(libipt(&e, &trace.bytes), want);
     }
 }
 
