@@ -1,14 +1,15 @@
 //! Decoded instructions, kept per address space and IP so hot code is
 //! decoded once.
+//!
+//! The cache is direct-mapped: a fixed table indexed by a few bits of the
+//! IP, one entry per slot, replaced on conflict. A lookup is an index and
+//! a compare (a `HashMap` spent half the decode time hashing).
 
 use super::classify::{Decoded, MAX_INSN_SIZE};
 use hwtrace_packet::ExecMode;
 use hwtrace_types::AddressSpace;
-use std::collections::HashMap;
-
-/// How many instructions the cache keeps before it starts over (bounded
-/// memory on huge code footprints).
-const CAPACITY: usize = 1 << 18;
+/// Slots in the table (a power of two).
+const SLOTS: usize = 1 << 16;
 
 /// One cached instruction: what it does and its bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +31,12 @@ struct Key {
 /// A map from (address space, mode, IP) to the decoded instruction.
 #[derive(Clone, Debug, Default)]
 pub struct InsnCache {
-    map: HashMap<Key, Cached>,
+    /// Allocated on first insert.
+    slots: Vec<Option<(Key, Cached)>>,
+}
+
+const fn slot(ip: u64) -> usize {
+    ((ip ^ (ip >> 16)) as usize) & (SLOTS - 1)
 }
 
 const fn mode_key(mode: ExecMode) -> u8 {
@@ -59,20 +65,26 @@ impl InsnCache {
 
     /// Forgets everything (the memory changed).
     pub fn clear(&mut self) {
-        self.map.clear();
+        self.slots.iter_mut().for_each(|s| *s = None);
     }
 
     /// The instruction at `ip`, if cached.
+    #[inline]
     pub fn get(&self, space: AddressSpace, ip: u64, mode: ExecMode) -> Option<&Cached> {
-        self.map.get(&key(space, ip, mode))
+        match self.slots.get(slot(ip)) {
+            Some(Some((k, c))) if *k == key(space, ip, mode) => Some(c),
+            _ => None,
+        }
     }
 
-    /// Remembers an instruction.
+    /// Remembers an instruction (replacing whatever shared its slot).
     pub fn insert(&mut self, space: AddressSpace, ip: u64, mode: ExecMode, entry: Cached) {
-        if self.map.len() >= CAPACITY {
-            self.map.clear();
+        if self.slots.is_empty() {
+            self.slots = vec![None; SLOTS];
         }
-        self.map.insert(key(space, ip, mode), entry);
+        if let Some(s) = self.slots.get_mut(slot(ip)) {
+            *s = Some((key(space, ip, mode), entry));
+        }
     }
 }
 
@@ -110,6 +122,34 @@ mod tests {
         assert!(
             c.get(AddressSpace::UNKNOWN, 0x10, ExecMode::Bits64)
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn conflicting_ips_replace_each_other() {
+        let mut c = InsnCache::new();
+        let e = Cached {
+            decoded: Decoded {
+                size: 1,
+                class: InsnClass::Other,
+                special: Special::None,
+                target: None,
+            },
+            raw: [0x90; MAX_INSN_SIZE],
+        };
+        let twin = (1..1u64 << 20)
+            .map(|k| 0x10 + (k << 16))
+            .find(|&ip| slot(ip) == slot(0x10))
+            .expect("some IP shares the slot");
+        c.insert(AddressSpace::UNKNOWN, 0x10, ExecMode::Bits64, e);
+        c.insert(AddressSpace::UNKNOWN, twin, ExecMode::Bits64, e);
+        assert!(
+            c.get(AddressSpace::UNKNOWN, 0x10, ExecMode::Bits64)
+                .is_none()
+        );
+        assert!(
+            c.get(AddressSpace::UNKNOWN, twin, ExecMode::Bits64)
+                .is_some()
         );
     }
 }
