@@ -152,6 +152,26 @@ fn software_event_capture_writes_sideband_we_read_back() {
     assert!(true_mapped, "an executable MMAP2 of .../true");
     assert_eq!(exits, 1);
     assert_eq!(file.features.arch, Some(std::env::consts::ARCH.as_bytes()));
+    // The build id of the program, as its ELF note says (readelf -n).
+    let exe = std::fs::canonicalize("/bin/true").unwrap();
+    let note = std::fs::read(&exe).unwrap();
+    let want = {
+        use object::Object;
+        object::File::parse(&*note).unwrap().build_id().unwrap()
+    };
+    if let Some(want) = want {
+        let got = file
+            .features
+            .build_ids
+            .iter()
+            .find(|b| Path::new(std::str::from_utf8(b.filename).unwrap()) == exe);
+        assert_eq!(
+            got.map(|b| b.build_id),
+            Some(want),
+            "{:?}",
+            file.features.build_ids
+        );
+    }
 }
 
 #[test]

@@ -154,6 +154,24 @@ fn sideband_capture_reads_back_with_perf_info() {
         "{text}"
     );
     assert!(text.contains("aux streams: 0"), "{text}");
+    // The build ids we wrote are those perf lists (and name the program).
+    let ours: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("build-id: "))
+        .map(str::to_string)
+        .collect();
+    assert!(ours.iter().any(|l| l.ends_with("/true")), "{text}");
+    if let Ok(p) = Command::new("perf")
+        .current_dir(&dir)
+        .args(["buildid-list", "-i", "perf.data"])
+        .output()
+    {
+        let theirs: Vec<String> = String::from_utf8_lossy(&p.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(ours, theirs);
+    }
     // perf itself agrees on the records, when installed.
     if let Ok(p) = Command::new("perf")
         .current_dir(&dir)

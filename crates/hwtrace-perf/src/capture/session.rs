@@ -261,6 +261,36 @@ pub fn machine_features(procfs_root: &Path) -> FeatureData {
     }
 }
 
+/// The GNU build ids of the executable files a capture mapped (files that
+/// are gone or carry no build id are left out), for `HEADER_BUILD_ID`.
+pub fn build_ids(files: &std::collections::BTreeSet<Vec<u8>>) -> Vec<(i32, Vec<u8>, String)> {
+    use object::Object;
+    let mut out = Vec::new();
+    for f in files {
+        let path = Path::new(std::ffi::OsStr::from_bytes(f));
+        let Ok(file) = std::fs::File::open(path) else {
+            continue;
+        };
+        // Read only what the ELF headers and notes need: a whole library is
+        // small, but a file could be anything; cap at 256 MiB.
+        let Ok(meta) = file.metadata() else { continue };
+        if meta.len() > 256 << 20 {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(path) else {
+            continue;
+        };
+        let Ok(obj) = object::File::parse(&*bytes) else {
+            continue;
+        };
+        if let Ok(Some(id)) = obj.build_id() {
+            // pid -1: perf's host machine; the id is what the file says.
+            out.push((-1, id.to_vec(), path.to_string_lossy().into_owned()));
+        }
+    }
+    out
+}
+
 /// TSC:CTC ratio (CPUID leaf 15H: EBX/EAX), `None` when the CPU says 0.
 fn tsc_ctc_ratio() -> Option<(u64, u64)> {
     #[cfg(target_arch = "x86_64")]
@@ -305,6 +335,10 @@ pub fn online_cpus(sysfs_root: &Path) -> Vec<u32> {
 struct Drain<'a, W: Write + Seek> {
     w: &'a mut PerfDataWriter<W>,
     summary: Summary,
+    /// `sample_type` of the records' trailers, to read MMAP2 records.
+    trailer_type: u64,
+    /// Files mapped executable, for the build-id feature.
+    exec_files: std::collections::BTreeSet<Vec<u8>>,
 }
 
 impl<W: Write + Seek> Drain<'_, W> {
@@ -321,6 +355,15 @@ impl<W: Write + Seek> Drain<'_, W> {
             self.w
                 .write_raw_record(&r.bytes)
                 .map_err(CaptureError::Output)?;
+            if r.kind == record_type::MMAP2
+                && let Ok(rec) =
+                    crate::pevent::parse_record(&r.bytes, Default::default(), self.trailer_type)
+                && let crate::pevent::Body::Mmap2(m) = rec.body
+                && m.prot & 4 != 0
+                && m.filename.starts_with(b"/")
+            {
+                self.exec_files.insert(m.filename.to_vec());
+            }
         }
         self.summary.records += recs.len() as u64;
         rings.consume_data(tail.wrapping_add(used as u64));
@@ -513,6 +556,17 @@ fn record_pid<W: Write + Seek>(
             pid: pid as u32,
             ..Summary::default()
         },
+        trailer_type: attr.sample_type,
+        // An attached process's existing mappings (synthesized above); a
+        // started command is still the forked hwtrace until it execs.
+        exec_files: match child {
+            Some(_) => Default::default(),
+            None => procfs::exec_maps(&opts.procfs_root, pid as u32)
+                .into_iter()
+                .filter(|m| m.path.starts_with('/'))
+                .map(|m| m.path.into_bytes())
+                .collect(),
+        },
     };
     match child.as_deref_mut() {
         Some(c) => c.release()?,
@@ -543,9 +597,9 @@ fn record_pid<W: Write + Seek>(
     // In snapshot mode this is the only AUX read: the newest window of each CPU.
     d.round(&streams, true)?;
     let summary = d.summary;
-    let out = w
-        .finish(&machine_features(&opts.procfs_root))
-        .map_err(CaptureError::Output)?;
+    let mut features = machine_features(&opts.procfs_root);
+    features.build_ids = build_ids(&d.exec_files);
+    let out = w.finish(&features).map_err(CaptureError::Output)?;
     Ok((summary, out))
 }
 
