@@ -434,3 +434,71 @@ fn injected_capture_failures_exit_nonzero_without_a_file() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// 256 MiB of AUX data: `perf info` maps the file and touches only record
+/// headers, so its peak memory stays far below the file size. Measured with
+/// `/usr/bin/time` (skipped when it is missing).
+#[test]
+fn perf_info_memory_stays_bounded_on_a_big_file() {
+    if !Path::new("/usr/bin/time").exists() {
+        eprintln!("skipped: /usr/bin/time is not installed");
+        return;
+    }
+    let dir = tmpdir("big");
+    let path = dir.join("big.data");
+    {
+        let attrs = [EventAttr {
+            attr: intel_pt_attr(8, 1),
+            ids: vec![1],
+        }];
+        let f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        let mut w = PerfDataWriter::new(f, &attrs).unwrap();
+        w.auxtrace_info_pt(&IntelPtInfo {
+            pmu_type: 8,
+            per_cpu_mmaps: true,
+            ..IntelPtInfo::default()
+        })
+        .unwrap();
+        let chunk = vec![0u8; 4 << 20];
+        for i in 0..64u64 {
+            w.auxtrace(
+                &chunk,
+                i * (4 << 20),
+                0,
+                (i % 2) as u32,
+                u32::MAX,
+                (i % 2) as u32,
+            )
+            .unwrap();
+        }
+        w.finish(&FeatureData::default()).unwrap();
+    }
+    let o = Command::new("/usr/bin/time")
+        .args([
+            "-f",
+            "maxrss_kb=%M",
+            env!("CARGO_BIN_EXE_hwtrace"),
+            "perf",
+            "info",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("cpu 0 tid -1: 134217728 bytes in 32 buffers"),
+        "{text}"
+    );
+    assert!(
+        text.contains("cpu 1 tid -1: 134217728 bytes in 32 buffers"),
+        "{text}"
+    );
+    let rss: u64 = stderr(&o)
+        .lines()
+        .find_map(|l| l.strip_prefix("maxrss_kb="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!(rss < 64 * 1024, "peak RSS {rss} kB for a 256 MiB file");
+    std::fs::remove_dir_all(&dir).ok();
+}
