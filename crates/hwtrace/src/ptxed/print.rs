@@ -23,9 +23,35 @@ fn mode_name(mode: ExecMode) -> &'static str {
     }
 }
 
-/// One instruction line (addresses only; ptxed's `--no-inst`, or the
-/// bytes when disassembly is asked for).
-pub fn insn_line(insn: &Insn, style: &Style, offset: u64, time: u64, with_bytes: bool) -> String {
+/// How an instruction line looks beyond its address.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InsnText {
+    /// `--raw-insn`: the bytes, padded to 15.
+    pub raw: bool,
+    /// Disassembly (ptxed without `--no-inst`; Intel syntax from iced-x86,
+    /// where ptxed uses XED, so the text may differ in detail).
+    pub disassembly: bool,
+}
+
+fn disassemble(insn: &Insn) -> String {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+    let bits = match insn.mode {
+        Some(ExecMode::Bits16) => 16,
+        Some(ExecMode::Bits32) => 32,
+        _ => 64,
+    };
+    let mut decoder = Decoder::with_ip(bits, insn.bytes(), insn.ip, DecoderOptions::NONE);
+    let decoded = decoder.decode();
+    if decoded.is_invalid() {
+        return " [decode error]".to_string();
+    }
+    let mut text = String::from("  ");
+    IntelFormatter::new().format(&decoded, &mut text);
+    text
+}
+
+/// One instruction line.
+pub fn insn_line(insn: &Insn, style: &Style, offset: u64, time: u64, text: InsnText) -> String {
     let mut s = String::new();
     if style.print_offset {
         let _ = write!(s, "{offset:016x}  ");
@@ -37,10 +63,16 @@ pub fn insn_line(insn: &Insn, style: &Style, offset: u64, time: u64, with_bytes:
         s.push_str("? ");
     }
     let _ = write!(s, "{:016x}", insn.ip);
-    if with_bytes {
-        for b in insn.bytes() {
-            let _ = write!(s, " {b:02x}");
+    if text.disassembly {
+        if text.raw {
+            for b in insn.bytes() {
+                let _ = write!(s, " {b:02x}");
+            }
+            for _ in insn.bytes().len()..15 {
+                s.push_str("   ");
+            }
         }
+        s.push_str(&disassemble(insn));
     }
     s
 }

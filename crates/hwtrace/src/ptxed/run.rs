@@ -2,7 +2,7 @@
 //! report errors and resynchronise, as ptxed does.
 
 use super::options::{DecoderKind, Options};
-use super::print::{Style, event_line, insn_line};
+use super::print::{InsnText, Style, event_line, insn_line};
 use hwtrace_flow::ErrorKind;
 use hwtrace_flow::event::{Event, EventKind, Status};
 use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder, ends_block};
@@ -166,13 +166,11 @@ impl Run<'_, '_> {
         }
         self.stats.insn += 1;
         if !self.o.quiet {
-            let line = insn_line(
-                insn,
-                &self.style,
-                offset,
-                self.time,
-                !self.o.dont_print_insn,
-            );
+            let text = InsnText {
+                raw: self.o.print_raw_insn,
+                disassembly: !self.o.dont_print_insn,
+            };
+            let line = insn_line(insn, &self.style, offset, self.time, text);
             writeln!(self.out, "{line}")?;
         }
         if ends_block(insn.class, insn.target.is_some(), &self.o.config) {
