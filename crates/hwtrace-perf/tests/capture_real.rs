@@ -356,3 +356,26 @@ fn kernel_refusals_are_typed() {
     assert_eq!((data.len() as u64, tail), (head, 0));
     let _ = rings.tsc_conversion();
 }
+
+#[test]
+fn the_commands_exit_code_is_reported() {
+    let o = RecordOptions {
+        tracer: Tracer::Software,
+        ..RecordOptions::default()
+    };
+    let Ok(p) = plan(&o, system_page_size()) else {
+        return;
+    };
+    let target = Target::Command(vec!["/bin/sh".into(), "-c".into(), "exit 7".into()]);
+    match record(
+        &p,
+        &o,
+        &target,
+        Cursor::new(Vec::new()),
+        &AtomicBool::new(false),
+    ) {
+        Ok((summary, _)) => assert_eq!(summary.exit_code, Some(7)),
+        Err(e @ CaptureError::PermissionDenied { .. }) => eprintln!("skipped: {e}"),
+        Err(e) => panic!("{e}"),
+    }
+}

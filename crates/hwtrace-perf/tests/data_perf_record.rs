@@ -127,6 +127,9 @@ fn perf_record_file_format_counts_match_perf_report() {
     assert_eq!(ours, perf_counts(&path));
     let wanted = ["SWITCH", "MMAP2", "SAMPLE", "COMM"];
     assert!(wanted.iter().all(|k| ours.contains_key(*k)), "{ours:?}");
+    std::fs::remove_file(&path).ok();
+    // The other test may still use the directory: remove it only when empty.
+    std::fs::remove_dir(path.parent().unwrap()).ok();
 }
 
 #[test]
@@ -143,4 +146,7 @@ fn perf_record_pipe_format_counts_match_perf_report() {
     let ours = our_counts(&bytes);
     assert_eq!(ours, perf_counts(&path));
     assert!(ours.contains_key("ATTR"));
+    std::fs::remove_file(&path).ok();
+    // The other test may still use the directory: remove it only when empty.
+    std::fs::remove_dir(path.parent().unwrap()).ok();
 }
