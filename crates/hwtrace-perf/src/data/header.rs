@@ -300,8 +300,9 @@ fn header_string<'a>(c: &mut Cursor<'a>) -> Result<&'a [u8], Error> {
 }
 
 impl<'a> Features<'a> {
-    /// Parses the feature sections of a file-mode perf.data. A broken
-    /// section is recorded in [`Features::errors`], not fatal.
+    /// Parses the feature sections of a file-mode perf.data. A missing
+    /// table or a broken section is recorded in [`Features::errors`], not
+    /// fatal.
     pub fn parse(bytes: &'a [u8], h: &FileHeader) -> Result<Self, Error> {
         let mut f = Features::default();
         if h.is_pipe() {
@@ -313,7 +314,15 @@ impl<'a> Features<'a> {
             offset: start,
             size: bits.len() as u64 * 16,
         };
-        let table = section_bytes(bytes, table, "feature table")?;
+        // A file whose recording was cut short may lack the table: the
+        // records are still readable, so this is not fatal.
+        let table = match section_bytes(bytes, table, "feature table") {
+            Ok(t) => t,
+            Err(e) => {
+                f.errors.push(e);
+                return Ok(f);
+            }
+        };
         let mut c = Cursor::new(table, start, "feature table");
         for &bit in &bits {
             let s = section(&mut c)?;

@@ -238,6 +238,20 @@ fn errors_carry_offsets() {
         matches!(e.kind, ErrorKind::SectionOutOfBounds { what: "data", .. }),
         "{e}"
     );
+    // Features cut off: the records still read, the loss is reported.
+    let good = sample_file();
+    let file = PerfData::parse(&good).unwrap();
+    let end = (file.header.data.offset + file.header.data.size) as usize;
+    let cut = &good[..end + 8];
+    let file = PerfData::parse(cut).unwrap();
+    assert!(matches!(
+        file.features.errors[0].kind,
+        ErrorKind::SectionOutOfBounds {
+            what: "feature table",
+            ..
+        }
+    ));
+    assert_eq!(file.records().count(), 9);
     // An AUXTRACE record whose payload runs out of the data section.
     let good = sample_file();
     let file = PerfData::parse(&good).unwrap();
