@@ -525,7 +525,10 @@ fn record_pid<W: Write + Seek>(
                 tsc,
                 tsc_bit: bits("tsc"),
                 noretcomp_bit: bits("noretcomp"),
-                have_sched_switch: u64::from(attr.has(flag::CONTEXT_SWITCH)),
+                // perf's values: 1 = a sched:sched_switch tracepoint event,
+                // 2 = events with the context_switch flag (ours, per task:
+                // PERF_RECORD_SWITCH), 3 = CPU-wide switch events.
+                have_sched_switch: if attr.has(flag::CONTEXT_SWITCH) { 2 } else { 0 },
                 snapshot_mode: plan.snapshot,
                 per_cpu_mmaps: true,
                 mtc_bit: Some(bits("mtc")),

@@ -9,8 +9,8 @@
 //! cap_user_time_zero, tsc_bit, noretcomp_bit, have_sched_switch,
 //! snapshot_mode, per_cpu_mmaps, then (newer perf) mtc_bit, mtc_freq_bits,
 //! tsc_ctc_ratio_n, tsc_ctc_ratio_d, cyc_bit, then max_non_turbo_ratio, then
-//! filter_str_len followed by the NUL-terminated filter string padded to 8
-//! bytes. Older files stop after any of these groups: absent words are
+//! filter_str_len (the string's length) followed by the NUL-terminated
+//! filter string padded to 8 bytes. Older files stop after any of these groups: absent words are
 //! `None`. Intel BTS has pmu_type, time_shift, time_mult, time_zero,
 //! cap_user_time_zero, snapshot_mode.
 //!
@@ -58,7 +58,9 @@ pub struct IntelPtInfo {
     pub tsc_bit: u64,
     /// The config bit that disables return compression.
     pub noretcomp_bit: u64,
-    /// Context-switch sideband was recorded.
+    /// How context switches were recorded: 0 not, 1 a `sched:sched_switch`
+    /// tracepoint event, 2 events with the `context_switch` flag (per-task
+    /// PERF_RECORD_SWITCH), 3 CPU-wide PERF_RECORD_SWITCH_CPU_WIDE.
     pub have_sched_switch: u64,
     /// Snapshot mode (`perf record -S`).
     pub snapshot_mode: bool,
@@ -204,12 +206,15 @@ impl IntelPtInfo {
         ];
         match &self.filter {
             Some(f) if !f.is_empty() => {
+                // The length word is the string's length; the string
+                // follows NUL-terminated, padded to 8 bytes (perf reads
+                // roundup(len + 1, 8) bytes).
                 let mut bytes = f.clone();
+                v.push(bytes.len() as u64);
                 bytes.push(0);
                 while bytes.len() % 8 != 0 {
                     bytes.push(0);
                 }
-                v.push(bytes.len() as u64);
                 v.extend(bytes.chunks(8).map(le64));
             }
             _ => v.push(0),

@@ -519,6 +519,12 @@ fn auxtrace_info_of_every_vintage() {
     );
     // The full current layout round-trips, filter included.
     let full = pt_info();
+    let filter = full.filter.clone().unwrap();
+    let w = full.to_words();
+    // perf's layout: the length word is strlen, the string takes
+    // roundup(len + 1, 8) bytes.
+    assert_eq!(w[16], filter.len() as u64);
+    assert_eq!(w.len(), 17 + (filter.len() + 1).div_ceil(8));
     let mut body = words(&[1]);
     body.extend(words(&full.to_words()));
     assert_eq!(
