@@ -40,9 +40,23 @@
 //! last PSB packet may be compressed" (33.2.1.2), which is what lets a
 //! decoder start at any PSB.
 //!
+//! **IP filtering** ([`PtConfig::ip_filter`], 33.2.4.3 "Filtering by IP",
+//! 33.2.5.5 "Filter Enable"): FilterEn is evaluated where a taken branch or
+//! an event lands, not on straight-line flow. A taken branch from inside to
+//! outside writes TIP.PGD instead of its own packet: with the target IP for
+//! JMP, CALL, indirect branches, uncompressed RETs and far transfers, with
+//! the IP suppressed for conditional branches and compressed RETs
+//! (33.4.2.5). A branch, or a return from the kernel, landing inside writes
+//! MODE.Exec? and TIP.PGE. Instructions run outside write nothing. libipt
+//! 2.0.5 binds a suppressed TIP.PGD only to far branches (unless it is
+//! given the filter and the SKL014 erratum), so it cannot follow a
+//! conditional branch leaving a range; ranges that end between mapped
+//! objects, as in the tests, never have one.
+//!
 //! **Call stack**: near CALLs push their next IP, except zero-length direct
 //! CALLs (the `call next; pop` idiom of position-independent code), which
-//! the SDM excludes; 64 entries, the oldest pushed out. A RET that is not
+//! the SDM excludes, and CALLs that leave the IP filter (libipt does not
+//! push a CALL its TIP.PGD binds to); 64 entries, the oldest pushed out. A RET that is not
 //! compressed leaves the stack alone, as libipt's decoders model it (they
 //! pop only for compressed returns), so encoder and decoder stacks stay
 //! equal.
@@ -82,16 +96,47 @@ pub struct PtConfig {
     pub long_tnt: bool,
     /// Put a TSC packet into each PSB+ (`TSCEn = 1`).
     pub tsc: Option<TscModel>,
+    /// IP filter ranges (`ADDRn_CFG = 1`, `IA32_RTIT_ADDRn_A/B`); when any is
+    /// set, only code inside one of them is traced. Up to four, as
+    /// IA32_RTIT_CTL has ADDR0..ADDR3.
+    pub ip_filter: [Option<IpRange>; 4],
+}
+
+/// One IP filter range: `start..=end`, as ADDRn_A and ADDRn_B bound it
+/// (SDM vol. 3C, 33.2.4.3 "Filtering by IP").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpRange {
+    /// The first address inside (ADDRn_A).
+    pub start: Ip,
+    /// The last address inside (ADDRn_B).
+    pub end: Ip,
+}
+
+impl IpRange {
+    /// Whether `ip` is inside.
+    pub fn contains(&self, ip: Ip) -> bool {
+        self.start.0 <= ip.0 && ip.0 <= self.end.0
+    }
+}
+
+impl PtConfig {
+    /// FilterEn for code at `ip`: no range configured, or `ip` in one.
+    pub fn filter_allows(&self, ip: Ip) -> bool {
+        let mut ranges = self.ip_filter.iter().flatten().peekable();
+        ranges.peek().is_none() || ranges.any(|r| r.contains(ip))
+    }
 }
 
 impl Default for PtConfig {
-    /// Return compression on, a PSB every 4 KiB, short TNTs, no timing.
+    /// Return compression on, a PSB every 4 KiB, short TNTs, no timing, no
+    /// IP filter.
     fn default() -> Self {
         PtConfig {
             return_compression: true,
             psb_period: 4096,
             long_tnt: false,
             tsc: None,
+            ip_filter: [None; 4],
         }
     }
 }
@@ -298,8 +343,12 @@ struct Run<'e> {
     out: TraceBuilder,
     tnt: TntBuffer,
     calls: RetStack,
-    /// PacketEn: in user mode (tracing enabled).
+    /// PacketEn: in user mode and inside the IP filter.
     enabled: bool,
+    /// The instruction about to execute was reached by a taken branch or
+    /// an event, so FilterEn and ContextEn are evaluated for it (they are
+    /// not on straight-line flow).
+    evaluate: bool,
     /// The mode the last MODE.Exec reported.
     last_mode: Option<ExecMode>,
     /// Where the last PSB starts.
@@ -318,6 +367,7 @@ impl<'e> Run<'e> {
             tnt: TntBuffer::new(config.long_tnt),
             calls: RetStack::new(),
             enabled: false,
+            evaluate: true,
             last_mode: None,
             psb_at: 0,
             psbs: Vec::new(),
@@ -358,11 +408,14 @@ impl<'e> Run<'e> {
     /// (when known).
     fn step(&mut self, index: usize, ip: Ip) -> Result<Option<Ip>, EncodeErrorKind> {
         let mode = self.exec.mode_at(index);
-        if !self.enabled {
+        if !self.enabled && self.evaluate && self.config.filter_allows(ip) {
             self.mode_exec(mode)?;
             self.ip_packet(Packet::TipPge, ip)?;
             self.stats.enables += 1;
             self.enabled = true;
+        }
+        if !self.enabled {
+            return self.untraced_step(index, ip, mode);
         }
         let period = self.config.psb_period.max(1) as usize;
         if self.out.as_bytes().len() - self.psb_at >= period {
@@ -389,15 +442,30 @@ impl<'e> Run<'e> {
             Some(n) if n != want => Err(unexplained(n)),
             _ => Ok(Some(want)),
         };
+        // A taken branch whose target is outside the IP filter clears
+        // FilterEn: TIP.PGD replaces the branch's own packet, with the
+        // target IP, or suppressed for conditional branches and compressed
+        // RETs (33.4.2.5; the enable table's rows 7e/7f, 9c, 10d).
+        let config = self.config;
+        let leaves = |n: Ip| !config.filter_allows(n);
         match d.class {
             Class::Plain => expect(fall),
-            Class::Jump { target } => expect(Ip(target)),
+            Class::Jump { target } => {
+                let n = expect(Ip(target))?;
+                if leaves(Ip(target)) {
+                    self.leave_filter(Some(Ip(target)))?;
+                }
+                Ok(n)
+            }
             Class::Call { target } => {
-                // Zero-length calls are not pushed (33.4.2.2).
-                if target != fall.0 {
+                let n = expect(Ip(target))?;
+                if leaves(Ip(target)) {
+                    self.leave_filter(Some(Ip(target)))?;
+                } else if target != fall.0 {
+                    // Zero-length calls are not pushed (33.4.2.2).
                     self.calls.push(fall);
                 }
-                expect(Ip(target))
+                Ok(n)
             }
             Class::Cond { target } => {
                 let n = need_next()?;
@@ -409,18 +477,24 @@ impl<'e> Run<'e> {
                     return Err(unexplained(n));
                 };
                 self.stats.cond_branches += 1;
-                self.tnt_bit(taken)?;
+                if taken && leaves(n) {
+                    self.leave_filter(None)?;
+                } else {
+                    self.tnt_bit(taken)?;
+                }
                 Ok(Some(n))
             }
             Class::IndirectJump => {
                 let n = need_next()?;
-                self.tip(n)?;
+                self.tip_or_leave(n)?;
                 Ok(Some(n))
             }
             Class::IndirectCall => {
                 let n = need_next()?;
-                self.calls.push(fall);
-                self.tip(n)?;
+                if config.filter_allows(n) {
+                    self.calls.push(fall);
+                }
+                self.tip_or_leave(n)?;
                 Ok(Some(n))
             }
             Class::Return => {
@@ -428,19 +502,27 @@ impl<'e> Run<'e> {
                 if self.config.return_compression && self.calls.top() == Some(n) {
                     self.calls.pop();
                     self.stats.compressed_returns += 1;
-                    self.tnt_bit(true)?;
+                    if leaves(n) {
+                        self.leave_filter(None)?;
+                    } else {
+                        self.tnt_bit(true)?;
+                    }
                 } else {
                     self.stats.uncompressed_returns += 1;
-                    self.tip(n)?;
+                    self.tip_or_leave(n)?;
                 }
                 Ok(Some(n))
             }
             Class::Far => {
                 let n = need_next()?;
                 self.flush_tnt()?;
-                let next_mode = self.exec.mode_at(index + 1);
-                self.mode_exec(next_mode)?;
-                self.tip(n)?;
+                if leaves(n) {
+                    self.leave_filter(Some(n))?;
+                } else {
+                    let next_mode = self.exec.mode_at(index + 1);
+                    self.mode_exec(next_mode)?;
+                    self.tip(n)?;
+                }
                 Ok(Some(n))
             }
             Class::LeaveUser | Class::SoftwareInterrupt => {
@@ -451,12 +533,70 @@ impl<'e> Run<'e> {
                 self.push(Packet::TipPgd(IpPayload::SUPPRESSED))?;
                 self.stats.disables += 1;
                 self.enabled = false;
+                // Back in user mode, ContextEn and FilterEn are evaluated at
+                // the return IP.
+                self.evaluate = true;
                 Ok(next)
             }
             Class::Unsupported => Err(EncodeErrorKind::Unsupported {
                 mnemonic: format!("{:?}", d.mnemonic).to_lowercase(),
             }),
         }
+    }
+
+    /// An instruction executed while PacketEn is 0 (outside the IP
+    /// filter): nothing is written and no CALL is remembered, but whether
+    /// it transferred control decides whether FilterEn is evaluated at the
+    /// next instruction.
+    fn untraced_step(
+        &mut self,
+        index: usize,
+        ip: Ip,
+        mode: ExecMode,
+    ) -> Result<Option<Ip>, EncodeErrorKind> {
+        let d = self.decode(ip, mode)?;
+        let fall = Ip(ip.0.wrapping_add(d.len));
+        let next = self
+            .exec
+            .insns()
+            .get(index + 1)
+            .copied()
+            .or(self.exec.successor());
+        self.evaluate = match d.class {
+            Class::Plain => false,
+            Class::Cond { .. } => next != Some(fall),
+            Class::Unsupported => {
+                return Err(EncodeErrorKind::Unsupported {
+                    mnemonic: format!("{:?}", d.mnemonic).to_lowercase(),
+                });
+            }
+            _ => true,
+        };
+        Ok(next.or((d.class == Class::Plain).then_some(fall)))
+    }
+
+    /// TIP to `target`, or TIP.PGD with it when it is outside the filter.
+    fn tip_or_leave(&mut self, target: Ip) -> Result<(), EncodeErrorKind> {
+        if self.config.filter_allows(target) {
+            self.tip(target)
+        } else {
+            self.leave_filter(Some(target))
+        }
+    }
+
+    /// A branch left the IP filter: TIP.PGD with `target` (or suppressed).
+    fn leave_filter(&mut self, target: Option<Ip>) -> Result<(), EncodeErrorKind> {
+        match target {
+            Some(ip) => self.ip_packet(Packet::TipPgd, ip)?,
+            None => {
+                self.flush_tnt()?;
+                self.push(Packet::TipPgd(IpPayload::SUPPRESSED))?;
+            }
+        }
+        self.stats.disables += 1;
+        self.enabled = false;
+        self.evaluate = true;
+        Ok(())
     }
 
     /// Ends a trace that was cut short before `next` executed.
