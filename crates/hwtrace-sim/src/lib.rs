@@ -17,18 +17,26 @@
 //! with libipt).
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
+pub mod branch;
+pub mod bts;
+pub mod decode;
 pub mod execution;
+pub mod lbr;
 mod memory;
 pub mod pt_encoder;
 pub mod qemu_log;
 mod record;
 mod state;
 
+pub use branch::{Branch, BranchError, BranchErrorKind, BranchKind, branches};
+pub use bts::{BtsConfig, BtsPmi, BtsReport, BtsSim, BtsSimError, BtsStep};
+pub use decode::RecordedBranch;
 pub use execution::{Execution, Limits, LogError, LogErrorKind};
 pub use memory::{CodeConflict, CodeImage, CodeImageBuilder, Segment};
 pub use pt_encoder::{
     EncodeError, EncodeErrorKind, EncodeStats, EncodedTrace, IpRange, PsbMark, PtConfig, PtEncoder,
     TscModel,
 };
+pub use lbr::{LbrConfig, LbrSim, LbrSimError, LbrSnapshot, LbrStep};
 pub use qemu_log::LineError;
 pub use record::{QemuRecorder, RecordEnd, RecordError, Recording};
