@@ -1,7 +1,8 @@
 //! Generated executions as ground truth: a random walk through a small
 //! program (conditional branches, a direct call, an indirect jump, returns
 //! compressed or not) is encoded as the trace a CPU would write, with PSB+,
-//! interrupts (FUP+TIP) and disable/enable pairs sprinkled in. Decoding
+//! interrupts (FUP+TIP), overflows (OVF+FUP) and disable/enable pairs
+//! sprinkled in. Decoding
 //! must give back every executed instruction, and libipt (the reference)
 //! must agree, so generator and decoder cannot share a mistake.
 
@@ -126,17 +127,33 @@ fn generate(seed: u64, steps: usize) -> (Vec<u8>, Vec<u64>) {
     let mut stack: Vec<u64> = Vec::new();
     let mut ip = BASE;
     let mut truth = Vec::new();
+    // How much of `truth` the trace reveals (up to the last instruction
+    // that left a packet, or the last IP a packet gave).
+    let mut traced = 0;
     g.psb(ip);
     for _ in 0..steps {
         // Events between instructions.
         if rng.chance(10) {
             g.psb(ip);
+            traced = truth.len();
         } else if rng.chance(10) {
             // An interrupt before `ip` executes.
             g.flush();
             let to = rng.pick(&TARGETS);
             g.t.ip(Packet::Fup, ip).expect("fup");
             g.t.ip(Packet::Tip, to).expect("tip");
+            ip = to;
+            traced = truth.len();
+        } else if stack.is_empty() && rng.chance(5) {
+            // Lost packets: tracing resumes at the OVF's FUP. What ran
+            // since the last packet is lost with them: no decoder can know
+            // it.
+            g.flush();
+            let to = rng.pick(&TARGETS);
+            g.t.push(Packet::Ovf).expect("ovf");
+            g.t.ip(Packet::Fup, to).expect("fup");
+            truth.truncate(traced);
+            traced = truth.len();
             ip = to;
         } else if rng.chance(5) {
             // Tracing off before `ip`, back on somewhere else.
@@ -147,9 +164,15 @@ fn generate(seed: u64, steps: usize) -> (Vec<u8>, Vec<u64>) {
                 .expect("pgd");
             g.t.ip(Packet::TipPge, to).expect("pge");
             ip = to;
+            traced = truth.len();
         }
         truth.push(ip);
-        ip = match kind(ip) {
+        let at = kind(ip);
+        if matches!(at, Kind::Cond { .. } | Kind::Indirect | Kind::Ret) {
+            // This instruction leaves a TNT bit or a TIP: decoders know it.
+            traced = truth.len();
+        }
+        ip = match at {
             Kind::Next(n) => n,
             Kind::Cond { taken, not } => {
                 let t = rng.chance(500);
@@ -230,9 +253,12 @@ fn generated_executions_decode_exactly() {
     for seed in 1..=200 {
         let (trace, truth) = generate(seed, 400);
         let got = hwtrace_ips(&trace);
+        let same = got.iter().zip(&truth).take_while(|(a, b)| a == b).count();
         assert!(
             got == truth,
-            "seed {seed}: hwtrace differs from the execution"
+            "seed {seed}: hwtrace differs from the execution after {same} instructions: {:x?} vs {:x?}",
+            &got[same.saturating_sub(3)..(same + 3).min(got.len())],
+            &truth[same.saturating_sub(3)..(same + 3).min(truth.len())]
         );
     }
 }
