@@ -6,11 +6,12 @@
 #   linux-perf           `perf`, for `perf script --itrace` comparisons
 #   qemu-user            `qemu-x86_64`, an independent recorder of real executions
 #   binutils             objdump/readelf for fixtures
+#   time                 /usr/bin/time, to measure peak memory in tests
 # Idempotent and fast when everything is present: `dpkg -s` is checked before
 # any `apt-get update`.
 set -euo pipefail
 
-packages=(libipt-dev libipt2 linux-perf qemu-user binutils)
+packages=(libipt-dev libipt2 linux-perf qemu-user binutils time)
 
 missing=()
 for pkg in "${packages[@]}"; do

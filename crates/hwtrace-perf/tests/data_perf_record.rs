@@ -39,17 +39,8 @@ fn record(out: &Path, pipe: bool) -> Option<Vec<u8>> {
     };
     let o = match result {
         Ok(o) if o.status.success() => o,
-        Ok(o) => {
-            eprintln!(
-                "skipped: perf record failed here: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            return None;
-        }
-        Err(e) => {
-            eprintln!("skipped: `perf` is not installed ({e})");
-            return None;
-        }
+        Ok(o) => panic!("perf record failed: {}", String::from_utf8_lossy(&o.stderr)),
+        Err(e) => panic!("`perf` is not installed (scripts/setup.sh installs it): {e}"),
     };
     if pipe {
         // The workload shares perf's stdout: the test cuts what precedes

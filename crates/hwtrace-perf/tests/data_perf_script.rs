@@ -162,9 +162,7 @@ fn perf() -> Option<&'static str> {
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: `perf` is not installed (scripts/setup.sh installs it)");
-    }
+    assert!(ok, "`perf` is not installed (scripts/setup.sh installs it)");
     ok.then_some("perf")
 }
 
