@@ -128,7 +128,7 @@ impl Run<'_, '_> {
         if let Some((id, built)) = self.context {
             let now = session.contexts().get(id).map_or(0, |c| c.mappings().len());
             if now != built {
-                let image = context_image(session, id);
+                let image = context_image(session, id, self.o.sideband.kcore.as_deref());
                 self.dec.set_memory(Mem(Rc::new(image)));
                 self.context = Some((id, now));
             }
@@ -285,8 +285,12 @@ impl Run<'_, '_> {
 /// (libipt replaces the decoder's image with it). Files that cannot be
 /// loaded leave a hole, as in libipt, where decoding then reports no
 /// memory mapped.
-fn context_image(session: &Session, id: ContextId) -> Image {
+fn context_image(session: &Session, id: ContextId, kcore: Option<&str>) -> Image {
     let mut image = Image::new();
+    // The kernel, from `--pevent:kcore`, is part of every context.
+    if let Some(path) = kcore {
+        let _ = image.add_elf(None, &hwtrace_mem::image::parse_ptxed_elf(path));
+    }
     if let Some(ctx) = session.contexts().get(id) {
         for m in ctx.mappings() {
             let spec = RawSpec {
@@ -314,6 +318,12 @@ pub fn run(mut o: Options, out: &mut dyn Write) -> anyhow::Result<()> {
         print_event_time: o.print_event_time,
         print_event_ip: o.print_event_ip,
     };
+    if let Some(kcore) = &o.sideband.kcore {
+        // Fail early, as ptxed does, rather than at the first switch.
+        Image::new()
+            .add_elf(None, &hwtrace_mem::image::parse_ptxed_elf(kcore))
+            .map_err(|e| anyhow::anyhow!("--pevent:kcore: {e}"))?;
+    }
     let sideband = if o.sideband.files.is_empty() {
         None
     } else {
