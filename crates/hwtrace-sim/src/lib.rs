@@ -32,11 +32,11 @@ pub use branch::{Branch, BranchError, BranchErrorKind, BranchKind, branches};
 pub use bts::{BtsConfig, BtsPmi, BtsReport, BtsSim, BtsSimError, BtsStep};
 pub use decode::RecordedBranch;
 pub use execution::{Execution, Limits, LogError, LogErrorKind};
+pub use lbr::{LbrConfig, LbrSim, LbrSimError, LbrSnapshot, LbrStep};
 pub use memory::{CodeConflict, CodeImage, CodeImageBuilder, Segment};
 pub use pt_encoder::{
     EncodeError, EncodeErrorKind, EncodeStats, EncodedTrace, IpRange, PsbMark, PtConfig, PtEncoder,
     TscModel,
 };
-pub use lbr::{LbrConfig, LbrSim, LbrSimError, LbrSnapshot, LbrStep};
 pub use qemu_log::LineError;
 pub use record::{QemuRecorder, RecordEnd, RecordError, Recording};
