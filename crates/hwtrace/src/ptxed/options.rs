@@ -271,3 +271,122 @@ pub fn parse(args: &[String]) -> anyhow::Result<Options> {
     }
     Ok(o)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn trace_file() -> tempfile_path::Path {
+        tempfile_path::Path::new(&[0x02, 0x82])
+    }
+
+    /// A file in the temp directory that is removed on drop.
+    mod tempfile_path {
+        pub struct Path(pub std::path::PathBuf);
+        impl Path {
+            pub fn new(bytes: &[u8]) -> Self {
+                use std::sync::atomic::{AtomicUsize, Ordering};
+                static N: AtomicUsize = AtomicUsize::new(0);
+                let p = std::env::temp_dir().join(format!(
+                    "hwtrace-ptxed-opt-{}-{}",
+                    std::process::id(),
+                    N.fetch_add(1, Ordering::Relaxed)
+                ));
+                std::fs::write(&p, bytes).expect("temp file");
+                Self(p)
+            }
+            pub fn arg(&self) -> String {
+                self.0.display().to_string()
+            }
+        }
+        impl Drop for Path {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn cpu_forms() {
+        assert!(matches!(parse_cpu("none"), Ok(CpuArg::None)));
+        assert!(matches!(parse_cpu("6/142"), Ok(CpuArg::Model(6, 142))));
+        assert!(matches!(
+            parse_cpu("0x6/0x8e/3"),
+            Ok(CpuArg::Model(6, 0x8e))
+        ));
+        assert!(parse_cpu("6").is_err());
+        assert!(parse_cpu("6/300").is_err());
+    }
+
+    #[test]
+    fn trace_ranges() {
+        assert_eq!(parse_range("0x10"), Some((0x10, None)));
+        assert_eq!(parse_range("0x10-0x20"), Some((0x10, Some(0x20))));
+        assert_eq!(parse_range("x"), None);
+    }
+
+    #[test]
+    fn errata_and_unknown_cpu() {
+        let pt = trace_file();
+        let o = parse(&args(&["--cpu", "6/142", "--pt", &pt.arg()])).unwrap();
+        assert!(o.config.errata.skd010 && o.config.time.skl168);
+        assert!(o.preamble.is_empty());
+        let o = parse(&args(&["--cpu", "0/0", "--pt", &pt.arg()])).unwrap();
+        assert_eq!(o.preamble, ["[0, 0: config error: unknown cpu]"]);
+        assert!(parse(&args(&["--pt", &pt.arg(), "--cpu", "6/142"])).is_err());
+    }
+
+    #[test]
+    fn filters_and_flags() {
+        let pt = trace_file();
+        let o = parse(&args(&[
+            "--filter:addr1_cfg",
+            "1",
+            "--filter:addr1_a",
+            "0x1000",
+            "--filter:addr1_b",
+            "0x10ff",
+            "--insn-decoder",
+            "--stat",
+            "--event:tick",
+            "--resync-on-error",
+            "--pt",
+            &pt.arg(),
+        ]))
+        .unwrap();
+        assert_eq!(o.config.filter.cfg, 0x10);
+        assert_eq!(
+            (o.config.filter.a[1], o.config.filter.b[1]),
+            (0x1000, 0x10ff)
+        );
+        assert!(o.config.filter.contains(0x1080));
+        assert_eq!(o.decoder, DecoderKind::Insn);
+        // --stat alone selects the instruction count (and blocks only for
+        // the block decoder).
+        assert!(o.print_stats && o.stat_insn && !o.stat_blocks);
+        assert!(o.config.tick_events && o.resync_on_error);
+        assert!(parse(&args(&["--filter:addr0_cfg", "16", "--pt", &pt.arg()])).is_err());
+    }
+
+    #[test]
+    fn errors() {
+        assert!(parse(&args(&[])).is_err(), "no pt file");
+        assert!(parse(&args(&["--bogus"])).is_err());
+        let pt = trace_file();
+        assert!(parse(&args(&["--pt", &pt.arg(), "--pt", &pt.arg()])).is_err());
+        assert!(parse(&args(&["--mtc-freq", "300", "--pt", &pt.arg()])).is_err());
+        assert!(
+            parse(&args(&[
+                "--raw",
+                "nonexistent.bin:0x1000",
+                "--pt",
+                &pt.arg()
+            ]))
+            .is_err()
+        );
+    }
+}
