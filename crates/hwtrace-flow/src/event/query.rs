@@ -81,7 +81,9 @@ impl<'a> QueryDecoder<'a> {
         if self.tnt.is_empty() {
             match &self.event {
                 Err(ErrorKind::Eos) => s.eos = true,
-                Err(_) => {}
+                // A trace error is reported as soon as the caller asks for
+                // the next event, before any further instruction.
+                Err(_) => s.event_pending = true,
                 Ok(ev) => s.event_pending = is_user_event(ev),
             }
         }
@@ -208,12 +210,6 @@ impl<'a> QueryDecoder<'a> {
         }
         self.last_time = self.evdec.time().clone();
         self.fetch_event();
-        // A trace error right after the event is reported with it.
-        if let Err(e) = self.event {
-            if e != ErrorKind::Eos {
-                return Err(e);
-            }
-        }
         Ok((ev, self.status()))
     }
 }
