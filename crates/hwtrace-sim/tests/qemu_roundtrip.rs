@@ -465,3 +465,27 @@ fn ip_filters() -> Result<()> {
     }
     Ok(())
 }
+
+/// A program running past `Limits::timeout` is killed and reported.
+#[test]
+fn the_timeout_kills_the_program() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let limits = Limits {
+        max_instructions: None,
+        timeout: Some(Duration::from_millis(200)),
+    };
+    let started = Instant::now();
+    match Execution::record_qemu("/usr/bin/python3", &["-c", "pass"], limits) {
+        Err(hwtrace_sim::RecordError::Timeout(t)) => {
+            ensure!(t == Duration::from_millis(200));
+            // Killed, not waited for: the whole start-up takes minutes.
+            ensure!(
+                started.elapsed() < Duration::from_secs(20),
+                "{:?}",
+                started.elapsed()
+            );
+            Ok(())
+        }
+        other => bail!("expected a timeout, got {other:?}"),
+    }
+}
