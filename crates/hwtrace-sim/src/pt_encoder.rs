@@ -1,14 +1,16 @@
 //! The Intel PT a CPU would write for an execution.
 //!
 //! The simulated configuration is user-mode branch tracing:
-//! `IA32_RTIT_CTL.TraceEn = 1, User = 1, OS = 0, BranchEn = 1`, no IP or CR3
-//! filters, `DisRETC` as [`PtConfig::return_compression`] says, PSBs as
-//! often as [`PtConfig::psb_period`] asks, and optionally a TSC packet in
-//! each PSB+. Every executed instruction is classified with iced-x86 and
-//! produces what SDM vol. 3C, chapter 33 says it produces ("Intel Processor
-//! Trace"; 33.2.1 "Change of Flow Instruction (COFI) Tracing", 33.4.2
-//! "Packet Definitions", and the table of packets per COFI type and
-//! PacketEn transition in 33.4.2.3–33.4.2.5):
+//! `IA32_RTIT_CTL.TraceEn = 1, User = 1, OS = 0, BranchEn = 1`, no CR3
+//! filter, IP filter ranges as [`PtConfig::ip_filter`] says, `DisRETC` as
+//! [`PtConfig::return_compression`] says, PSBs as often as
+//! [`PtConfig::psb_period`] asks, and optionally a TSC packet in each PSB+.
+//! Every executed instruction is classified with iced-x86 and produces what
+//! SDM vol. 3C, chapter 33 ("Intel Processor Trace") says it produces: 33.2.1
+//! "Change of Flow Instruction (COFI) Tracing", 33.4.2 "Packet Definitions"
+//! (TNT 33.4.2.1, TIP 33.4.2.2, TIP.PGE 33.4.2.3, TIP.PGD 33.4.2.4, FUP
+//! 33.4.2.5), and the table "Packet Generation under Different Enable
+//! Conditions" at the end of the chapter:
 //!
 //! | instruction | packets |
 //! |---|---|
@@ -24,18 +26,19 @@
 //! Pending TNT bits are written before any TIP, TIP.PGD, FUP or PSB, so the
 //! decoder meets the outcomes in execution order; a TNT packet is also
 //! written as soon as it is full (6 bits short, 47 bits in TNT-64). This
-//! encoder never defers TIPs (33.4.2.3 "Deferred TIPs" allows, never
+//! encoder never defers TIPs ("Deferred TIPs" in 33.4.2.2 allows, never
 //! requires, it).
 //!
-//! **PSB+** (33.4.2.17/18): the trace opens with PSB, [TSC], PSBEND, then
+//! **PSB+** (33.4.2.17/18): the trace opens with PSB, (TSC), PSBEND, then
 //! MODE.Exec and TIP.PGE at the first instruction. Later, whenever at least
 //! `psb_period` bytes were written since the last PSB, the next instruction
-//! boundary gets PSB, [TSC], MODE.Exec, FUP (the IP of the instruction about
+//! boundary gets PSB, (TSC), MODE.Exec, FUP (the IP of the instruction about
 //! to execute), PSBEND. MODE.Exec and FUP belong in a PSB+ only while
 //! packets are enabled; real Skylake traces (`../shared/corpus/real/foo`)
 //! show exactly this: PSB+ written outside the traced region hold neither,
-//! and the next TIP.PGE is preceded by MODE.Exec. A PSB resets the last IP, so the next IP packet is
-//! written uncompressed (33.4.2.2 "IP Compression"), and it empties the call
+//! and the next TIP.PGE is preceded by MODE.Exec. A PSB resets the last IP,
+//! so the next IP packet is written uncompressed (33.4.2.2 "IP
+//! Compression"), and it empties the call
 //! stack: "only RETs that correspond to CALLs which have been seen since the
 //! last PSB packet may be compressed" (33.2.1.2), which is what lets a
 //! decoder start at any PSB.
@@ -46,7 +49,7 @@
 //! outside writes TIP.PGD instead of its own packet: with the target IP for
 //! JMP, CALL, indirect branches, uncompressed RETs and far transfers, with
 //! the IP suppressed for conditional branches and compressed RETs
-//! (33.4.2.5). A branch, or a return from the kernel, landing inside writes
+//! (33.4.2.4). A branch, or a return from the kernel, landing inside writes
 //! MODE.Exec? and TIP.PGE. Instructions run outside write nothing. libipt
 //! 2.0.5 binds a suppressed TIP.PGD only to far branches (unless it is
 //! given the filter and the SKL014 erratum), so it cannot follow a
@@ -56,8 +59,9 @@
 //! **Call stack**: near CALLs push their next IP, except zero-length direct
 //! CALLs (the `call next; pop` idiom of position-independent code), which
 //! the SDM excludes, and CALLs that leave the IP filter (libipt does not
-//! push a CALL its TIP.PGD binds to); 64 entries, the oldest pushed out. A RET that is not
-//! compressed leaves the stack alone, as libipt's decoders model it (they
+//! push a CALL its TIP.PGD binds to); 64 entries, the oldest pushed out. A
+//! RET that is not compressed leaves the stack alone, as libipt's decoders
+//! model it (they
 //! pop only for compressed returns), so encoder and decoder stacks stay
 //! equal.
 //!
@@ -445,7 +449,8 @@ impl<'e> Run<'e> {
         // A taken branch whose target is outside the IP filter clears
         // FilterEn: TIP.PGD replaces the branch's own packet, with the
         // target IP, or suppressed for conditional branches and compressed
-        // RETs (33.4.2.5; the enable table's rows 7e/7f, 9c, 10d).
+        // RETs (33.4.2.4; the enable table's rows for Jcc, indirect and far
+        // branches with PacketEn 1 -> 0).
         let config = self.config;
         let leaves = |n: Ip| !config.filter_allows(n);
         match d.class {
