@@ -177,7 +177,11 @@ impl QemuRecorder {
             }
             std::thread::sleep(Duration::from_millis(2));
         };
-        // qemu is gone: everything it wrote precedes the marker.
+        // qemu is gone: everything it wrote precedes the marker. A killed
+        // qemu may have left half a line; the newline first ends it, so the
+        // marker always stands on a line of its own (without it the parser
+        // never saw the marker and waited on the FIFO forever).
+        marker_writer.write_all(b"\n")?;
         marker_writer.write_all(END_MARKER)?;
         marker_writer.write_all(b"\n")?;
         let parsed = parser
@@ -241,7 +245,12 @@ fn parse_until_marker(fifo: File, limits: &Limits, done: &AtomicBool) -> Result<
         line.clear();
         match std::io::BufRead::read_until(&mut reader, b'\n', &mut line) {
             Ok(0) | Err(_) => break,
-            Ok(_) => at_marker = line.strip_suffix(b"\n") == Some(END_MARKER),
+            Ok(_) => {
+                at_marker = line
+                    .strip_suffix(b"\n")
+                    .unwrap_or(&line)
+                    .ends_with(END_MARKER)
+            }
         }
     }
     result

@@ -384,22 +384,6 @@ fn a_log_file_with_other_items_mixed_in() -> Result<()> {
     Ok(())
 }
 
-/// The whole python3 start-up (about 31.5 million instructions). Too slow
-/// for every run (minutes of single-stepping); run it with
-/// `cargo test --release -p hwtrace-sim --test qemu_roundtrip -- --ignored`.
-#[test]
-#[ignore = "minutes: the whole python3 start-up"]
-fn python3_whole_start_up() -> Result<()> {
-    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
-    let rec = record("/usr/bin/python3", &["-c", "pass"], Limits::default())?;
-    ensure!(
-        matches!(rec.end, RecordEnd::Exited(s) if s.success()),
-        "{:?}",
-        rec.end
-    );
-    check_program(&rec)
-}
-
 /// The address ranges of the execution's code, split where more than
 /// 1 MiB of address space holds no executed code (between mapped objects:
 /// the program, ld.so, libc, ...), with how many instructions ran in each.
