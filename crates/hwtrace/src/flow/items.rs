@@ -27,7 +27,18 @@ pub enum Item {
     Block(Block),
     /// A taken branch ([`super::Branches`]).
     Branch(Branch),
+    /// `insns` instructions in a row were decoded without reading any
+    /// trace (at `offset`; the last at `ip`): code that loops through
+    /// direct branches only never ends, so the trace cannot be describing
+    /// it. Decoding goes on at the next PSB, like after an error.
+    Stuck { offset: u64, ip: u64, insns: u64 },
 }
+
+/// How many instructions may follow each other without the trace offset
+/// moving. Only a cycle of direct jumps and calls decodes on without
+/// trace; any real run without a conditional or indirect branch is
+/// bounded by the size of straight-line code, far below this.
+pub const MAX_STALL: u64 = 1 << 24;
 
 #[derive(Clone, Copy, Debug)]
 enum State {
@@ -52,6 +63,11 @@ pub struct Items<'a, M> {
     /// The offset of the last PSB synchronised to, or of the last failed
     /// attempt: synchronisation must move forward.
     last_sync: Option<u64>,
+    /// The trace offset at the last instruction, and how many instructions
+    /// in a row were decoded there.
+    stall_offset: u64,
+    stall: u64,
+    max_stall: u64,
 }
 
 impl<'a, M: ReadMemory> Items<'a, M> {
@@ -62,7 +78,37 @@ impl<'a, M: ReadMemory> Items<'a, M> {
             state: State::Sync { after_error: None },
             queued: None,
             last_sync: None,
+            stall_offset: u64::MAX,
+            stall: 0,
+            max_stall: MAX_STALL,
         }
+    }
+
+    /// Gives up after `max` instructions without trace instead of
+    /// [`MAX_STALL`].
+    #[cfg(test)]
+    fn with_max_stall(mut self, max: u64) -> Self {
+        self.max_stall = max;
+        self
+    }
+
+    /// Counts an instruction decoded at trace `offset`; `Some` when too
+    /// many came without trace.
+    fn stalled(&mut self, offset: u64, ip: u64) -> Option<Item> {
+        if offset != self.stall_offset {
+            self.stall_offset = offset;
+            self.stall = 0;
+        }
+        self.stall += 1;
+        if self.stall < self.max_stall {
+            return None;
+        }
+        let insns = std::mem::take(&mut self.stall);
+        self.stall_offset = u64::MAX;
+        self.state = State::Sync {
+            after_error: Some(offset),
+        };
+        Some(Item::Stuck { offset, ip, insns })
     }
 
     /// Reports `e` and arranges to resynchronise at the next PSB.
@@ -151,6 +197,7 @@ impl<M: ReadMemory> Iterator for Items<'_, M> {
             match self.dec.next_insn(&mut insn) {
                 Ok(status) => {
                     self.state = State::Run(status);
+                    self.queued = self.stalled(offset, insn.ip);
                     return Some(Item::Insn { offset, insn });
                 }
                 Err(e) => {
@@ -173,5 +220,88 @@ impl<M: ReadMemory> Iterator for Items<'_, M> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtrace_flow::Config;
+    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_types::{AddressSpace, Ip, MemoryError};
+
+    /// `code` at 0x1000.
+    struct Code(&'static [u8]);
+
+    impl ReadMemory for Code {
+        fn read_memory(
+            &self,
+            _: AddressSpace,
+            addr: Ip,
+            buf: &mut [u8],
+        ) -> Result<usize, MemoryError> {
+            let at = usize::try_from(addr.0.wrapping_sub(0x1000)).unwrap_or(usize::MAX);
+            let rest = self.0.get(at..).filter(|r| !r.is_empty());
+            let rest = rest.ok_or(MemoryError::Unmapped { addr })?;
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            Ok(n)
+        }
+    }
+
+    /// PSB+ with tracing on at 0x1000 and a TNT after it (trace the code
+    /// never asks for: without it the decoder would see the end), twice.
+    fn two_psbs() -> Vec<u8> {
+        let mut t = TraceBuilder::new();
+        for _ in 0..2 {
+            t.push(Packet::Psb).unwrap();
+            t.push(Packet::ModeExec(ModeExec {
+                csl: true,
+                csd: false,
+                iflag: false,
+            }))
+            .unwrap();
+            t.ip(Packet::Fup, 0x1000).unwrap();
+            t.push(Packet::Psbend).unwrap();
+            t.push(Packet::Tnt(Tnt {
+                bits: 1,
+                len: 1,
+                long: false,
+            }))
+            .unwrap();
+        }
+        t.finish()
+    }
+
+    #[test]
+    fn an_endless_loop_without_trace_is_left_at_the_next_psb() {
+        // 1000: nop; 1001: jmp 1000
+        let trace = two_psbs();
+        let dec = InsnDecoder::new(&trace, Config::default(), Code(&[0x90, 0xeb, 0xfd]));
+        let items: Vec<Item> = Items::new(dec).with_max_stall(100).collect();
+        let stuck: Vec<usize> = (0..items.len())
+            .filter(|&i| matches!(items[i], Item::Stuck { .. }))
+            .collect();
+        // Once per PSB: each ends in the loop.
+        assert_eq!(stuck, [100, 202]);
+        assert!(matches!(
+            items[100],
+            Item::Stuck {
+                insns: 100,
+                ip: 0x1001,
+                ..
+            }
+        ));
+        let second_psb = items.iter().find_map(|i| match i {
+            Item::Resync { to, .. } => Some(*to),
+            _ => None,
+        });
+        assert!(matches!(second_psb, Some(Some(off)) if off > 0));
+        assert!(matches!(items.last(), Some(Item::Resync { to: None, .. })));
+        let insns = items
+            .iter()
+            .filter(|i| matches!(i, Item::Insn { .. }))
+            .count();
+        assert_eq!(insns, 200);
     }
 }

@@ -47,7 +47,7 @@ impl Stats {
             Item::Block(_) => self.blocks += 1,
             Item::Branch(_) => self.branches += 1,
             Item::Event { .. } => self.events += 1,
-            Item::Error(_) => self.errors += 1,
+            Item::Error(_) | Item::Stuck { .. } => self.errors += 1,
             Item::Resync { from, to } => {
                 self.skipped += to.unwrap_or(trace_len).saturating_sub(*from);
             }
@@ -183,6 +183,12 @@ impl Printer {
                     );
                 }
             },
+            Item::Stuck { offset, ip, insns } => {
+                let _ = write!(
+                    self.line,
+                    "[{offset:x}, {ip:x}: error: {insns} instructions without trace: an endless loop]"
+                );
+            }
             Item::Block(b) => self.block_text(b),
             Item::Branch(b) => branch_text(b, &mut self.line),
         }
@@ -247,6 +253,12 @@ impl Printer {
                 self.line.push('}');
             }
             Item::Error(e) => json_error(e, &mut self.line),
+            Item::Stuck { offset, ip, insns } => {
+                let _ = write!(
+                    self.line,
+                    r#"{{"type":"error","offset":{offset},"ip":"{ip:#x}","error":"{insns} instructions without trace: an endless loop"}}"#
+                );
+            }
             Item::Resync { from, to } => {
                 let _ = write!(self.line, r#"{{"type":"resync","from":{from},"to":"#);
                 match to {

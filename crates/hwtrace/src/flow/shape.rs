@@ -259,7 +259,7 @@ impl<I: Iterator<Item = Item>> Branches<I> {
                     _ => self.queued.push_back(item),
                 }
             }
-            Item::Error(_) | Item::Resync { .. } => {
+            Item::Error(_) | Item::Resync { .. } | Item::Stuck { .. } => {
                 self.pending = None;
                 self.queued.push_back(item);
             }
