@@ -351,3 +351,57 @@ fn without_code_it_says_what_to_give() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/trace.pt"));
 }
+
+/// `real/Unzip` and `real/icelake_tip` have errors (libipt reports them
+/// too): the instructions are ptxed's, and so are the errors' offsets and
+/// kinds. hwtrace adds a resync line after each and names the IP decoding
+/// was at where ptxed prints 0.
+#[test]
+fn unzip_and_icelake_errors_are_ptxeds() {
+    let real = foo().join("..");
+    for (case, want_insns) in [("Unzip", 121_052), ("icelake_tip", 0)] {
+        let dir = real.join(case);
+        let out = hwtrace(&[
+            "flow",
+            dir.join("trace.pt").to_str().expect("utf-8"),
+            "--pages",
+            dir.to_str().expect("utf-8"),
+            "--no-disasm",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{case}: errors give exit code 2"
+        );
+        let got = String::from_utf8(out.stdout).expect("utf-8");
+        let want =
+            std::fs::read_to_string(dir.join("reference/ptxed-insn.txt")).expect("reference reads");
+        let insns = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| !l.is_empty() && is_insn(l))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(insns(&got).len(), want_insns, "{case}");
+        assert!(insns(&got) == insns(&want), "{case}: instructions differ");
+        // `[offset, ip: error: what]` without the IP.
+        let errors = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.contains(": error: "))
+                .map(|l| {
+                    let (offset, rest) = l.split_once(", ").expect("offset, ip");
+                    let (_, what) = rest.split_once(": ").expect("ip: what");
+                    format!("{offset} {what}")
+                })
+                .collect()
+        };
+        let e = errors(&got);
+        assert!(!e.is_empty(), "{case}");
+        assert_eq!(e, errors(&want), "{case}");
+        let resyncs = got
+            .lines()
+            .filter(|l| l.starts_with("[resync at ") || l.starts_with("[no PSB after "))
+            .count();
+        assert_eq!(resyncs, e.len(), "{case}: one resync per error");
+    }
+}
