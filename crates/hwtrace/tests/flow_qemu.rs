@@ -6,8 +6,9 @@
 //! `hwtrace_flow::insn::InsnDecoder` over the execution's code. The decoded
 //! instructions must be the executed ones exactly, from the first PSB and
 //! from later PSBs (by `sync_set` and by slicing the trace there).
-//! `hwtrace flow` itself is run once over an execution's code written out
-//! as `--image` files.
+//! `hwtrace flow` itself is run over an execution's code written out as
+//! `--image` files: its instructions are echo's, its `--branches` are the
+//! taken branches of an `ls` run.
 //!
 //! Budgets (this is a debug build on a loaded 2-core machine; the whole
 //! file runs in well under two minutes): every program is capped at
@@ -368,23 +369,14 @@ fn every_psb_segment_decodes_on_its_own() -> Result<()> {
     Ok(())
 }
 
-/// `hwtrace flow` end to end: the execution's code as `--image` files,
-/// the trace as a file; the addresses printed are the executed ones.
-#[test]
-fn the_flow_command_prints_the_executed_instructions() -> Result<()> {
-    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
-    let rec = record("/bin/echo", &["cli"], MAX_INSNS)?;
-    exited(&rec)?;
-    let trace = PtEncoder::new(PtConfig::default()).encode(&rec.execution)?;
-    let trace_file = Scratch::new("echo.pt", &trace.bytes)?;
+/// Runs `hwtrace flow` over `trace` with the execution's code written out
+/// as `--image` files; returns its stdout.
+fn flow_cli(execution: &Execution, trace: &[u8], extra: &[&str]) -> Result<String> {
+    let trace_file = Scratch::new("cli.pt", trace)?;
     let mut files = Vec::new();
-    let mut args = vec![
-        "flow".to_owned(),
-        trace_file.path().to_owned(),
-        "--no-disasm".to_owned(),
-        "--stats".to_owned(),
-    ];
-    for (n, seg) in rec.execution.memory().segments().iter().enumerate() {
+    let mut args = vec!["flow".to_owned(), trace_file.path().to_owned()];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    for (n, seg) in execution.memory().segments().iter().enumerate() {
         let file = Scratch::new(&format!("seg{n}.bin"), &seg.bytes)?;
         args.push("--image".to_owned());
         args.push(format!("{}@{:x}", file.path(), seg.addr.0));
@@ -399,7 +391,17 @@ fn the_flow_command_prints_the_executed_instructions() -> Result<()> {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let stdout = String::from_utf8(out.stdout)?;
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// `hwtrace flow` end to end: the addresses printed are the executed ones.
+#[test]
+fn the_flow_command_prints_the_executed_instructions() -> Result<()> {
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let rec = record("/bin/echo", &["cli"], MAX_INSNS)?;
+    exited(&rec)?;
+    let trace = PtEncoder::new(PtConfig::default()).encode(&rec.execution)?;
+    let stdout = flow_cli(&rec.execution, &trace.bytes, &["--no-disasm", "--stats"])?;
     let ips: Vec<u64> = stdout
         .lines()
         .filter(|l| !l.starts_with('['))
@@ -422,5 +424,78 @@ fn the_flow_command_prints_the_executed_instructions() -> Result<()> {
     );
     // Syscalls leave user mode: tracing is disabled and enabled again.
     ensure!(stdout.lines().filter(|l| *l == "[disabled]").count() as u64 == trace.stats.disables);
+    Ok(())
+}
+
+/// `hwtrace flow --branches` against the execution itself: every taken
+/// branch of the executed instruction sequence (iced-x86 classifies each
+/// instruction; a conditional jump is taken when the next instruction is
+/// not the one after it), in order; each SYSCALL ends tracing and the
+/// instruction after it begins it again.
+#[test]
+fn the_branches_are_the_executed_ones() -> Result<()> {
+    use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
+    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    let rec = record("/bin/ls", &["-d", "/"], MAX_INSNS)?;
+    exited(&rec)?;
+    let ips = rec.execution.insns();
+    let code = rec.execution.memory();
+    let mut taken: Vec<(u64, u64)> = Vec::new();
+    let mut syscalls = 0usize;
+    for (ip, next) in ips.iter().zip(ips.iter().skip(1)) {
+        let bytes = code
+            .bytes_at(*ip)
+            .context("executed code is in the image")?;
+        let insn = Decoder::with_ip(64, bytes, ip.0, DecoderOptions::NONE).decode();
+        let fall = ip.0 + insn.len() as u64;
+        if insn.mnemonic() == Mnemonic::Syscall {
+            syscalls += 1;
+            continue;
+        }
+        let is_taken = match insn.flow_control() {
+            FlowControl::Next | FlowControl::Exception => false,
+            FlowControl::ConditionalBranch => next.0 != fall,
+            _ => true,
+        };
+        if is_taken {
+            taken.push((ip.0, next.0));
+        }
+    }
+    let trace = PtEncoder::new(PtConfig::default()).encode(&rec.execution)?;
+    let stdout = flow_cli(&rec.execution, &trace.bytes, &["--branches", "--json"])?;
+    let hex = |v: &serde_json::Value| -> Option<u64> {
+        u64::from_str_radix(v.as_str()?.trim_start_matches("0x"), 16).ok()
+    };
+    let (mut got, mut ends, mut begins) = (Vec::new(), 0usize, 0usize);
+    for line in stdout.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)?;
+        if v["type"] != "branch" {
+            continue;
+        }
+        match (v["kind"].as_str(), v["ends_trace"].as_bool()) {
+            (Some("tr strt"), _) => begins += 1,
+            (Some("far call"), Some(true)) => ends += 1,
+            _ => got.push((
+                hex(&v["from"]).context("from")?,
+                hex(&v["to"]).context("to")?,
+            )),
+        }
+    }
+    ensure!(taken.len() > 10_000, "{} branches", taken.len());
+    if let Some(i) = (0..got.len().max(taken.len())).find(|&i| got.get(i) != taken.get(i)) {
+        bail!(
+            "{} branches printed, {} taken; branch {i}: printed {:x?}, executed {:x?}",
+            got.len(),
+            taken.len(),
+            got.get(i..(i + 3).min(got.len())),
+            taken.get(i..(i + 3).min(taken.len()))
+        );
+    }
+    // The last SYSCALL (exit_group) is the last instruction: it has no pair.
+    ensure!(
+        ends == syscalls + 1,
+        "{ends} trace ends, {syscalls} syscalls + exit"
+    );
+    ensure!(begins == syscalls + 1, "{begins} trace begins");
     Ok(())
 }
