@@ -10,6 +10,10 @@
 //! and the PT trace carries a PIP bound to each MOV CR3 (SDM vol. 3C,
 //! 33.4.2.7). Decoding the bytes after a switch in the wrong space would
 //! give other instructions at other addresses.
+//!
+//! Then two real processes (echo and ls recorded with qemu-user) are put
+//! into one dump, each in its own page tables, and their traces decoded
+//! one after the other, switched by the PIP in each one's PSB+.
 
 use hwtrace_mem::paging::{PageSize, PageTableBuilder, PagingMode};
 use hwtrace_mem::phys::{SparseMemory, write_qemu_core};
@@ -238,4 +242,126 @@ fn the_first_space_comes_from_cr3_or_the_core() {
     for f in [pt, raw, core] {
         let _ = std::fs::remove_file(f);
     }
+}
+
+/// Maps `execution`'s code into a new address space whose tables start at
+/// `first_frame`: each 4 KiB page any code segment touches gets a frame
+/// after the tables'.
+fn space_of(execution: &hwtrace_sim::Execution, first_frame: u64) -> PageTableBuilder {
+    let mut b = PageTableBuilder::new(PagingMode::Level4, PhysAddr(first_frame));
+    let mut frames: std::collections::BTreeMap<u64, PhysAddr> = std::collections::BTreeMap::new();
+    for seg in execution.memory().segments() {
+        let mut va = seg.addr.0;
+        let mut rest: &[u8] = &seg.bytes;
+        while !rest.is_empty() {
+            let page = va & !0xfff;
+            let frame = match frames.get(&page) {
+                Some(f) => *f,
+                None => {
+                    let f = b.alloc_frame();
+                    b.map(Ip(page), f, PageSize::Size4K, 0)
+                        .expect("map code page");
+                    frames.insert(page, f);
+                    f
+                }
+            };
+            let n = rest
+                .len()
+                .min(usize::try_from(0x1000 - (va & 0xfff)).expect("small"));
+            b.write(PhysAddr(frame.0 + (va & 0xfff)), &rest[..n]);
+            rest = &rest[n..];
+            va += n as u64;
+        }
+    }
+    b
+}
+
+/// `trace` with a PIP naming `cr3` put into its first PSB+.
+fn with_pip(trace: &[u8], cr3: Cr3) -> Vec<u8> {
+    let mut pip = TraceBuilder::new();
+    pip.push(Packet::Pip(Pip { cr3, nr: false })).expect("pip");
+    let psb = 16;
+    assert!(hwtrace_packet::find_psb_forward(trace, 0) == Some(0));
+    let mut out = trace[..psb].to_vec();
+    out.extend_from_slice(pip.as_bytes());
+    out.extend_from_slice(&trace[psb..]);
+    out
+}
+
+/// Two real processes (echo, then ls, recorded with qemu-user: both load
+/// at the same addresses, with different code there) in one physical
+/// memory, each in its own page tables; their PT (hwtrace-sim) one after
+/// the other, each starting with a PSB+ whose PIP names its CR3. Decoded
+/// from a QEMU-style ELF core with no CPU state, the instructions are
+/// echo's and then ls's, exactly.
+#[test]
+fn two_recorded_processes_decode_from_one_dump() {
+    use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder};
+    assert!(
+        std::path::Path::new("/usr/bin/qemu-x86_64").exists(),
+        "qemu-x86_64 missing: run scripts/setup.sh"
+    );
+    let limits = Limits {
+        max_instructions: Some(2_000_000),
+        timeout: Some(std::time::Duration::from_secs(60)),
+    };
+    let echo = Execution::record_qemu("/bin/echo", &["dump"], limits).expect("echo records");
+    let ls = Execution::record_qemu("/bin/ls", &["-d", "/"], limits).expect("ls records");
+    let (echo, ls) = (echo.execution, ls.execution);
+
+    let a = space_of(&echo, 0x10_0000);
+    let b = space_of(&ls, 0x80_0000);
+    let (cr3_a, cr3_b) = (a.cr3(), b.cr3());
+    let mut mem = a.memory().clone();
+    for (base, page) in b.memory().pages() {
+        mem.write(base, page);
+    }
+    let runs = mem.runs();
+    let runs: Vec<(PhysAddr, &[u8])> = runs.iter().map(|(p, b)| (*p, b.as_slice())).collect();
+    let core = scratch("two.elf", &write_qemu_core(&runs, &[]));
+
+    let encoder = PtEncoder::new(PtConfig::default());
+    let mut trace = with_pip(&encoder.encode(&echo).expect("encode echo").bytes, cr3_a);
+    trace.extend(with_pip(
+        &encoder.encode(&ls).expect("encode ls").bytes,
+        cr3_b,
+    ));
+    let pt = scratch("two.pt", &trace);
+
+    let (code, lines, err) = flow(&[
+        pt.to_str().expect("utf-8"),
+        "--dump",
+        core.to_str().expect("utf-8"),
+        "--no-disasm",
+    ]);
+    let _ = std::fs::remove_file(&core);
+    let _ = std::fs::remove_file(&pt);
+    assert_eq!(code, Some(0), "{err}");
+    let got: Vec<u64> = lines
+        .iter()
+        .filter(|l| !l.starts_with('['))
+        .map(|l| u64::from_str_radix(l, 16).expect("hex"))
+        .collect();
+    let want: Vec<u64> = echo
+        .insns()
+        .iter()
+        .chain(ls.insns())
+        .map(|ip| ip.0)
+        .collect();
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got == want,
+        "the instructions differ from the executed ones"
+    );
+    // The two programs' code differs at addresses both ran: decoding either
+    // in the other's space would have gone wrong.
+    let echo_code = echo.memory();
+    let differs = ls.insns().iter().any(|ip| {
+        matches!((echo_code.bytes_at(*ip), ls.memory().bytes_at(*ip)),
+            (Some(x), Some(y)) if x.first() != y.first())
+    });
+    assert!(
+        differs,
+        "echo and ls share all their code; the test proves nothing"
+    );
 }
