@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cargo build --release --locked -p hwtrace-bench
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-exec target/release/hwtrace-bench "${@:-all}"
+exec "${CARGO_TARGET_DIR:-target}/release/hwtrace-bench" "${@:-all}"
