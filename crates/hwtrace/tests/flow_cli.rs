@@ -405,3 +405,61 @@ fn unzip_and_icelake_errors_are_ptxeds() {
         assert_eq!(resyncs, e.len(), "{case}: one resync per error");
     }
 }
+
+/// Single corrupted bytes anywhere in real/foo (a fixed pseudo-random set):
+/// hwtrace flow always ends, within a minute, with exit code 0 (the byte
+/// did not matter) or 2 (errors reported), never a panic or a hang.
+#[test]
+fn corrupted_bytes_never_hang_or_panic() {
+    let trace = foo().join("trace.pt");
+    let clean = std::fs::read(&trace).expect("trace reads");
+    let pages = foo();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let (mut clean_runs, mut error_runs) = (0, 0);
+    for n in 0..48 {
+        x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let at = usize::try_from((x >> 33) % clean.len() as u64).expect("small");
+        let mut bytes = clean.clone();
+        bytes[at] ^= ((x >> 8) as u8) | 1;
+        let path = std::env::temp_dir().join(format!(
+            "hwtrace-flow-corrupt-{}-{n}.pt",
+            std::process::id()
+        ));
+        std::fs::write(&path, &bytes).expect("write");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+            .args([
+                "flow",
+                path.to_str().expect("utf-8"),
+                "--pages",
+                pages.to_str().expect("utf-8"),
+                "--quiet",
+                "--stats",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("hwtrace starts");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("byte {at:#x} corrupted: hwtrace flow did not end within a minute");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let _ = std::fs::remove_file(&path);
+        match status.code() {
+            Some(0) => clean_runs += 1,
+            Some(2) => error_runs += 1,
+            other => panic!("byte {at:#x} corrupted: exit {other:?}"),
+        }
+    }
+    eprintln!("{error_runs} runs with errors, {clean_runs} without");
+    assert!(
+        error_runs > 0,
+        "no corruption was noticed ({clean_runs} clean runs)"
+    );
+}
