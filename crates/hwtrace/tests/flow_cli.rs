@@ -157,6 +157,38 @@ fn foo_json_lines_carry_the_same_instructions() {
     );
 }
 
+/// `hwtrace ptxed --block-decoder --stat:blocks` on foo, its page cache
+/// (one run of pages) given as ptxed's `--raw`.
+fn ptxed_blocks() -> u64 {
+    let addrs = std::fs::read(foo().join("pages.addr")).expect("pages.addr reads");
+    let pages: Vec<u64> = addrs
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect();
+    assert!(
+        pages.windows(2).all(|w| w[1] == w[0] + 0x1000),
+        "the pages are one run"
+    );
+    let raw = format!("{}:{:#x}", foo().join("pages.dump").display(), pages[0]);
+    let trace = foo().join("trace.pt");
+    let out = hwtrace(&[
+        "ptxed",
+        "--raw",
+        &raw,
+        "--pt",
+        trace.to_str().expect("utf-8"),
+        "--block-decoder",
+        "--stat",
+        "--stat:blocks",
+        "--quiet",
+    ]);
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    text.lines()
+        .find_map(|l| l.strip_prefix("blocks:\t"))
+        .and_then(|n| n.trim_end_matches('.').parse().ok())
+        .unwrap_or_else(|| panic!("no block count in {text:?}"))
+}
+
 /// Blocks hold every instruction once, in order; branches are exactly the
 /// transfers the instruction stream shows (a next IP other than the
 /// fall-through, or an unconditional branch), plus one begin per enable and
@@ -187,6 +219,10 @@ fn foo_blocks_and_branches_account_for_every_instruction() {
     assert_eq!(in_blocks, FOO_INSNS as u64);
     let stats = blocks.last().expect("stats");
     assert_eq!(stats["insns"], FOO_INSNS as u64);
+    // As many blocks as ptxed's block decoder draws (hwtrace ptxed, checked
+    // against libipt's corpus; libipt 2.0.5's pt_blk_next agrees on foo):
+    // PSB+ in the middle of a block ends it there too.
+    assert_eq!(stats["blocks"], ptxed_blocks());
     // Each block starts where an instruction starts and ends at the first
     // instruction that needs the trace to know what follows.
     let insns: Vec<&Value> = items.iter().filter(|v| v["type"] == "insn").collect();

@@ -14,7 +14,8 @@ pub enum Item {
     /// processed when it was decoded.
     Insn { offset: u64, insn: Insn },
     /// An event (enabled, disabled, paging, overflow, ...) between
-    /// instructions, at the offset of the packet that reported it.
+    /// instructions, at the offset of the packet that reported it; PSB+
+    /// status reports have `event.status_update` set.
     Event { offset: u64, event: Event },
     /// Decoding failed: trace offset, IP (when known) and what. Decoding
     /// goes on at the next PSB; a [`Item::Resync`] follows.
@@ -178,11 +179,9 @@ impl<M: ReadMemory> Iterator for Items<'_, M> {
                 match self.dec.event() {
                     Ok((event, status)) => {
                         self.state = State::Run(status);
-                        // PSB+ status reports repeat what is known; ptxed
-                        // does not show them either.
-                        if event.status_update {
-                            continue;
-                        }
+                        // PSB+ status reports (`event.status_update`) are
+                        // items too: they end blocks, as in libipt, though
+                        // printers do not show them (ptxed does not).
                         return Some(Item::Event { offset, event });
                     }
                     Err(e) => return Some(self.fail(e)),
@@ -278,7 +277,17 @@ mod tests {
         // 1000: nop; 1001: jmp 1000
         let trace = two_psbs();
         let dec = InsnDecoder::new(&trace, Config::default(), Code(&[0x90, 0xeb, 0xfd]));
-        let items: Vec<Item> = Items::new(dec).with_max_stall(100).collect();
+        let all: Vec<Item> = Items::new(dec).with_max_stall(100).collect();
+        // Each PSB+ reports its status (enabled, exec mode) first.
+        let status = all
+            .iter()
+            .filter(|i| matches!(i, Item::Event { event, .. } if event.status_update))
+            .count();
+        assert!(status >= 2, "{status} status reports");
+        let items: Vec<Item> = all
+            .into_iter()
+            .filter(|i| !matches!(i, Item::Event { .. }))
+            .collect();
         let stuck: Vec<usize> = (0..items.len())
             .filter(|&i| matches!(items[i], Item::Stuck { .. }))
             .collect();

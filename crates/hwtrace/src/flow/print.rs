@@ -46,7 +46,7 @@ impl Stats {
             Item::Insn { .. } => {}
             Item::Block(_) => self.blocks += 1,
             Item::Branch(_) => self.branches += 1,
-            Item::Event { .. } => self.events += 1,
+            Item::Event { event, .. } => self.events += u64::from(!event.status_update),
             Item::Error(_) | Item::Stuck { .. } => self.errors += 1,
             Item::Resync { from, to } => {
                 self.skipped += to.unwrap_or(trace_len).saturating_sub(*from);
@@ -109,8 +109,13 @@ impl Printer {
         }
     }
 
-    /// Writes `item` as one line.
+    /// Writes `item` as one line (nothing for a PSB+ status report).
     pub fn item(&mut self, item: &Item, out: &mut dyn Write) -> io::Result<()> {
+        if let Item::Event { event, .. } = item
+            && event.status_update
+        {
+            return Ok(());
+        }
         self.line.clear();
         match self.format {
             Format::Text => self.text_line(item),
@@ -550,6 +555,22 @@ mod tests {
         let mut s = String::new();
         json_string("a\"b\\c\u{1}", &mut s);
         assert_eq!(serde_json::from_str::<String>(&s).unwrap(), "a\"b\\c\u{1}");
+    }
+
+    #[test]
+    fn psb_status_reports_print_nothing() {
+        let mut event = Event::new(EventKind::Enabled {
+            ip: 0x40_1000,
+            resumed: false,
+        });
+        event.status_update = true;
+        let item = Item::Event { offset: 0, event };
+        for format in [Format::Text, Format::Json] {
+            assert!(lines(&mut Printer::new(format, true), &[item]).is_empty());
+        }
+        let mut stats = Stats::default();
+        stats.count(&item, 0);
+        assert_eq!(stats, Stats::default());
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::collections::VecDeque;
 /// Instructions executed one after the other, up to the first that may
 /// change the flow in a way only the trace tells (libipt's block decoder:
 /// a conditional or indirect branch, a return, a far transfer; direct
-/// calls and jumps are followed inside the block). Events and errors end
-/// a block too.
+/// calls and jumps are followed inside the block). Events (PSB+ status
+/// reports included, as in libipt) and errors end a block too.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Block {
     /// The trace offset at the block's first instruction.
@@ -228,6 +228,8 @@ impl<I: Iterator<Item = Item>> Branches<I> {
                     self.pending = Some(insn);
                 }
             }
+            // PSB+ status reports change nothing.
+            Item::Event { event, .. } if event.status_update => {}
             Item::Event { offset, event } => {
                 let known = |ip| (!event.ip_suppressed).then_some(ip);
                 match event.kind {
@@ -364,6 +366,31 @@ mod tests {
         );
         let total: u32 = got.iter().map(|b| b.2).sum();
         assert_eq!(total, 7);
+    }
+
+    #[test]
+    fn a_psb_status_report_ends_a_block_but_is_no_branch() {
+        let mut status = Event::new(EventKind::Enabled {
+            ip: 0x102,
+            resumed: false,
+        });
+        status.status_update = true;
+        let status = Item::Event {
+            offset: 9,
+            event: status,
+        };
+        let items = vec![
+            insn(0x100, 2, InsnClass::Other, None),
+            status,
+            insn(0x102, 2, InsnClass::Return, None),
+        ];
+        let blocks: Vec<Item> = Blocks::new(items.clone().into_iter()).collect();
+        assert_eq!(blocks.len(), 3);
+        assert!(matches!(blocks[0], Item::Block(b) if b.insns == 1 && b.ip == 0x100));
+        assert_eq!(blocks[1], status);
+        assert!(matches!(blocks[2], Item::Block(b) if b.insns == 1 && b.ip == 0x102));
+        let branches: Vec<Item> = Branches::new(items.into_iter()).collect();
+        assert!(branches.is_empty(), "{branches:?}");
     }
 
     #[test]
