@@ -225,9 +225,15 @@ fn check_program(rec: &Recording) -> Result<()> {
 struct Scratch(PathBuf);
 
 impl Scratch {
+    /// A new file; a counter keeps the names of tests running at the same
+    /// time apart.
     fn new(name: &str, contents: &[u8]) -> Result<Self> {
-        let path =
-            std::env::temp_dir().join(format!("hwtrace-flow-qemu-{}-{name}", std::process::id()));
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "hwtrace-flow-qemu-{}-{n}-{name}",
+            std::process::id()
+        ));
         std::fs::write(&path, contents)?;
         Ok(Scratch(path))
     }
@@ -369,21 +375,26 @@ fn every_psb_segment_decodes_on_its_own() -> Result<()> {
     Ok(())
 }
 
-/// Runs `hwtrace flow` over `trace` with the execution's code written out
-/// as `--image` files; returns its stdout.
-fn flow_cli(execution: &Execution, trace: &[u8], extra: &[&str]) -> Result<String> {
-    let trace_file = Scratch::new("cli.pt", trace)?;
-    let mut files = Vec::new();
-    let mut args = vec!["flow".to_owned(), trace_file.path().to_owned()];
-    args.extend(extra.iter().map(|a| (*a).to_owned()));
-    for (n, seg) in execution.memory().segments().iter().enumerate() {
-        let file = Scratch::new(&format!("seg{n}.bin"), &seg.bytes)?;
-        args.push("--image".to_owned());
-        args.push(format!("{}@{:x}", file.path(), seg.addr.0));
-        files.push(file);
-    }
+/// The execution's code segments in scratch files, with their addresses.
+fn code_files(execution: &Execution) -> Result<Vec<(Scratch, u64)>> {
+    execution
+        .memory()
+        .segments()
+        .iter()
+        .enumerate()
+        .map(|(n, seg)| {
+            Ok((
+                Scratch::new(&format!("seg{n}.bin"), &seg.bytes)?,
+                seg.addr.0,
+            ))
+        })
+        .collect()
+}
+
+/// Runs hwtrace with `args`; its stdout if it succeeded.
+fn hwtrace(args: &[String]) -> Result<String> {
     let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
-        .args(&args)
+        .args(args)
         .output()?;
     ensure!(
         out.status.success(),
@@ -392,6 +403,47 @@ fn flow_cli(execution: &Execution, trace: &[u8], extra: &[&str]) -> Result<Strin
         String::from_utf8_lossy(&out.stderr)
     );
     Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Runs `hwtrace flow` over `trace` with the execution's code written out
+/// as `--image` files; returns its stdout.
+fn flow_cli(execution: &Execution, trace: &[u8], extra: &[&str]) -> Result<String> {
+    let trace_file = Scratch::new("cli.pt", trace)?;
+    let files = code_files(execution)?;
+    let mut args = vec!["flow".to_owned(), trace_file.path().to_owned()];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    for (file, addr) in &files {
+        args.push("--image".to_owned());
+        args.push(format!("{}@{addr:x}", file.path()));
+    }
+    hwtrace(&args)
+}
+
+/// The block count of `hwtrace ptxed --block-decoder` (libipt's ptxed
+/// command line, checked against libipt's corpus) over the same code.
+fn ptxed_blocks(execution: &Execution, trace: &[u8]) -> Result<u64> {
+    let trace_file = Scratch::new("ptxed.pt", trace)?;
+    let files = code_files(execution)?;
+    let mut args = vec!["ptxed".to_owned()];
+    for (file, addr) in &files {
+        args.push("--raw".to_owned());
+        args.push(format!("{}:{addr:#x}", file.path()));
+    }
+    for a in [
+        "--pt",
+        trace_file.path(),
+        "--block-decoder",
+        "--stat",
+        "--stat:blocks",
+        "--quiet",
+    ] {
+        args.push(a.to_owned());
+    }
+    let text = hwtrace(&args)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("blocks:\t"))
+        .and_then(|n| n.trim_end_matches('.').parse().ok())
+        .with_context(|| format!("no block count in {text:?}"))
 }
 
 /// `hwtrace flow` end to end: the addresses printed are the executed ones.
@@ -424,6 +476,23 @@ fn the_flow_command_prints_the_executed_instructions() -> Result<()> {
     );
     // Syscalls leave user mode: tracing is disabled and enabled again.
     ensure!(stdout.lines().filter(|l| *l == "[disabled]").count() as u64 == trace.stats.disables);
+
+    // Blocks: every instruction once, and as many blocks as ptxed's block
+    // decoder draws.
+    let blocks = flow_cli(
+        &rec.execution,
+        &trace.bytes,
+        &["--blocks", "--quiet", "--stats"],
+    )?;
+    let stats = blocks.lines().last().unwrap_or_default();
+    let want = ptxed_blocks(&rec.execution, &trace.bytes)?;
+    ensure!(
+        stats.starts_with(&format!(
+            "[stats: {} instructions, {want} blocks,",
+            executed.len()
+        )),
+        "{stats}; ptxed: {want} blocks"
+    );
     Ok(())
 }
 
