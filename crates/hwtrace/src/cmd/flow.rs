@@ -190,8 +190,15 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         stats.count(&item, len);
         if !args.quiet {
             printer.item(&item, &mut out)?;
-        } else if let Item::Error(e) = item {
-            eprintln!("hwtrace: {}: error at {e}", args.trace.display());
+        } else {
+            match item {
+                Item::Error(e) => eprintln!("hwtrace: {}: error at {e}", args.trace.display()),
+                Item::Stuck { offset, ip, insns } => eprintln!(
+                    "hwtrace: {}: error at {offset:#x}, ip {ip:#x}: {insns} instructions without trace: an endless loop",
+                    args.trace.display()
+                ),
+                _ => {}
+            }
         }
         Ok(())
     };
