@@ -23,6 +23,7 @@ pub mod decode;
 pub mod execution;
 pub mod lbr;
 mod memory;
+pub mod output;
 pub mod pt_encoder;
 pub mod qemu_log;
 mod record;
@@ -34,6 +35,10 @@ pub use decode::RecordedBranch;
 pub use execution::{Execution, Limits, LogError, LogErrorKind};
 pub use lbr::{LbrConfig, LbrSim, LbrSimError, LbrSnapshot, LbrStep};
 pub use memory::{CodeConflict, CodeImage, CodeImageBuilder, Segment};
+pub use output::{
+    Consumer, Loss, OutputRun, OutputStageError, OutputTarget, PmiPoint, RegionContents, TopaTable,
+    write_output,
+};
 pub use pt_encoder::{
     EncodeError, EncodeErrorKind, EncodeStats, EncodedTrace, IpRange, PsbMark, PtConfig, PtEncoder,
     TscModel,
