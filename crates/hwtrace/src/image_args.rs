@@ -13,10 +13,6 @@
 //! every image after it, and a later image overrides an earlier one where
 //! they overlap. That order is why [`ImageArgs`] implements clap's traits
 //! by hand: derived structs lose the order between different options.
-#![allow(
-    dead_code,
-    reason = "the `hwtrace flow` subcommand that flattens ImageArgs is being written"
-)]
 
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
@@ -54,6 +50,7 @@ impl ImageArgs {
     }
 
     /// The images named, each with the CR3 it is for, in order.
+    #[cfg(test)]
     pub fn specs(&self) -> impl Iterator<Item = (Option<Cr3>, &ImageSpec)> + '_ {
         let mut cr3 = None;
         self.items.iter().filter_map(move |item| match item {
