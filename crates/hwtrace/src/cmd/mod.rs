@@ -11,6 +11,7 @@ mod perf;
 mod ptdump;
 mod ptxed;
 mod record;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -41,6 +42,8 @@ pub enum Command {
     Record(record::RecordArgs),
     /// Look inside perf.data files: info, dump-aux.
     Perf(perf::PerfArgs),
+    /// Simulate the trace hardware on a real program recorded with qemu-user: PT (with ToPA/single-range output), BTS, LBR.
+    Sim(sim::SimArgs),
 }
 
 /// Runs one subcommand.
@@ -57,5 +60,6 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Lbr(args) => lbr::run(args),
         Command::Record(args) => record::run(args),
         Command::Perf(args) => perf::run(args),
+        Command::Sim(args) => sim::run(args),
     }
 }

@@ -1,0 +1,503 @@
+//! `hwtrace sim pt|bts|lbr`: what the trace hardware would have written
+//! for a real program, recorded with qemu-user (`hwtrace_sim`).
+//!
+//! * `sim pt` encodes the execution as user-mode Intel PT
+//!   (`hwtrace_sim::PtEncoder`, SDM Vol. 3C chapter 33) and writes the raw
+//!   trace; with `--topa` or `--single-range` the bytes go through the
+//!   output stage (§33.2.7 “Trace Output”, `hwtrace_sim::output`) and the
+//!   file holds what a reader of the buffer gets, and the final
+//!   IA32_RTIT_OUTPUT_BASE, _OUTPUT_MASK_PTRS and _STATUS are explained.
+//! * `sim bts` writes the branches as BTS records into a 64-bit DS area
+//!   (SDM Vol. 3B §18.4.9 “Branch Trace Store”), draining at each threshold
+//!   PMI, and prints the records oldest first.
+//! * `sim lbr` runs the branches through the LBR stack of a
+//!   micro-architecture under MSR_LBR_SELECT (§18.4.8) and prints the MSRs as
+//!   they read at the end, in the text format `hwtrace lbr decode` reads.
+//!
+//! Options come before `--`; everything after it is the command.
+
+use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use hwtrace_regs::Uarch;
+use hwtrace_regs::cpuid::{CpuidRegs, PtCaps};
+use hwtrace_regs::debugctl::{DebugCtl, DebugCtlFlag, DebugCtlLayout};
+use hwtrace_regs::ds::{DsFormat, DsManagementArea};
+use hwtrace_regs::dump::{BtsDump, BtsOrder};
+use hwtrace_regs::explain::{Context, RegisterId, explain, parse_number};
+use hwtrace_regs::output::SingleRange;
+use hwtrace_regs::rtit::{AddrCfg, RtitCtl};
+use hwtrace_regs::topa::{TopaEntry, TopaLink, TopaRegion, TopaSize, build_table};
+use hwtrace_sim::decode::bts_branches;
+use hwtrace_sim::{
+    BtsConfig, BtsSim, Consumer, Execution, IpRange, LbrConfig, LbrSim, Limits, OutputRun,
+    OutputTarget, PtConfig, PtEncoder, TopaTable, TscModel, branches, write_output,
+};
+use hwtrace_types::{Ip, PhysAddr};
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Simulated trace hardware.
+#[derive(Debug, clap::Args)]
+pub struct SimArgs {
+    #[command(subcommand)]
+    command: SimCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum SimCommand {
+    /// Record a command and write the Intel PT a CPU would have written.
+    Pt(PtArgs),
+    /// Record a command and print the BTS records a CPU would have stored.
+    Bts(BtsArgs),
+    /// Record a command and print the LBR MSRs as they read at its end.
+    Lbr(LbrArgs),
+}
+
+/// How the execution is recorded: qemu-user is the only recorder.
+#[derive(Debug, clap::Args)]
+struct Recorder {
+    /// Record with qemu-x86_64 (-singlestep), the only recorder there is.
+    #[arg(long, required = true)]
+    qemu: bool,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, num_args = 1..)]
+    command: Vec<String>,
+}
+
+impl Recorder {
+    fn record(&self) -> Result<Execution> {
+        ensure!(self.qemu, "--qemu is the only recorder");
+        let (program, args) = self
+            .command
+            .split_first()
+            .context("no command given after --")?;
+        let rec = Execution::record_qemu(program, args, Limits::default())
+            .with_context(|| format!("recording {program} under qemu-x86_64"))?;
+        Ok(rec.execution)
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct PtArgs {
+    #[command(flatten)]
+    recorder: Recorder,
+    /// Write the raw trace here (with --topa/--single-range: what a reader
+    /// of the buffer gets at the end, oldest byte first).
+    #[arg(short = 'o', long = "output", required = true)]
+    output: PathBuf,
+    /// No return compression (IA32_RTIT_CTL.DisRETC = 1): every RET is a TIP.
+    #[arg(long)]
+    no_retcomp: bool,
+    /// Bytes of trace between PSBs (default 4096).
+    #[arg(long, value_name = "BYTES")]
+    psb_period: Option<String>,
+    /// A TSC packet in each PSB+ (TSCEn = 1).
+    #[arg(long)]
+    tsc: bool,
+    /// IP filter range START-END (ADDRn_CFG = 1), up to four.
+    #[arg(long, value_name = "START-END")]
+    filter: Vec<String>,
+    /// ToPA output: region sizes (4K..128M), optionally ending in `int`,
+    /// `stop` or both for the last entry; END links back to the table.
+    #[arg(
+        long,
+        value_name = "SIZE,SIZE,…[,stop|,int]",
+        conflicts_with = "single_range"
+    )]
+    topa: Option<String>,
+    /// Single-range output of SIZE bytes (a power of two, 128 B to 4 GiB).
+    #[arg(long, value_name = "SIZE")]
+    single_range: Option<String>,
+    /// A reader that drains N bytes per M produced and whose unread bytes
+    /// may not be overwritten (packets are lost, then OVF before a PSB);
+    /// the file then holds everything that reader read, in order.
+    #[arg(long, value_name = "N/M")]
+    consumer: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct BtsArgs {
+    #[command(flatten)]
+    recorder: Recorder,
+    /// Records the BTS buffer holds (BTS absolute maximum).
+    #[arg(long, default_value = "4096")]
+    records: String,
+    /// Record count at which the threshold PMI fires (default: 7/8 of --records).
+    #[arg(long)]
+    threshold: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct LbrArgs {
+    #[command(flatten)]
+    recorder: Recorder,
+    /// Micro-architecture (nehalem, westmere, sandybridge, haswell, skylake, ...).
+    #[arg(long, required = true)]
+    uarch: String,
+    /// MSR_LBR_SELECT value (default 0: no filtering).
+    #[arg(long, value_name = "0xVAL")]
+    select: Option<String>,
+}
+
+/// Runs `hwtrace sim`.
+pub fn run(args: SimArgs) -> Result<ExitCode> {
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match args.command {
+        SimCommand::Pt(a) => pt(&a, &mut out)?,
+        SimCommand::Bts(a) => bts(&a, &mut out)?,
+        SimCommand::Lbr(a) => lbr(&a, &mut out)?,
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn number(flag: &str, s: &str) -> Result<u64> {
+    parse_number(s).ok_or_else(|| anyhow!("{flag} `{s}` is not a number"))
+}
+
+/// A size with an optional K/M/G suffix (powers of 1024).
+fn size(flag: &str, s: &str) -> Result<u64> {
+    let t = s.trim();
+    let (digits, shift) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 10),
+        Some('M') => (&t[..t.len() - 1], 20),
+        Some('G') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    let n = number(flag, digits)?;
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| anyhow!("{flag} `{s}` is too large"))
+}
+
+fn pt_config(a: &PtArgs) -> Result<PtConfig> {
+    let mut config = PtConfig {
+        return_compression: !a.no_retcomp,
+        ..PtConfig::default()
+    };
+    if let Some(p) = &a.psb_period {
+        let p = size("--psb-period", p)?;
+        config.psb_period = u32::try_from(p)
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| anyhow!("--psb-period must be 1 to 4294967295 bytes"))?;
+    }
+    if a.tsc {
+        config.tsc = Some(TscModel {
+            start: 0,
+            ticks_per_insn: 1,
+        });
+    }
+    ensure!(
+        a.filter.len() <= config.ip_filter.len(),
+        "at most {} --filter ranges (ADDR0..ADDR3)",
+        config.ip_filter.len()
+    );
+    for (slot, f) in config.ip_filter.iter_mut().zip(&a.filter) {
+        let (start, end) = f
+            .split_once('-')
+            .ok_or_else(|| anyhow!("--filter `{f}` is not START-END"))?;
+        let (start, end) = (number("--filter", start)?, number("--filter", end)?);
+        ensure!(start <= end, "--filter `{f}`: START is above END");
+        *slot = Some(IpRange {
+            start: Ip(start),
+            end: Ip(end),
+        });
+    }
+    Ok(config)
+}
+
+/// The IA32_RTIT_CTL value the configuration corresponds to (SDM Vol. 3C
+/// §33.2.8.2): TraceEn, User, BranchEn, ToPA, TSCEn, DisRETC, ADDRn_CFG.
+fn rtit_ctl(config: &PtConfig, topa: bool) -> Result<RtitCtl> {
+    let mut ctl = RtitCtl::new()
+        .with_trace_en(true)
+        .with_user(true)
+        .with_branch_en(true)
+        .with_topa(topa)
+        .with_tsc_en(config.tsc.is_some())
+        .with_dis_retc(!config.return_compression);
+    // PSBFreq n asks for a PSB every 2 KiB · 2^n (§33.2.8.2); other periods
+    // have no encoding and leave the field 0.
+    let period = u64::from(config.psb_period);
+    if period >= 2048 && period.is_power_of_two() && period <= 2048 << 15 {
+        ctl = ctl.with_psb_freq(u64::from((period >> 11).trailing_zeros()))?;
+    }
+    for (n, r) in config.ip_filter.iter().enumerate() {
+        if r.is_some() {
+            ctl = ctl
+                .with_addr_cfg(n as u8, AddrCfg::Filter)
+                .context("ADDRn_CFG index")?;
+        }
+    }
+    Ok(ctl)
+}
+
+/// Where simulated output regions live: above 4 GiB, out of the way of
+/// the tables at 0x1000.
+const REGION_BASE: u64 = 1 << 32;
+const TABLE_BASE: PhysAddr = PhysAddr(0x1000);
+
+fn topa_tables(spec: &str) -> Result<Vec<TopaTable>> {
+    let mut regions = Vec::new();
+    let (mut int, mut stop) = (false, false);
+    let mut next = REGION_BASE;
+    for part in spec.split(',').map(str::trim) {
+        match part.to_ascii_lowercase().as_str() {
+            "int" => int = true,
+            "stop" => stop = true,
+            _ => {
+                ensure!(
+                    !int && !stop,
+                    "--topa: `int`/`stop` must come after the sizes"
+                );
+                let bytes = size("--topa", part)?;
+                let size = TopaSize::from_bytes(bytes).ok_or_else(|| {
+                    anyhow!("--topa: `{part}` is not a ToPA size (4K, 8K, … 128M)")
+                })?;
+                let base = next.next_multiple_of(bytes);
+                next = base + bytes;
+                regions.push(TopaRegion {
+                    base: PhysAddr(base),
+                    size,
+                    int: false,
+                    stop: false,
+                });
+            }
+        }
+    }
+    let last = regions
+        .last_mut()
+        .context("--topa needs at least one region size")?;
+    last.int = int;
+    last.stop = stop;
+    let caps = PtCaps {
+        sub0: CpuidRegs {
+            eax: 1,
+            ebx: 0,
+            ecx: 0b111,
+            edx: 0,
+        },
+        sub1: CpuidRegs::default(),
+    };
+    let mut entries = vec![TopaEntry::new(); regions.len() + 1];
+    let n = build_table(
+        TABLE_BASE,
+        &regions,
+        TopaLink::End(TABLE_BASE),
+        &mut entries,
+        &caps,
+        52,
+    )?;
+    entries.truncate(n);
+    Ok(vec![TopaTable {
+        base: TABLE_BASE,
+        entries,
+    }])
+}
+
+fn output_target(a: &PtArgs) -> Result<Option<OutputTarget>> {
+    if let Some(spec) = &a.topa {
+        return Ok(Some(OutputTarget::Topa {
+            tables: topa_tables(spec)?,
+        }));
+    }
+    if let Some(s) = &a.single_range {
+        let bytes = size("--single-range", s)?;
+        // Refused here, before recording, as the output stage would.
+        let range = SingleRange::new(PhysAddr(REGION_BASE), bytes)
+            .map_err(|e| anyhow!("--single-range `{s}`: {e}"))?;
+        return Ok(Some(OutputTarget::SingleRange {
+            base: range.base(),
+            size: range.size(),
+        }));
+    }
+    Ok(None)
+}
+
+fn consumer(spec: &str) -> Result<Consumer> {
+    let (n, m) = spec
+        .split_once('/')
+        .ok_or_else(|| anyhow!("--consumer `{spec}` is not N/M"))?;
+    Ok(Consumer {
+        drain: size("--consumer", n)?,
+        per: size("--consumer", m)?,
+    })
+}
+
+fn pt(a: &PtArgs, out: &mut dyn Write) -> Result<()> {
+    let config = pt_config(a)?;
+    let target = output_target(a)?;
+    let consumer = a.consumer.as_deref().map(consumer).transpose()?;
+    if consumer.is_some() && target.is_none() {
+        bail!("--consumer needs --topa or --single-range");
+    }
+    let execution = a.recorder.record()?;
+    let trace = PtEncoder::new(config).encode(&execution)?;
+    writeln!(
+        out,
+        "{} instructions, {} trace bytes, {} PSBs",
+        execution.len(),
+        trace.bytes.len(),
+        trace.psbs.len()
+    )?;
+    let ctl = rtit_ctl(&config, matches!(target, Some(OutputTarget::Topa { .. })))?;
+    let bytes = match &target {
+        None => {
+            print_register(out, RegisterId::RtitCtl, ctl.raw())?;
+            trace.bytes
+        }
+        Some(target) => {
+            let run = write_output(&trace.bytes, target, consumer)?;
+            print_run(out, &run, ctl.raw())?;
+            if consumer.is_some() {
+                // Everything the consumer read, in order, OVFs included.
+                let written = usize::try_from(run.written)?;
+                run.stream[..written].to_vec()
+            } else {
+                run.read_back()
+            }
+        }
+    };
+    std::fs::write(&a.output, &bytes)
+        .with_context(|| format!("cannot write {}", a.output.display()))?;
+    writeln!(out, "wrote {} bytes to {}", bytes.len(), a.output.display())?;
+    Ok(())
+}
+
+fn print_run(out: &mut dyn Write, run: &OutputRun, ctl: u64) -> Result<()> {
+    writeln!(
+        out,
+        "output: {} bytes written, {} lost after a ToPA STOP",
+        run.written, run.lost_after_stop
+    )?;
+    for r in &run.regions {
+        writeln!(
+            out,
+            "  region {} ({} bytes): {} bytes written",
+            r.base,
+            r.size,
+            r.bytes.len()
+        )?;
+    }
+    for p in &run.pmis {
+        writeln!(
+            out,
+            "  PMI after byte {}: ToPA entry {} of table {} (region {}) filled",
+            p.written, p.entry, p.table, p.region
+        )?;
+    }
+    for l in &run.losses {
+        match l.ovf_at {
+            Some(at) => writeln!(
+                out,
+                "  lost {} bytes from trace offset {:#x}; OVF at output offset {:#x}",
+                l.bytes, l.from.0, at.0
+            )?,
+            None => writeln!(
+                out,
+                "  lost {} bytes from trace offset {:#x} to the end",
+                l.bytes, l.from.0
+            )?,
+        }
+    }
+    print_register(out, RegisterId::RtitCtl, ctl)?;
+    print_register(out, RegisterId::RtitOutputBase, run.output_base.raw())?;
+    print_register(out, RegisterId::RtitOutputMaskPtrs, run.mask_ptrs.raw())?;
+    print_register(out, RegisterId::RtitStatus, run.status.raw())?;
+    Ok(())
+}
+
+/// One register explained field by field (hwtrace-regs' `explain`).
+fn print_register(out: &mut dyn Write, id: RegisterId, raw: u64) -> Result<()> {
+    let e = explain(id, raw, &Context::default())?;
+    writeln!(out, "{id} = {raw:#018x}  ({})", e.def.sdm)?;
+    for f in e.fields() {
+        writeln!(
+            out,
+            "  {:<6} {:<18} {:>18}  {}",
+            f.bits.to_string(),
+            f.name,
+            format!("{:#x}", f.value),
+            f.meaning
+        )?;
+    }
+    Ok(())
+}
+
+fn bts(a: &BtsArgs, out: &mut dyn Write) -> Result<()> {
+    let records = number("--records", &a.records)?;
+    ensure!(records >= 2, "--records must be at least 2");
+    let threshold = match &a.threshold {
+        Some(t) => number("--threshold", t)?,
+        None => records - records / 8,
+    };
+    ensure!(
+        threshold > 0 && threshold <= records,
+        "--threshold must be 1 to --records"
+    );
+    let execution = a.recorder.record()?;
+    let stream = branches(&execution)?;
+    let debugctl = [DebugCtlFlag::Tr, DebugCtlFlag::Bts, DebugCtlFlag::Btint]
+        .into_iter()
+        .try_fold(DebugCtl::new(DebugCtlLayout::Modern), |c, f| {
+            c.with(f, true)
+        })?;
+    let base = 0xFFFF_FE00_0000_0000u64;
+    let record = 24u64;
+    let config = BtsConfig {
+        format: DsFormat::Bits64,
+        area: DsManagementArea {
+            bts_buffer_base: base,
+            bts_index: base,
+            bts_absolute_maximum: base + records * record,
+            bts_interrupt_threshold: base + threshold * record,
+            ..DsManagementArea::default()
+        },
+        debugctl,
+        pmi_latency: 0,
+    };
+    let mut sim = BtsSim::new(config)?;
+    let (report, drained) = sim.run_draining(&stream)?;
+    let mut got = bts_branches(&BtsDump::raw(&drained, DsFormat::Bits64)?);
+    got.extend(bts_branches(&BtsDump::new(
+        &sim.area(),
+        sim.buffer(),
+        DsFormat::Bits64,
+        BtsOrder::Linear,
+    )?));
+    for (n, b) in got.iter().enumerate() {
+        let predicted = match b.mispredicted {
+            Some(true) => "  mispredicted",
+            _ => "",
+        };
+        writeln!(out, "{n:>8}  {} -> {}{predicted}", b.from, b.to)?;
+    }
+    writeln!(
+        out,
+        "{} records written ({} branches), {} threshold PMIs (drained), {} lost, {} in the buffer at the end",
+        report.written,
+        stream.len(),
+        report.pmis.len(),
+        report.lost,
+        sim.records_before_index()
+    )?;
+    Ok(())
+}
+
+fn lbr(a: &LbrArgs, out: &mut dyn Write) -> Result<()> {
+    let uarch = Uarch::from_name(&a.uarch)?;
+    let select = a
+        .select
+        .as_deref()
+        .map(|s| number("--select", s))
+        .transpose()?
+        .unwrap_or(0);
+    let config = LbrConfig::for_uarch(uarch)?.with_select(select);
+    let execution = a.recorder.record()?;
+    let stream = branches(&execution)?;
+    let mut sim = LbrSim::new(config)?;
+    sim.run(&stream)?;
+    write!(out, "{}", sim.snapshot().to_msr_text())?;
+    Ok(())
+}

@@ -1,0 +1,390 @@
+//! `hwtrace sim pt|bts|lbr` run as the built binary on `/bin/true`
+//! recorded with qemu-user, and the output stage it uses checked at the
+//! library level: a trace read back from single-range or ToPA output
+//! decodes, with hwtrace-flow over the execution's code, to exactly the
+//! executed instructions (the CLI cannot be checked that way, since its
+//! trace file does not carry the code bytes).
+//!
+//! Needs `qemu-x86_64` (`scripts/setup.sh`).
+
+use anyhow::{Context, Result, ensure};
+use hwtrace_flow::Config;
+use hwtrace_flow::insn::{Insn, InsnDecoder};
+use hwtrace_packet::{Packet, PacketDecoder};
+use hwtrace_regs::topa::{TopaEntry, TopaSize};
+use hwtrace_sim::{Execution, Limits, OutputTarget, PtConfig, PtEncoder, TopaTable, write_output};
+use hwtrace_types::{PhysAddr, TraceOffset};
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn hwtrace(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .args(args)
+        .output()
+        .expect("the hwtrace binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = hwtrace(args);
+    assert!(
+        out.status.success(),
+        "hwtrace {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = hwtrace(args);
+    assert!(!out.status.success(), "hwtrace {args:?} should fail");
+    String::from_utf8(out.stderr).expect("UTF-8 output")
+}
+
+/// A scratch path unique to this test process and `name`.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hwtrace-sim-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// Every packet of a trace that must decode from its first byte.
+fn packets(bytes: &[u8]) -> Vec<Packet> {
+    let mut dec = PacketDecoder::new(bytes);
+    let mut out = Vec::new();
+    while let Some(p) = dec.next_packet().expect("every packet decodes") {
+        out.push(p.packet);
+    }
+    out
+}
+
+/// The number before `word` in `text` (e.g. "12 PSBs").
+fn count_before(text: &str, word: &str) -> u64 {
+    let words: Vec<&str> = text.split([' ', ',', '\n']).collect();
+    let at = words
+        .iter()
+        .position(|w| *w == word)
+        .unwrap_or_else(|| panic!("no `{word}` in {text}"));
+    words[at - 1].parse().expect("a number")
+}
+
+/// The value column of `field` in the explanation of `register`.
+fn field_value(text: &str, register: &str, field: &str) -> String {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(register));
+    lines
+        .next()
+        .unwrap_or_else(|| panic!("no {register} in {text}"));
+    let line = lines
+        .take_while(|l| l.starts_with(' '))
+        .find(|l| l.split_whitespace().nth(1) == Some(field))
+        .unwrap_or_else(|| panic!("no {field} under {register}"));
+    line.split_whitespace().nth(2).expect("value").to_string()
+}
+
+#[test]
+fn sim_pt_writes_a_trace_that_dump_reads_without_errors() {
+    let path = scratch("t.pt");
+    let p = path.to_str().expect("UTF-8 path");
+    let out = ok(&["sim", "pt", "--qemu", "-o", p, "--", "/bin/true"]);
+    let bytes = std::fs::read(&path).expect("the trace was written");
+    assert_eq!(count_before(&out, "trace"), bytes.len() as u64);
+    let dump = hwtrace(&["dump", p, "--stats"]);
+    assert!(
+        dump.status.success(),
+        "dump failed: {}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    let all = packets(&bytes);
+    assert!(matches!(all.first(), Some(Packet::Psb)));
+    let psbs = all.iter().filter(|p| matches!(p, Packet::Psb)).count() as u64;
+    assert_eq!(psbs, count_before(&out, "PSBs"));
+    // /bin/true ends in exit_group: its SYSCALL leaves user mode.
+    assert!(
+        matches!(all.last(), Some(Packet::TipPgd(_))),
+        "{:?}",
+        all.last()
+    );
+    // No output stage: IA32_RTIT_CTL is explained, with ToPA = 0.
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "ToPA"), "0x0");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "TraceEn"), "0x1");
+}
+
+/// Seed 000's shape: two 4 KiB regions, INT and STOP on the last. The
+/// trace (every RET a TIP, PSB every 256 bytes, TSC) is longer than 8 KiB,
+/// so STOP fires: the file is the first 8 KiB and STATUS.Stopped is set.
+#[test]
+fn sim_pt_through_a_topa_with_stop() {
+    let path = scratch("topa.pt");
+    let p = path.to_str().expect("UTF-8 path");
+    let out = ok(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--no-retcomp",
+        "--psb-period",
+        "256",
+        "--tsc",
+        "--topa",
+        "4K,4K,int,stop",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert!(count_before(&out, "trace") > 8192, "{out}");
+    let bytes = std::fs::read(&path).expect("written");
+    assert_eq!(bytes.len(), 8192);
+    assert!(hwtrace_packet::is_psb_at(&bytes, 0));
+    assert!(out.contains("PMI after byte 8192"), "{out}");
+    assert_eq!(field_value(&out, "IA32_RTIT_STATUS", "Stopped"), "0x1");
+    assert_eq!(field_value(&out, "IA32_RTIT_STATUS", "TriggerEn"), "0x0");
+    assert_eq!(
+        field_value(&out, "IA32_RTIT_OUTPUT_MASK_PTRS", "MaskOrTableOffset"),
+        "0x1"
+    );
+    assert_eq!(
+        field_value(&out, "IA32_RTIT_OUTPUT_MASK_PTRS", "OutputOffset"),
+        "0x1000"
+    );
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "ToPA"), "0x1");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "DisRETC"), "0x1");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "TSCEn"), "0x1");
+}
+
+/// Seed 000's single range with a 4 KiB mask: the file is the newest
+/// 4 KiB, and OutputOffset is the trace length modulo 4 KiB.
+#[test]
+fn sim_pt_through_a_4k_single_range() {
+    let path = scratch("single.pt");
+    let p = path.to_str().expect("UTF-8 path");
+    let out = ok(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--single-range",
+        "4K",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    let len = count_before(&out, "trace");
+    assert!(len > 4096, "{out}");
+    assert_eq!(std::fs::read(&path).expect("written").len(), 4096);
+    let offset = field_value(&out, "IA32_RTIT_OUTPUT_MASK_PTRS", "OutputOffset");
+    assert_eq!(offset, format!("{:#x}", len % 4096));
+}
+
+#[test]
+fn sim_pt_refuses_bad_options() {
+    let p = scratch("bad.pt");
+    let p = p.to_str().expect("UTF-8 path");
+    let err = fails(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--topa",
+        "5K",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert!(err.contains("not a ToPA size"), "{err}");
+    let err = fails(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--filter",
+        "0x20-0x10",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert!(err.contains("START is above END"), "{err}");
+    let err = fails(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--single-range",
+        "3000",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert!(err.contains("power of two"), "{err}");
+}
+
+#[test]
+fn sim_bts_prints_one_record_per_branch() {
+    let out = ok(&[
+        "sim",
+        "bts",
+        "--qemu",
+        "--records",
+        "512",
+        "--",
+        "/bin/true",
+    ]);
+    let records = out.lines().filter(|l| l.contains(" -> ")).count() as u64;
+    let written = count_before(&out, "records");
+    let branches = out
+        .split("records written (")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("branch count");
+    assert!(branches > 1000, "{out}");
+    assert_eq!(written, branches);
+    assert_eq!(records, branches);
+    assert!(count_before(&out, "threshold") > 0, "{out}");
+}
+
+/// The LBR MSRs at the end read back with `hwtrace lbr decode`.
+#[test]
+fn sim_lbr_prints_msrs_that_lbr_decode_reads() {
+    let out = ok(&[
+        "sim",
+        "lbr",
+        "--qemu",
+        "--uarch",
+        "skylake",
+        "--select",
+        "0x1C4",
+        "--",
+        "/bin/true",
+    ]);
+    assert!(out.contains("MSR_LASTBRANCH_TOS"), "{out}");
+    let path = scratch("lbr.txt");
+    std::fs::write(&path, &out).expect("write");
+    let decoded = ok(&[
+        "lbr",
+        "decode",
+        path.to_str().expect("UTF-8 path"),
+        "--json",
+    ]);
+    let entries = decoded.lines().filter(|l| l.starts_with('{')).count();
+    assert_eq!(entries, 32, "Skylake's stack is full after /bin/true");
+}
+
+/// Decodes `trace` with hwtrace-flow over `execution`'s code, from its
+/// first PSB; every instruction until the end, and no errors.
+fn flow_decode(execution: &Execution, trace: &[u8]) -> Result<Vec<u64>> {
+    let mut dec = InsnDecoder::new(trace, Config::default(), execution.memory());
+    let mut status = dec.sync_forward()?;
+    let mut ips = Vec::new();
+    loop {
+        while status.event_pending {
+            status = dec.event()?.1;
+        }
+        if status.eos {
+            return Ok(ips);
+        }
+        let mut insn = Insn::empty(0, None, false);
+        match dec.next_insn(&mut insn) {
+            Ok(s) => {
+                ips.push(insn.ip);
+                status = s;
+            }
+            Err(e) if e.kind == hwtrace_flow::ErrorKind::Eos => return Ok(ips),
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The output stage `hwtrace sim pt` uses, checked where the code bytes
+/// are at hand: a single range large enough reads back the whole trace,
+/// and a wrapping ToPA ring reads back its newest bytes, which decode from
+/// their first PSB to exactly the instructions executed from there.
+#[test]
+fn read_back_output_decodes_to_the_executed_instructions() -> Result<()> {
+    let rec = Execution::record_qemu("/bin/true", &[] as &[&str], Limits::default())
+        .context("recording /bin/true under qemu-x86_64")?;
+    let execution = &rec.execution;
+    let trace = PtEncoder::new(PtConfig::default()).encode(execution)?;
+    let executed: Vec<u64> = execution.insns().iter().map(|ip| ip.0).collect();
+
+    let whole = write_output(
+        &trace.bytes,
+        &OutputTarget::SingleRange {
+            base: PhysAddr(1 << 32),
+            size: 1 << 20,
+        },
+        None,
+    )?;
+    ensure!(whole.read_back() == trace.bytes);
+    ensure!(flow_decode(execution, &whole.read_back())? == executed);
+
+    // One 4 KiB region, END back to the table: it wraps.
+    let table = PhysAddr(0x1000);
+    let ring = write_output(
+        &trace.bytes,
+        &OutputTarget::Topa {
+            tables: vec![TopaTable {
+                base: table,
+                entries: vec![
+                    TopaEntry::output(PhysAddr(0x10_0000), TopaSize::SIZE_4K, true, false),
+                    TopaEntry::end_link(table),
+                ],
+            }],
+        },
+        None,
+    )?;
+    let back = ring.read_back();
+    let cut = trace.bytes.len() - back.len();
+    ensure!(cut > 0, "the trace must wrap the 4 KiB ring");
+    ensure!(back == trace.bytes[cut..]);
+    let psb = trace
+        .psbs
+        .iter()
+        .find(|m| m.offset.0 as usize >= cut)
+        .context("a PSB in the newest 4 KiB")?;
+    let from = psb.offset.0 as usize - cut;
+    let mut dec = PacketDecoder::new(&back);
+    ensure!(dec.sync_forward()? == TraceOffset(from as u64));
+    ensure!(flow_decode(execution, &back[from..])? == executed[psb.insn_index..]);
+    Ok(())
+}
+
+/// A consumer draining 64 bytes per KiB behind a 4 KiB single range: the
+/// tracer loses packets, each loss ends with OVF before a PSB, and the file
+/// (everything the consumer read) decodes packet by packet.
+#[test]
+fn sim_pt_slow_consumer_loses_packets_behind_ovf() {
+    let path = scratch("slow.pt");
+    let p = path.to_str().expect("UTF-8 path");
+    let out = ok(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--no-retcomp",
+        "--psb-period",
+        "256",
+        "--single-range",
+        "4K",
+        "--consumer",
+        "64/1024",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    let reported = out
+        .lines()
+        .filter(|l| l.contains("; OVF at output offset"))
+        .count();
+    assert!(reported > 0, "{out}");
+    let bytes = std::fs::read(&path).expect("written");
+    let all = packets(&bytes);
+    let ovfs: Vec<usize> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| matches!(p, Packet::Ovf))
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(ovfs.len(), reported);
+    for i in ovfs {
+        assert!(matches!(all.get(i + 1), Some(Packet::Psb)), "OVF then PSB");
+    }
+}
