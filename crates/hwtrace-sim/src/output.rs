@@ -3,7 +3,7 @@
 //!
 //! * **Single-range output** (§33.2.7.1): one contiguous region at
 //!   IA32_RTIT_OUTPUT_BASE whose size is given by the mask in
-//!   IA32_RTIT_OUTPUT_MASK_PTRS[31:0]; the write position
+//!   `IA32_RTIT_OUTPUT_MASK_PTRS[31:0]`; the write position
 //!   (`OutputOffset`, bits 63:32) wraps at the end of the region, so the
 //!   oldest bytes are overwritten.
 //! * **ToPA output** (§33.2.7.2): the processor walks a Table of Physical
@@ -69,7 +69,7 @@ pub enum OutputTarget {
     SingleRange {
         /// IA32_RTIT_OUTPUT_BASE.
         base: PhysAddr,
-        /// Region size: the mask in OUTPUT_MASK_PTRS[31:0] plus one.
+        /// Region size: the mask in `OUTPUT_MASK_PTRS[31:0]` plus one.
         size: u64,
     },
     /// ToPA output starting at entry 0 of `tables[0]` (§33.2.7.2); END
@@ -311,7 +311,7 @@ fn throttle(
     Ok((out, losses))
 }
 
-/// PacketByteCnt (IA32_RTIT_STATUS[48:32], 17 bits): bytes since the last
+/// PacketByteCnt (`IA32_RTIT_STATUS[48:32]`, 17 bits): bytes since the last
 /// PSB of what was written.
 fn packet_byte_count(written: &[u8]) -> u64 {
     let since = match hwtrace_packet::find_psb_backward(written, written.len()) {
@@ -333,17 +333,20 @@ fn final_status(stopped: bool, packet_byte_cnt: u64) -> RtitStatus {
 
 fn write_single(bytes: &[u8], range: SingleRange, losses: Vec<Loss>) -> OutputRun {
     let size = range.size() as usize;
-    let mut memory = vec![0u8; size.min(bytes.len())];
-    let mut offset = range.offset() as usize;
-    // Only the last `size` bytes survive; write them where they land.
+    let mut memory = Vec::new();
+    // Only the last `size` bytes survive; write them where they land, in
+    // at most two pieces: up to the end of the range, then from its start.
     let skip = bytes.len().saturating_sub(size);
-    offset = (offset + skip) % size;
-    for &b in &bytes[skip..] {
-        if offset >= memory.len() {
-            memory.resize(offset + 1, 0);
+    let offset = (range.offset() as usize + skip) % size;
+    let (tail, head) = bytes[skip..].split_at((size - offset).min(bytes.len() - skip));
+    for (at, piece) in [(offset, tail), (0, head)] {
+        if piece.is_empty() {
+            continue;
         }
-        memory[offset] = b;
-        offset = (offset + 1) % size;
+        if memory.len() < at + piece.len() {
+            memory.resize(at + piece.len(), 0);
+        }
+        memory[at..at + piece.len()].copy_from_slice(piece);
     }
     let end = range.advance(bytes.len() as u64);
     let readback = if bytes.len() <= size {
@@ -634,6 +637,69 @@ mod tests {
             None,
         );
         assert!(matches!(looping, Err(OutputStageError::EndLoop { .. })));
+    }
+
+    /// END entries that lead back into the middle of the chain: the first
+    /// region is written once, then the ring of the other two wraps
+    /// (§33.2.7.2); read back gives the ring's newest bytes.
+    #[test]
+    fn topa_ring_entered_after_a_lead_in_region() {
+        let (a, b) = (PhysAddr(0x1000), PhysAddr(0x2000));
+        let region = |base| TopaEntry::output(PhysAddr(base), TopaSize::SIZE_4K, false, false);
+        let tables = vec![
+            TopaTable {
+                base: a,
+                entries: vec![region(0x10_0000), TopaEntry::end_link(b)],
+            },
+            TopaTable {
+                base: b,
+                entries: vec![
+                    TopaEntry::output(PhysAddr(0x20_0000), TopaSize::SIZE_4K, true, false),
+                    region(0x30_0000),
+                    TopaEntry::end_link(b),
+                ],
+            },
+        ];
+        let stream: Vec<u8> = (0..5 * 4096 + 100u32).map(|i| (i / 7) as u8).collect();
+        let run = write_output(&stream, &OutputTarget::Topa { tables }, None).expect("valid");
+        assert_eq!(run.regions[0].base, PhysAddr(0x10_0000));
+        assert_eq!(run.regions[0].bytes, stream[..4096].to_vec());
+        let newest = stream.len() - 2 * 4096;
+        assert_eq!(run.read_back(), stream[newest..].to_vec());
+        // The INT region filled after bytes 8 KiB and 16 KiB.
+        let pmis: Vec<u64> = run.pmis.iter().map(|p| p.written).collect();
+        assert_eq!(pmis, [2 * 4096, 4 * 4096]);
+        assert_eq!(run.output_base.base_phys_addr(), b.0);
+        assert_eq!(run.mask_ptrs.mask_or_table_offset(), 0);
+        assert_eq!(run.mask_ptrs.output_offset(), 100);
+    }
+
+    #[test]
+    fn single_range_reads_back_short_and_wrapped_streams() {
+        let stream: Vec<u8> = (0..100u8).collect();
+        let run = write_output(
+            &stream,
+            &OutputTarget::SingleRange {
+                base: PhysAddr(0x8000),
+                size: 128,
+            },
+            None,
+        )
+        .expect("valid");
+        assert_eq!(run.read_back(), stream);
+        let twice: Vec<u8> = (0..=255u8).chain(0..40).collect();
+        let run = write_output(
+            &twice,
+            &OutputTarget::SingleRange {
+                base: PhysAddr(0x8000),
+                size: 128,
+            },
+            None,
+        )
+        .expect("valid");
+        assert_eq!(run.read_back(), twice[twice.len() - 128..].to_vec());
+        assert_eq!(run.regions[0].bytes[..40], twice[256..]);
+        assert_eq!(run.mask_ptrs.output_offset(), 40);
     }
 
     #[test]
