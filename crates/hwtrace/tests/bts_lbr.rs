@@ -269,7 +269,9 @@ fn lbr_dump_errors_name_what_is_missing() {
     assert!(err.contains("no LBR format"), "{err}");
     let err = fails(&["lbr", "decode", p, "--tos", "16", "--format", "3"]);
     assert!(err.contains("TOS 16"), "{err}");
-    let err = fails(&["lbr", "decode", p, "--tos", "1", "--format", "3", "--uarch", "core2"]);
+    let err = fails(&[
+        "lbr", "decode", p, "--tos", "1", "--format", "3", "--uarch", "core2",
+    ]);
     assert!(err.contains("core2 has 4 LBR entries"), "{err}");
     let bad = scratch(
         "bad.txt",
