@@ -7,6 +7,7 @@ mod cmd;
 mod flow;
 mod image_args;
 mod input;
+mod perfdecode;
 mod ptdump;
 mod ptxed;
 

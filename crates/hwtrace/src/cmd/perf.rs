@@ -3,6 +3,8 @@
 //! * `info`: attributes, features, AUX streams per CPU/thread with their
 //!   sizes and gaps, lost data, sideband counts.
 //! * `dump-aux`: write one CPU's or thread's AUX stream (e.g. raw Intel PT).
+//! * `decode`: the instructions (or branches) of every Intel PT stream over
+//!   the mapped files (see [`crate::perfdecode`]).
 
 use std::collections::BTreeMap;
 use std::io::{BufWriter, Write};
@@ -45,6 +47,40 @@ enum PerfCommand {
         #[arg(short = 'o', long)]
         output: PathBuf,
     },
+    /// Decode every Intel PT AUX stream: one `tid cpu ip` line per
+    /// instruction, over the files the MMAP2 records name. Missing code and
+    /// lost trace are reported on stderr with where and how much (exit code
+    /// 2).
+    Decode(DecodeArgs),
+}
+
+/// `hwtrace perf decode`'s arguments.
+#[derive(Debug, clap::Args)]
+struct DecodeArgs {
+    /// The perf.data file (file or pipe format); it is memory-mapped.
+    file: PathBuf,
+    /// Prefix for the paths of the mapped files (a copy of the traced
+    /// machine's file system).
+    #[arg(long, value_name = "DIR")]
+    sysroot: Option<PathBuf>,
+    /// A dump of the traced process's vDSO, mapped where `[vdso]` was.
+    #[arg(long, value_name = "FILE")]
+    vdso: Option<PathBuf>,
+    /// Kernel code from /proc/kcore (not supported yet).
+    #[arg(long, value_name = "FILE")]
+    kcore: Option<PathBuf>,
+    /// Kernel symbols (not supported yet).
+    #[arg(long, value_name = "FILE")]
+    kallsyms: Option<PathBuf>,
+    /// Taken branches (`from -> to kind`), like `perf script --itrace=b`.
+    #[arg(long, conflicts_with = "stats")]
+    branches: bool,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// Only counts per stream.
+    #[arg(long)]
+    stats: bool,
 }
 
 /// Runs `hwtrace perf`.
@@ -57,6 +93,7 @@ pub fn run(args: PerfArgs) -> Result<ExitCode> {
             tid,
             output,
         } => dump_aux(&file, cpu, tid, &output),
+        PerfCommand::Decode(args) => decode(&args),
     }
 }
 
@@ -420,4 +457,168 @@ fn dump_aux(path: &Path, cpu: Option<u32>, tid: Option<u32>, output: &Path) -> R
         output.display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+fn decode(args: &DecodeArgs) -> Result<ExitCode> {
+    use crate::perfdecode::stream::{PtSettings, QueueDecoder};
+    use crate::perfdecode::{Format, ImageOptions, Options, sideband::Sideband};
+
+    if args.kcore.is_some() || args.kallsyms.is_some() {
+        bail!(
+            "--kcore/--kallsyms: decoding kernel code is not supported yet; \
+             without them kernel addresses are reported as missing code"
+        );
+    }
+    let path = &args.file;
+    let map = MappedFile::open(path)?;
+    let file = PerfData::parse(map.bytes()).with_context(|| format!("{}", path.display()))?;
+    let mut pt = None;
+    let mut bts = false;
+    let mut records = file.records();
+    for r in &mut records {
+        if let Ok(r) = r
+            && let PerfRecord::AuxtraceInfo(i) = r.record
+        {
+            match i.kind {
+                AuxtraceKind::IntelPt(p) if pt.is_none() => pt = Some(p),
+                AuxtraceKind::IntelBts(_) => bts = true,
+                _ => {}
+            }
+        }
+    }
+    let Some(info) = pt else {
+        if bts {
+            bail!(
+                "{}: an intel_bts recording: decoding BTS from perf.data is not supported yet",
+                path.display()
+            );
+        }
+        bail!(
+            "{}: no intel_pt AUXTRACE_INFO record: not an Intel PT recording",
+            path.display()
+        );
+    };
+    let event_config = records
+        .attrs()
+        .iter()
+        .find(|a| a.attr.kind == info.pmu_type)
+        .map(|a| a.attr.config);
+    let settings = PtSettings::new(&info, event_config);
+    let opts = Options {
+        image: ImageOptions {
+            sysroot: args.sysroot.clone(),
+            vdso: args.vdso.clone(),
+        },
+        format: if args.stats {
+            Format::Stats
+        } else if args.branches {
+            Format::Branches
+        } else {
+            Format::Insns
+        },
+        json: args.json,
+    };
+    let sb = Sideband::collect(&file);
+    let streams = AuxStreams::collect(&file);
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let stderr = std::io::stderr();
+    let mut diag = stderr.lock();
+    let mut problems = 0u64;
+    for l in &streams.aux_losses {
+        problems += 1;
+        writeln!(
+            diag,
+            "hwtrace perf decode: lost: the AUX record at file offset {} says the hardware lost trace (flags {:#x}) in aux offset {:#x}..{:#x}, cpu {} tid {}",
+            l.record_offset,
+            l.flags,
+            l.aux_offset,
+            l.aux_offset.wrapping_add(l.aux_size),
+            l.cpu.map_or("?".into(), show_id),
+            l.tid.map_or("?".into(), show_id)
+        )?;
+    }
+    for (off, n) in &streams.lost_records {
+        problems += 1;
+        writeln!(
+            diag,
+            "hwtrace perf decode: lost: the LOST record at file offset {off}: {n} sideband events lost"
+        )?;
+    }
+    for e in &streams.errors {
+        problems += 1;
+        writeln!(diag, "hwtrace perf decode: {}: {e}", path.display())?;
+    }
+    if streams.queues.is_empty() {
+        writeln!(diag, "hwtrace perf decode: {}: no AUX data", path.display())?;
+    }
+    let mut said = std::collections::BTreeSet::new();
+    for (key, queue) in &streams.queues {
+        let dec = QueueDecoder::new(*key, &sb, settings, &opts, &mut diag)?;
+        for m in dec.missing() {
+            if said.insert(m.mapping.record_offset) {
+                writeln!(
+                    diag,
+                    "hwtrace perf decode: not loaded: {} (pid {}, {:#x}-{:#x}): {}",
+                    m.path,
+                    m.mapping.pid,
+                    m.mapping.addr,
+                    m.mapping.addr.wrapping_add(m.mapping.len),
+                    m.reason
+                )?;
+            }
+        }
+        let report = dec.run(queue, &mut out, &mut diag)?;
+        problems += report.problems;
+        if args.stats {
+            let s = json_or_text_stats(*key, queue, &report, &settings, args.json);
+            writeln!(out, "{s}")?;
+        }
+    }
+    out.flush()?;
+    Ok(if problems == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+fn json_or_text_stats(
+    key: QueueKey,
+    queue: &hwtrace_perf::data::AuxQueue<'_>,
+    r: &crate::perfdecode::stream::QueueReport,
+    settings: &crate::perfdecode::stream::PtSettings,
+    json: bool,
+) -> String {
+    let t = &settings.config.time;
+    if json {
+        serde_json::json!({
+            "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
+            "tid": (key.tid != u32::MAX).then_some(key.tid),
+            "bytes": queue.len(), "buffers": queue.chunks.len(), "gaps": queue.gaps.len(),
+            "lost_bytes": r.lost_bytes, "insns": r.insns, "errors": r.errors,
+            "skipped_bytes": r.skipped_bytes, "return_compression": settings.return_compression,
+            "mtc_freq": t.mtc_freq, "tsc_ctc": [t.cpuid_0x15_ebx, t.cpuid_0x15_eax],
+        })
+        .to_string()
+    } else {
+        format!(
+            "{key}: {} bytes in {} buffers, {} gaps ({} bytes lost), {} instructions, {} errors ({} bytes skipped); return compression {}, mtc_freq {}, tsc:ctc {}/{}",
+            queue.len(),
+            queue.chunks.len(),
+            queue.gaps.len(),
+            r.lost_bytes,
+            r.insns,
+            r.errors,
+            r.skipped_bytes,
+            if settings.return_compression {
+                "on"
+            } else {
+                "off"
+            },
+            t.mtc_freq,
+            t.cpuid_0x15_ebx,
+            t.cpuid_0x15_eax
+        )
+    }
 }

@@ -1,0 +1,189 @@
+//! The code image of a traced process, built from its executable mappings:
+//! each mapped file is opened under `--sysroot`, its GNU build id checked
+//! against the one perf recorded, and the mapped range of it added at the
+//! mapping's address. The vDSO comes from `--vdso`. What cannot be mapped
+//! is kept as a [`Missing`] entry so that decode errors inside it can be
+//! blamed on it.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use hwtrace_mem::image::{Image, RawSpec};
+use hwtrace_types::Ip;
+
+use super::sideband::{Mapping, Sideband};
+
+/// Where to find the mapped files.
+#[derive(Clone, Debug, Default)]
+pub struct ImageOptions {
+    /// Prefix for every absolute path the mappings name.
+    pub sysroot: Option<PathBuf>,
+    /// A dump of the vDSO (as mapped in the traced process).
+    pub vdso: Option<PathBuf>,
+}
+
+/// Why a mapping is not in the image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MissingReason {
+    /// No such file (or it cannot be read).
+    NotFound(String),
+    /// The file's build id differs from the recorded one.
+    BuildIdMismatch {
+        /// What perf recorded.
+        recorded: String,
+        /// What the file on disk has (`none` without a build-id note).
+        found: String,
+    },
+    /// `[vdso]` without `--vdso`.
+    NoVdso,
+    /// Kernel code (`--kcore`/`--kallsyms` are not supported yet).
+    Kernel,
+    /// The file is shorter than the mapping says, or similar.
+    Unusable(String),
+}
+
+impl std::fmt::Display for MissingReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotFound(e) => write!(f, "file not found ({e})"),
+            Self::BuildIdMismatch { recorded, found } => {
+                write!(
+                    f,
+                    "build id mismatch: perf recorded {recorded}, the file has {found}"
+                )
+            }
+            Self::NoVdso => write!(f, "vDSO not available: pass a dump of it with --vdso FILE"),
+            Self::Kernel => write!(
+                f,
+                "kernel code: decoding kernel addresses (--kcore/--kallsyms) is not supported yet"
+            ),
+            Self::Unusable(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// A mapping whose code is not available.
+#[derive(Clone, Debug)]
+pub struct Missing {
+    /// The mapping.
+    pub mapping: Mapping,
+    /// The path that was tried (after `--sysroot`).
+    pub path: String,
+    /// Why.
+    pub reason: MissingReason,
+}
+
+/// The image of one decoding context and what is missing from it.
+#[derive(Debug, Default)]
+pub struct ProcessImage {
+    /// The code that could be mapped.
+    pub image: Image,
+    /// The mappings that could not.
+    pub missing: Vec<Missing>,
+}
+
+impl ProcessImage {
+    /// The missing mapping holding `ip`, if any.
+    pub fn missing_at(&self, ip: u64) -> Option<usize> {
+        self.missing.iter().rposition(|m| m.mapping.contains(ip))
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Kernel addresses: the upper half of the canonical address space.
+fn is_kernel(m: &Mapping) -> bool {
+    m.addr >= 0xffff_8000_0000_0000 || m.filename.starts_with("[kernel")
+}
+
+/// Builds the image of the mappings `pids` owns (`None`: every process's).
+pub fn build(sb: &Sideband, pids: Option<&BTreeSet<u32>>, opts: &ImageOptions) -> ProcessImage {
+    let mut out = ProcessImage::default();
+    for m in &sb.mappings {
+        if pids.is_some_and(|p| !p.contains(&m.pid)) && !is_kernel(m) {
+            continue;
+        }
+        let (path, reason) = add_mapping(&mut out.image, sb, m, opts);
+        if let Some(reason) = reason {
+            out.missing.push(Missing {
+                mapping: m.clone(),
+                path,
+                reason,
+            });
+        }
+    }
+    out
+}
+
+/// Adds one mapping; returns the path tried and, when it failed, why.
+fn add_mapping(
+    image: &mut Image,
+    sb: &Sideband,
+    m: &Mapping,
+    opts: &ImageOptions,
+) -> (String, Option<MissingReason>) {
+    if is_kernel(m) {
+        return (m.filename.clone(), Some(MissingReason::Kernel));
+    }
+    let path: PathBuf = if m.filename == "[vdso]" {
+        match &opts.vdso {
+            Some(p) => p.clone(),
+            None => return (m.filename.clone(), Some(MissingReason::NoVdso)),
+        }
+    } else if m.filename.starts_with('[') || m.filename.starts_with("//anon") {
+        return (
+            m.filename.clone(),
+            Some(MissingReason::Unusable(
+                "anonymous or special mapping: its code was not recorded".into(),
+            )),
+        );
+    } else {
+        let rel = Path::new(OsStr::from_bytes(m.filename.as_bytes()));
+        match &opts.sysroot {
+            Some(root) => root.join(rel.strip_prefix("/").unwrap_or(rel)),
+            None => rel.to_path_buf(),
+        }
+    };
+    let shown = path.display().to_string();
+    if let Err(e) = std::fs::metadata(&path) {
+        return (shown, Some(MissingReason::NotFound(e.to_string())));
+    }
+    if m.filename != "[vdso]" {
+        let recorded = m
+            .build_id
+            .clone()
+            .or_else(|| sb.build_ids.get(&m.filename).cloned());
+        if let Some(recorded) = recorded {
+            let set = BTreeSet::from([path.as_os_str().as_bytes().to_vec()]);
+            let found = hwtrace_perf::capture::session::build_ids(&set)
+                .into_iter()
+                .next()
+                .map(|(_, id, _)| id);
+            if found.as_deref() != Some(&recorded[..]) {
+                let found = found.map_or("none".into(), |f| hex(&f));
+                return (
+                    shown,
+                    Some(MissingReason::BuildIdMismatch {
+                        recorded: hex(&recorded),
+                        found,
+                    }),
+                );
+            }
+        }
+    }
+    let spec = RawSpec {
+        path,
+        offset: m.pgoff,
+        size: Some(m.len),
+        addr: Ip(m.addr),
+        truncate: true,
+    };
+    match image.add_raw(None, &spec) {
+        Ok(()) => (shown, None),
+        Err(e) => (shown, Some(MissingReason::Unusable(e.to_string()))),
+    }
+}

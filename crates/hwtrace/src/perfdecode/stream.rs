@@ -1,0 +1,370 @@
+//! One AUX queue decoded: runs of contiguous AUXTRACE buffers through the
+//! instruction decoder, instructions attributed to the queue's thread,
+//! errors blamed on missing code, gaps reported.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::io::Write;
+
+use anyhow::Result;
+use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_flow::{Config, ErrorKind};
+use hwtrace_perf::data::{AuxQueue, IntelPtInfo, QueueKey};
+use serde_json::json;
+
+use super::image::{self, ImageOptions, ProcessImage};
+use super::sideband::Sideband;
+use crate::flow::{Branches, Item, Items};
+
+/// Contiguous AUXTRACE buffers are joined (a packet may straddle two) up to
+/// this many bytes; a longer run is decoded in pieces of this size, each
+/// from its first PSB.
+pub const MAX_JOIN: usize = 64 << 20;
+
+/// What to print.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// One `tid cpu ip` line per instruction.
+    Insns,
+    /// One `tid cpu from -> to kind` line per taken branch.
+    Branches,
+    /// Counts per stream only.
+    Stats,
+}
+
+/// `hwtrace perf decode`'s settings.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where the mapped files are.
+    pub image: ImageOptions,
+    /// What to print.
+    pub format: Format,
+    /// JSON objects instead of text lines.
+    pub json: bool,
+}
+
+/// The decoder settings the recording used: AUXTRACE_INFO's words applied
+/// to the intel_pt event's `config`.
+#[derive(Clone, Copy, Debug)]
+pub struct PtSettings {
+    /// Decoder configuration (MTC frequency, TSC:CTC ratio, nominal ratio).
+    pub config: Config,
+    /// Whether returns were compressed (`noretcomp` clear).
+    pub return_compression: bool,
+}
+
+impl PtSettings {
+    /// From AUXTRACE_INFO and the event's `config` (`None`: not found).
+    pub fn new(info: &IntelPtInfo, event_config: Option<u64>) -> Self {
+        let cfg = event_config.unwrap_or(0);
+        let field = |mask: Option<u64>| {
+            mask.filter(|&m| m != 0)
+                .map_or(0, |m| (cfg & m) >> m.trailing_zeros())
+        };
+        let mut config = Config::default();
+        config.time.mtc_freq = u8::try_from(field(info.mtc_freq_bits)).unwrap_or(0);
+        config.time.nom_freq = u8::try_from(info.max_non_turbo_ratio.unwrap_or(0)).unwrap_or(0);
+        config.time.cpuid_0x15_eax = u32::try_from(info.tsc_ctc_ratio_d.unwrap_or(0)).unwrap_or(0);
+        config.time.cpuid_0x15_ebx = u32::try_from(info.tsc_ctc_ratio_n.unwrap_or(0)).unwrap_or(0);
+        Self {
+            config,
+            return_compression: cfg & info.noretcomp_bit == 0,
+        }
+    }
+}
+
+/// What decoding one queue found.
+#[derive(Clone, Debug, Default)]
+pub struct QueueReport {
+    /// Instructions decoded.
+    pub insns: u64,
+    /// Branches printed (with `--branches`).
+    pub branches: u64,
+    /// Decode errors (each followed by a resynchronisation).
+    pub errors: u64,
+    /// Trace bytes not decoded after errors.
+    pub skipped_bytes: u64,
+    /// Bytes lost between AUXTRACE buffers.
+    pub lost_bytes: u64,
+    /// Anything the user should know went wrong.
+    pub problems: u64,
+}
+
+fn show(v: u32) -> String {
+    if v == u32::MAX {
+        "-".into()
+    } else {
+        v.to_string()
+    }
+}
+
+/// Per missing mapping: decoding stops inside it and trace bytes skipped.
+#[derive(Clone, Copy, Debug, Default)]
+struct Blame {
+    stops: u64,
+    skipped: u64,
+}
+
+/// Decodes one queue.
+pub struct QueueDecoder<'s> {
+    key: QueueKey,
+    tid: Option<u32>,
+    image: ProcessImage,
+    settings: PtSettings,
+    opts: &'s Options,
+    blame: Vec<Blame>,
+    /// The missing mapping the last error fell in.
+    last_blamed: Option<usize>,
+    report: QueueReport,
+}
+
+impl<'s> QueueDecoder<'s> {
+    /// Works out the thread and builds the image; `diag` hears how
+    /// instructions are attributed.
+    pub fn new(
+        key: QueueKey,
+        sb: &Sideband,
+        settings: PtSettings,
+        opts: &'s Options,
+        diag: &mut dyn Write,
+    ) -> Result<Self> {
+        let tid = if key.tid != u32::MAX {
+            Some(key.tid)
+        } else if key.cpu != u32::MAX {
+            let t = sb.only_thread_on(key.cpu);
+            if t.is_none() {
+                writeln!(
+                    diag,
+                    "hwtrace perf decode: {key}: {} threads ran on this CPU; attributing its instructions to them by switch time is not supported yet, they are shown with tid ?",
+                    sb.thread_count_on(key.cpu)
+                )?;
+            }
+            t
+        } else {
+            None
+        };
+        let pids: Option<BTreeSet<u32>> = tid
+            .and_then(|t| sb.pid_of.get(&t))
+            .map(|&p| BTreeSet::from([p]));
+        let image = image::build(sb, pids.as_ref(), &opts.image);
+        let blame = vec![Blame::default(); image.missing.len()];
+        Ok(Self {
+            key,
+            tid,
+            image,
+            settings,
+            opts,
+            blame,
+            last_blamed: None,
+            report: QueueReport::default(),
+        })
+    }
+
+    fn tid_text(&self) -> String {
+        self.tid.map_or("?".into(), |t| t.to_string())
+    }
+
+    /// Decodes the queue's buffers, writing instructions or branches to
+    /// `out` and diagnostics to `diag`.
+    pub fn run(
+        mut self,
+        queue: &AuxQueue<'_>,
+        out: &mut dyn Write,
+        diag: &mut dyn Write,
+    ) -> Result<QueueReport> {
+        let key = self.key;
+        for g in &queue.gaps {
+            self.report.lost_bytes += g.lost_bytes();
+            self.report.problems += 1;
+            writeln!(
+                diag,
+                "hwtrace perf decode: {key}: lost {} bytes of trace at stream offset {:#x} (before the AUXTRACE record at file offset {}): aux offset {:#x} expected, {:#x} found",
+                g.lost_bytes(),
+                g.stream_offset,
+                g.record_offset,
+                g.expected_aux_offset,
+                g.found_aux_offset
+            )?;
+        }
+        for run in runs(queue) {
+            let start = queue.chunks[run.start].stream_offset;
+            let trace: Cow<'_, [u8]> = if run.len() == 1 {
+                Cow::Borrowed(queue.chunks[run.start].data)
+            } else {
+                let mut v = Vec::new();
+                for c in &queue.chunks[run] {
+                    v.extend_from_slice(c.data);
+                }
+                Cow::Owned(v)
+            };
+            self.decode_run(&trace, start, out, diag)?;
+        }
+        self.report_missing(diag)?;
+        Ok(self.report)
+    }
+
+    fn decode_run(
+        &mut self,
+        trace: &[u8],
+        start: u64,
+        out: &mut dyn Write,
+        diag: &mut dyn Write,
+    ) -> Result<()> {
+        let image = std::mem::take(&mut self.image.image);
+        let result = (|| {
+            let dec = InsnDecoder::new(trace, self.settings.config, &image);
+            let items = Items::new(dec);
+            if self.opts.format == Format::Branches {
+                for item in Branches::new(items) {
+                    self.item(item, start, trace.len() as u64, out, diag)?;
+                }
+            } else {
+                for item in items {
+                    self.item(item, start, trace.len() as u64, out, diag)?;
+                }
+            }
+            Ok(())
+        })();
+        self.image.image = image;
+        result
+    }
+
+    fn item(
+        &mut self,
+        item: Item,
+        start: u64,
+        len: u64,
+        out: &mut dyn Write,
+        diag: &mut dyn Write,
+    ) -> Result<()> {
+        let key = self.key;
+        match item {
+            Item::Insn { insn, .. } => {
+                self.report.insns += 1;
+                if self.opts.format != Format::Insns {
+                    return Ok(());
+                }
+                if self.opts.json {
+                    let v = json!({"tid": self.tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu), "ip": format!("{:#x}", insn.ip)});
+                    writeln!(out, "{v}")?;
+                } else {
+                    writeln!(out, "{} {} {:x}", self.tid_text(), show(key.cpu), insn.ip)?;
+                }
+            }
+            Item::Branch(b) => {
+                self.report.branches += 1;
+                let hex = |v: Option<u64>| v.map_or("0".into(), |v| format!("{v:x}"));
+                if self.opts.json {
+                    let v = json!({"tid": self.tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
+                        "from": b.from.map(|v| format!("{v:#x}")), "to": b.to.map(|v| format!("{v:#x}")), "kind": b.kind.name()});
+                    writeln!(out, "{v}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{} {} {} -> {} {}",
+                        self.tid_text(),
+                        show(key.cpu),
+                        hex(b.from),
+                        hex(b.to),
+                        b.kind.name()
+                    )?;
+                }
+            }
+            Item::Error(e) => {
+                self.report.errors += 1;
+                self.last_blamed = None;
+                let missing = match (e.kind, e.ip) {
+                    (ErrorKind::NoMap | ErrorKind::BadInsn, Some(ip)) => self.image.missing_at(ip),
+                    _ => None,
+                };
+                if let Some(i) = missing {
+                    // Said once per mapping, with totals, at the end.
+                    self.blame[i].stops += 1;
+                    self.last_blamed = Some(i);
+                } else {
+                    self.report.problems += 1;
+                    writeln!(
+                        diag,
+                        "hwtrace perf decode: {key}: error at stream offset {:#x}{}: {}",
+                        start + e.offset.0,
+                        e.ip.map_or(String::new(), |ip| format!(", ip {ip:#x}")),
+                        e.kind
+                    )?;
+                }
+            }
+            Item::Resync { from, to } => {
+                let skipped = to.unwrap_or(len).saturating_sub(from);
+                self.report.skipped_bytes += skipped;
+                if let Some(i) = self.last_blamed.take() {
+                    self.blame[i].skipped += skipped;
+                } else {
+                    writeln!(
+                        diag,
+                        "hwtrace perf decode: {key}: {skipped} trace bytes from stream offset {:#x} not decoded",
+                        start + from
+                    )?;
+                }
+            }
+            Item::Stuck { offset, ip, insns } => {
+                self.report.problems += 1;
+                writeln!(
+                    diag,
+                    "hwtrace perf decode: {key}: {insns} instructions up to ip {ip:#x} without trace at stream offset {:#x}: an endless loop, left at the next PSB",
+                    start + offset
+                )?;
+            }
+            Item::Event { .. } | Item::Block(_) => {}
+        }
+        Ok(())
+    }
+
+    fn report_missing(&mut self, diag: &mut dyn Write) -> Result<()> {
+        let key = self.key;
+        for (m, b) in self.image.missing.iter().zip(&self.blame) {
+            if b.stops == 0 {
+                continue;
+            }
+            self.report.problems += 1;
+            writeln!(
+                diag,
+                "hwtrace perf decode: {key}, thread {}: cannot decode code of {} mapped at {:#x}-{:#x} (MMAP record at file offset {}): {}; its instructions could not be decoded: decoding stopped {} times inside it and {} trace bytes were skipped (to the next PSB or the end)",
+                self.tid_text(),
+                m.path,
+                m.mapping.addr,
+                m.mapping.addr.wrapping_add(m.mapping.len),
+                m.mapping.record_offset,
+                m.reason,
+                b.stops,
+                b.skipped
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The mappings that could not be loaded (reported by the caller before
+    /// decoding).
+    pub fn missing(&self) -> &[image::Missing] {
+        &self.image.missing
+    }
+}
+
+/// Index ranges of `queue.chunks` to decode as one trace: split at gaps
+/// and at [`MAX_JOIN`] bytes.
+fn runs(queue: &AuxQueue<'_>) -> Vec<std::ops::Range<usize>> {
+    let gap_at: BTreeSet<_> = queue.gaps.iter().map(|g| g.record_offset).collect();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0usize;
+    for (i, c) in queue.chunks.iter().enumerate() {
+        if i > start && (gap_at.contains(&c.record_offset) || bytes + c.data.len() > MAX_JOIN) {
+            out.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += c.data.len();
+    }
+    if start < queue.chunks.len() {
+        out.push(start..queue.chunks.len());
+    }
+    out
+}
