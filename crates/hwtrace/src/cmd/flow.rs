@@ -4,10 +4,11 @@
 use crate::flow::{Blocks, Branches, FlowMemory, Format, Item, Items, Printer, Stats};
 use crate::image_args::ImageArgs;
 use crate::input::MappedFile;
+use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
-use hwtrace_flow::Config;
 use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
 use hwtrace_mem::virt::DumpMemory;
@@ -43,6 +44,36 @@ pub struct FlowArgs {
     /// Print counts at the end.
     #[arg(long)]
     stats: bool,
+    /// The processor that wrote the trace (display family/model[/stepping],
+    /// e.g. 6/85): applies the Intel PT errata workarounds known for it, as
+    /// libipt's `--cpu` does.
+    #[arg(long, value_name = "F/M[/S]", value_parser = parse_cpu)]
+    cpu: Option<Cpu>,
+}
+
+fn parse_cpu(text: &str) -> Result<Cpu, String> {
+    Cpu::parse(text).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// The decoder configuration `--cpu` asks for. A processor missing from the
+/// errata table decodes without workarounds, and says so.
+fn decoder_config(cpu: Option<Cpu>) -> Config {
+    let Some(cpu) = cpu else {
+        return Config::default();
+    };
+    match Errata::for_model(cpu.family, cpu.model) {
+        Ok(errata) => Config {
+            errata,
+            ..Config::default()
+        },
+        Err(_) => {
+            eprintln!(
+                "hwtrace flow: warning: no Intel PT errata known for cpu {}/{}: decoding without workarounds",
+                cpu.family, cpu.model
+            );
+            Config::default()
+        }
+    }
 }
 
 /// `--dump FILE[@PHYSBASE]` and `--la57`, with the `--cr3` of the image
@@ -167,7 +198,7 @@ fn memory(args: &FlowArgs) -> Result<FlowMemory> {
 pub fn run(args: FlowArgs) -> Result<ExitCode> {
     let trace = MappedFile::open(&args.trace)?;
     let mem = memory(&args)?;
-    let dec = InsnDecoder::new(trace.bytes(), Config::default(), mem);
+    let dec = InsnDecoder::new(trace.bytes(), decoder_config(args.cpu), mem);
     // Instructions are counted as decoded: --blocks and --branches fold
     // them into other items.
     let insns = std::cell::Cell::new(0u64);

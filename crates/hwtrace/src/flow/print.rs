@@ -455,9 +455,12 @@ fn describe_event(ev: &Event, s: &mut String) {
         EventKind::Cbr { ratio } => {
             let _ = write!(s, "cbr: {ratio:x}");
         }
-        // The rarer events (power, event trace, triggers) by their fields.
-        other => {
-            let _ = write!(s, "{other:?}");
+        // The rarer events (power, event trace, triggers) in ptxed's words.
+        _ => {
+            let line =
+                crate::ptxed::print::event_line(ev, &crate::ptxed::print::Style::default(), 0);
+            let inner = line.strip_prefix('[').and_then(|l| l.strip_suffix(']'));
+            s.push_str(inner.unwrap_or(&line));
         }
     }
 }

@@ -6,7 +6,7 @@
 //! timing from `hwtrace-flow`'s time module; this module only decides what
 //! to show and how.
 
-mod cpu;
+pub(crate) mod cpu;
 mod dump;
 mod format;
 mod line;

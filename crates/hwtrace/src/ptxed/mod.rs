@@ -8,7 +8,7 @@
 //! `--stat:blocks`.
 
 mod options;
-mod print;
+pub(crate) mod print;
 mod run;
 
 use std::io::Write;
