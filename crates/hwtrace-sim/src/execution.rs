@@ -138,7 +138,7 @@ impl Execution {
     /// executed instruction, as the CPU (and Intel PT) counts it, before
     /// the limit is applied.
     pub fn from_qemu_log(log: impl BufRead, limits: &Limits) -> Result<Execution, LogError> {
-        parse_log(log, limits, None, &mut false).map(|p| p.execution)
+        parse_log(log, limits, None, &mut false, &mut |_| {}).map(|p| p.execution)
     }
 
     /// The executed instructions, in order.
@@ -192,12 +192,14 @@ const MAX_REPEATS_PAST_LIMIT: usize = 1 << 20;
 
 /// The parser behind [`Execution::from_qemu_log`]. Stops at a line equal to
 /// `end_marker`, if given (the recorder's end-of-log line); `at_marker` is
-/// set when it did.
+/// set when it did. Every line that is not ours (other `-d` items) is
+/// handed to `other`.
 pub(crate) fn parse_log(
     mut log: impl BufRead,
     limits: &Limits,
     end_marker: Option<&[u8]>,
     at_marker: &mut bool,
+    other: &mut dyn FnMut(&[u8]),
 ) -> Result<Parsed, LogError> {
     let mut state = ParseState::default();
     let mut buf = Vec::with_capacity(256);
@@ -223,6 +225,9 @@ pub(crate) fn parse_log(
             kind,
         };
         let line = parse_line(raw, state.in_asm).map_err(|e| err(e.into()))?;
+        if line == Line::Other {
+            other(raw);
+        }
         if state.feed(line).map_err(err)? == Feed::Done {
             break;
         }

@@ -7,6 +7,12 @@
 //! read-write, which on Linux never blocks; when qemu has exited, the
 //! recorder writes an end marker into it, so the parser knows that every
 //! byte qemu wrote has been read.
+//!
+//! With [`QemuRecorder::log_mappings`], qemu also logs `-d page,strace`
+//! (its guest memory map after the program is loaded, and every system
+//! call with its result); those lines are kept, unparsed, in
+//! [`Recording::mapping_log`] for whoever needs to know where files were
+//! mapped.
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{File, OpenOptions};
@@ -87,6 +93,9 @@ pub struct Recording {
     pub stdout: Vec<u8>,
     /// What the program (and qemu) wrote to stderr.
     pub stderr: Vec<u8>,
+    /// qemu's `-d page,strace` lines, in order, when
+    /// [`QemuRecorder::log_mappings`] asked for them (empty otherwise).
+    pub mapping_log: Vec<String>,
 }
 
 /// Runs programs under qemu-user and records what they execute.
@@ -94,6 +103,7 @@ pub struct Recording {
 pub struct QemuRecorder {
     qemu: PathBuf,
     limits: Limits,
+    mappings: bool,
 }
 
 impl Default for QemuRecorder {
@@ -101,6 +111,7 @@ impl Default for QemuRecorder {
         QemuRecorder {
             qemu: PathBuf::from("qemu-x86_64"),
             limits: Limits::default(),
+            mappings: false,
         }
     }
 }
@@ -123,6 +134,13 @@ impl QemuRecorder {
         self
     }
 
+    /// Also log the guest's memory map and system calls (`-d page,strace`)
+    /// into [`Recording::mapping_log`].
+    pub fn log_mappings(mut self, on: bool) -> Self {
+        self.mappings = on;
+        self
+    }
+
     /// Runs `program` with `args` (stdin empty) and records its execution.
     pub fn record<S: AsRef<OsStr>>(
         &self,
@@ -139,7 +157,11 @@ impl QemuRecorder {
         let mut cmd = Command::new(&self.qemu);
         cmd.arg("-singlestep")
             .arg("-d")
-            .arg("exec,nochain,in_asm")
+            .arg(if self.mappings {
+                "exec,nochain,in_asm,page,strace"
+            } else {
+                "exec,nochain,in_asm"
+            })
             .arg("-D")
             .arg(&fifo)
             .arg(program.as_ref())
@@ -155,10 +177,11 @@ impl QemuRecorder {
         let stderr = drain(child.stderr.take());
 
         let limits = self.limits;
+        let keep = self.mappings;
         let done = Arc::new(AtomicBool::new(false));
         let parser = {
             let done = Arc::clone(&done);
-            std::thread::spawn(move || parse_until_marker(reader, &limits, &done))
+            std::thread::spawn(move || parse_until_marker(reader, &limits, &done, keep))
         };
 
         let started = Instant::now();
@@ -184,7 +207,7 @@ impl QemuRecorder {
         marker_writer.write_all(b"\n")?;
         marker_writer.write_all(END_MARKER)?;
         marker_writer.write_all(b"\n")?;
-        let parsed = parser
+        let (parsed, mapping_log) = parser
             .join()
             .map_err(|_| std::io::Error::other("the log parser thread panicked"))?;
         let stdout = join_output(stdout);
@@ -215,6 +238,7 @@ impl QemuRecorder {
             end,
             stdout,
             stderr,
+            mapping_log,
         })
     }
 }
@@ -234,11 +258,30 @@ impl Execution {
 /// Parses the FIFO up to the end marker. Once the limit is reached (or the
 /// log turned out bad) `done` is raised so that qemu gets killed, but the
 /// FIFO is still drained to the marker, so qemu never blocks on a full pipe
-/// and the marker write never blocks either.
-fn parse_until_marker(fifo: File, limits: &Limits, done: &AtomicBool) -> Result<Parsed, LogError> {
+/// and the marker write never blocks either. With `keep`, the lines of
+/// other `-d` items (but not `in_asm`'s separators and blank lines) are
+/// returned too.
+fn parse_until_marker(
+    fifo: File,
+    limits: &Limits,
+    done: &AtomicBool,
+    keep: bool,
+) -> (Result<Parsed, LogError>, Vec<String>) {
     let mut reader = BufReader::with_capacity(1 << 20, fifo);
     let mut at_marker = false;
-    let result = parse_log(&mut reader, limits, Some(END_MARKER), &mut at_marker);
+    let mut kept = Vec::new();
+    let mut other = |raw: &[u8]| {
+        if keep && !raw.is_empty() && !raw.starts_with(b"----") {
+            kept.push(String::from_utf8_lossy(raw).into_owned());
+        }
+    };
+    let result = parse_log(
+        &mut reader,
+        limits,
+        Some(END_MARKER),
+        &mut at_marker,
+        &mut other,
+    );
     done.store(true, Ordering::Release);
     let mut line = Vec::new();
     while !at_marker {
@@ -253,7 +296,7 @@ fn parse_until_marker(fifo: File, limits: &Limits, done: &AtomicBool) -> Result<
             }
         }
     }
-    result
+    (result, kept)
 }
 
 fn kill(child: &mut Child) -> std::io::Result<()> {
