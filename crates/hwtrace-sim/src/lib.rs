@@ -19,6 +19,7 @@
 
 pub mod branch;
 pub mod bts;
+pub mod clock;
 pub mod decode;
 pub mod execution;
 pub mod lbr;
@@ -29,6 +30,7 @@ pub mod qemu_log;
 mod record;
 mod state;
 
+pub use clock::{Timing, TimingError};
 pub use branch::{Branch, BranchError, BranchErrorKind, BranchKind, branches};
 pub use bts::{BtsConfig, BtsPmi, BtsReport, BtsSim, BtsSimError, BtsStep};
 pub use decode::RecordedBranch;
@@ -40,8 +42,8 @@ pub use output::{
     write_output,
 };
 pub use pt_encoder::{
-    EncodeError, EncodeErrorKind, EncodeStats, EncodedTrace, IpRange, PsbMark, PtConfig, PtEncoder,
-    TscModel,
+    Cr3Filter, EncodeError, EncodeErrorKind, EncodeStats, EncodedTrace, IpRange, PsbMark, PtConfig,
+    PtEncoder, TscModel,
 };
 pub use qemu_log::LineError;
 pub use record::{QemuRecorder, RecordEnd, RecordError, Recording};

@@ -1,10 +1,14 @@
 //! The Intel PT a CPU would write for an execution.
 //!
-//! The simulated configuration is user-mode branch tracing:
-//! `IA32_RTIT_CTL.TraceEn = 1, User = 1, OS = 0, BranchEn = 1`, no CR3
-//! filter, IP filter ranges as [`PtConfig::ip_filter`] says, `DisRETC` as
+//! The simulated configuration is user-mode tracing:
+//! `IA32_RTIT_CTL.TraceEn = 1, User = 1, OS = 0`, `BranchEn` as
+//! [`PtConfig::branch_en`] says, a CR3 filter as [`PtConfig::cr3_filter`]
+//! says, IP filter ranges as [`PtConfig::ip_filter`] says, `DisRETC` as
 //! [`PtConfig::return_compression`] says, PSBs as often as
-//! [`PtConfig::psb_period`] asks, and optionally a TSC packet in each PSB+.
+//! [`PtConfig::psb_period`] asks ([`PtConfig::psb_period_for_freq`] maps
+//! PSBFreq), a TSC packet in each PSB+ with [`PtConfig::tsc`], and MTC,
+//! CYC and CBR as [`PtConfig::timing`] says (the clocks are in
+//! [`crate::clock`]).
 //! Every executed instruction is classified with iced-x86 and produces what
 //! SDM vol. 3C, chapter 33 ("Intel Processor Trace") says it produces: 33.2.1
 //! "Change of Flow Instruction (COFI) Tracing", 33.4.2 "Packet Definitions"
@@ -73,16 +77,42 @@
 //! executed instruction. Real traces whose recorder stopped tracing this
 //! way (`../shared/corpus/real/Unzip`) end each stretch with just this pair.
 //!
+//! **Timing** (33.3.7 "Timing Packets"): PSB+ is PSB, TSC?, TMA? (after
+//! the TSC when MTCEn = 1), CBR? (with a core:bus ratio), PIP?, then
+//! MODE.Exec and FUP while PacketEn = 1, PSBEND. MTC packets depend on
+//! TriggerEn only: before each instruction, one MTC per CTC period that
+//! began since the last (payload CTC[MTCFreq+7:MTCFreq]), traced region
+//! or not; while PacketEn = 0, a PSB+ is written when they cross the PSB
+//! period. CYC packets (CYCEn) are written only while PacketEn = 1, before
+//! TNT, TIP, TIP.PGE, TIP.PGD, FUP, MODE.Exec and MTC outside PSB+, when
+//! at least `2^(CYCThresh-1)` core cycles passed since the last CYC; they
+//! carry the cycles since then, up to the start of the instruction being
+//! encoded.
+//!
+//! **CR3 filter** (33.2.4.2 "Filtering by CR3"): the recorded program is
+//! one process. If IA32_RTIT_CR3_MATCH is its CR3, ContextEn is 1 and
+//! everything is traced as without the filter, with a PIP carrying the
+//! CR3 in every PSB+ (33.4.2.7; NR = 0). Otherwise ContextEn stays 0: the
+//! trace is the first PSB+ and timing packets (MTC and the PSB+ they make
+//! due), nothing else.
+//!
+//! **BranchEn = 0** (33.2.5.1: `PacketEn = TriggerEn AND ContextEn AND
+//! FilterEn AND BranchEn`): PacketEn never becomes 1, so no TNT, TIP,
+//! TIP.PGE, TIP.PGD, FUP or MODE.Exec is written, and no CYC either (this
+//! encoder writes CYC only while PacketEn = 1); PSB+ (without MODE.Exec
+//! and FUP) and MTC packets remain.
+//!
 //! IP packets are compressed against the last IP as the hardware does
 //! ([`hwtrace_packet::IpPayload::compress`], 33.4.2.2); a suppressed IP
 //! leaves the last IP alone.
 
 use std::collections::HashMap;
 
-use hwtrace_packet::{ExecMode, IpPayload, ModeExec, Packet, Tnt, TraceBuilder};
-use hwtrace_types::{Ip, TraceOffset};
+use hwtrace_packet::{ExecMode, IpPayload, ModeExec, Packet, Pip, Tnt, TraceBuilder};
+use hwtrace_types::{Cr3, Ip, TraceOffset};
 use iced_x86::{FlowControl, Instruction, Mnemonic};
 
+use crate::clock::{Clock, Timing, TimingError};
 use crate::execution::{Execution, decode_at};
 use crate::state::{RetStack, TntBuffer};
 
@@ -104,6 +134,33 @@ pub struct PtConfig {
     /// set, only code inside one of them is traced. Up to four, as
     /// IA32_RTIT_CTL has ADDR0..ADDR3.
     pub ip_filter: [Option<IpRange>; 4],
+    /// MTC, CYC and CBR (MTCEn/MTCFreq, CYCEn/CYCThresh) and the clock
+    /// ratios behind them; see [`crate::clock`].
+    pub timing: Timing,
+    /// CR3 filtering (`CR3Filter = 1` with `IA32_RTIT_CR3_MATCH`).
+    pub cr3_filter: Option<Cr3Filter>,
+    /// `BranchEn`: with `false`, PacketEn never becomes 1 (33.2.5.1:
+    /// `PacketEn = TriggerEn AND ContextEn AND FilterEn AND BranchEn`).
+    pub branch_en: bool,
+}
+
+/// CR3 filtering of the one recorded process (SDM vol. 3C, 33.2.4.2
+/// "Filtering by CR3"): ContextEn requires `CR3 == IA32_RTIT_CR3_MATCH`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cr3Filter {
+    /// IA32_RTIT_CR3_MATCH.
+    pub cr3_match: Cr3,
+    /// The CR3 the recorded process runs with (qemu-user has none, so the
+    /// simulation is told).
+    pub process_cr3: Cr3,
+}
+
+impl Cr3Filter {
+    /// Whether the process's CR3 matches (bits 63:5 compared; 33.2.8.6:
+    /// bits 4:0 of the MSR are reserved, and CR3's are flags).
+    pub fn matches(&self) -> bool {
+        self.cr3_match.0 & !0x1f == self.process_cr3.0 & !0x1f
+    }
 }
 
 /// One IP filter range: `start..=end`, as ADDRn_A and ADDRn_B bound it
@@ -129,6 +186,19 @@ impl PtConfig {
         let mut ranges = self.ip_filter.iter().flatten().peekable();
         ranges.peek().is_none() || ranges.any(|r| r.contains(ip))
     }
+
+    /// ContextEn (by CR3; User = 1 is modelled by the instructions being
+    /// user mode) AND BranchEn: whether PacketEn can ever be 1.
+    pub fn packets_possible(&self) -> bool {
+        self.branch_en && self.cr3_filter.is_none_or(|f| f.matches())
+    }
+
+    /// The PSB period `IA32_RTIT_CTL.PSBFreq = n` asks for: a PSB+ every
+    /// `2^(n+11)` bytes (SDM vol. 3C, 33.2.8.2; n is 4 bits), for
+    /// [`PtConfig::psb_period`].
+    pub fn psb_period_for_freq(psb_freq: u8) -> Option<u32> {
+        (psb_freq <= 15).then(|| 1u32 << (psb_freq + 11))
+    }
 }
 
 impl Default for PtConfig {
@@ -141,6 +211,9 @@ impl Default for PtConfig {
             long_tnt: false,
             tsc: None,
             ip_filter: [None; 4],
+            timing: Timing::default(),
+            cr3_filter: None,
+            branch_en: true,
         }
     }
 }
@@ -156,6 +229,13 @@ pub struct TscModel {
 }
 
 impl TscModel {
+    /// The clock used for timing packets when no TSC model is configured
+    /// (`TSCEn = 0`): starts at 0 and ticks once per instruction.
+    pub const DEFAULT_CLOCK: TscModel = TscModel {
+        start: 0,
+        ticks_per_insn: 1,
+    };
+
     fn at(&self, index: usize) -> u64 {
         // TSC packets carry 56 bits.
         self.start
@@ -193,6 +273,16 @@ pub struct EncodeStats {
     pub disables: u64,
     /// PSB packets.
     pub psbs: u64,
+    /// MTC packets.
+    pub mtcs: u64,
+    /// CYC packets.
+    pub cycs: u64,
+    /// CBR packets.
+    pub cbrs: u64,
+    /// TMA packets.
+    pub tmas: u64,
+    /// PIP packets.
+    pub pips: u64,
 }
 
 /// A simulated trace.
@@ -255,6 +345,9 @@ pub enum EncodeErrorKind {
     /// A packet could not be encoded.
     #[error("cannot encode a packet: {0}")]
     Packet(hwtrace_packet::EncodeError),
+    /// The timing configuration cannot be simulated.
+    #[error("timing configuration: {0}")]
+    Timing(TimingError),
 }
 
 /// How an instruction changes the flow, as far as PT is concerned.
@@ -360,6 +453,18 @@ struct Run<'e> {
     psbs: Vec<PsbMark>,
     stats: EncodeStats,
     cache: HashMap<u64, Decoded>,
+    /// The clocks behind TSC, TMA, MTC and CYC.
+    clock: Clock,
+    /// The instruction whose boundary packets are being written (time
+    /// "now" for CYC).
+    now: usize,
+    /// `CTC >> MTCFreq` when the last MTC (or the PSB+ at the start) was
+    /// written.
+    mtc_period: u64,
+    /// Core cycles at the last CYC (or the start).
+    cyc_at: u64,
+    /// Writing a PSB+ (no CYC inside it).
+    in_psb: bool,
 }
 
 impl<'e> Run<'e> {
@@ -377,6 +482,11 @@ impl<'e> Run<'e> {
             psbs: Vec::new(),
             stats: EncodeStats::default(),
             cache: HashMap::new(),
+            clock: Clock::new(config.tsc.unwrap_or(TscModel::DEFAULT_CLOCK), config.timing),
+            now: 0,
+            mtc_period: 0,
+            cyc_at: 0,
+            in_psb: false,
         }
     }
 
@@ -385,6 +495,14 @@ impl<'e> Run<'e> {
         let Some(&first) = insns.first() else {
             return Ok(());
         };
+        self.config.timing.validate().map_err(|e| EncodeError {
+            index: 0,
+            ip: first,
+            kind: EncodeErrorKind::Timing(e),
+        })?;
+        if let Some(freq) = self.config.timing.mtc_freq {
+            self.mtc_period = self.clock.mtc_period(0, freq);
+        }
         self.psb_plus(0, first, self.exec.mode_at(0))
             .map_err(|kind| EncodeError {
                 index: 0,
@@ -399,6 +517,12 @@ impl<'e> Run<'e> {
         }
         if let (true, Some(next)) = (self.enabled, end) {
             let last = insns.len() - 1;
+            self.now = insns.len();
+            self.mtc(insns.len()).map_err(|kind| EncodeError {
+                index: last,
+                ip: insns[last],
+                kind,
+            })?;
             self.finish(next).map_err(|kind| EncodeError {
                 index: last,
                 ip: insns[last],
@@ -412,16 +536,28 @@ impl<'e> Run<'e> {
     /// (when known).
     fn step(&mut self, index: usize, ip: Ip) -> Result<Option<Ip>, EncodeErrorKind> {
         let mode = self.exec.mode_at(index);
-        if !self.enabled && self.evaluate && self.config.filter_allows(ip) {
+        self.now = index;
+        let timing_bytes = self.mtc(index)?;
+        // While PacketEn = 0 only MTCs grow the byte count; a PSB+ is due
+        // when they cross the period, as it is while tracing (33.4.2.17).
+        let period = self.config.psb_period.max(1) as usize;
+        if !self.enabled && timing_bytes && self.out.as_bytes().len() - self.psb_at >= period {
+            self.psb_plus(index, ip, mode)?;
+        }
+        if !self.enabled
+            && self.evaluate
+            && self.config.packets_possible()
+            && self.config.filter_allows(ip)
+        {
+            // PacketEn is 1 from here: a CYC may precede MODE.Exec.
+            self.enabled = true;
             self.mode_exec(mode)?;
             self.ip_packet(Packet::TipPge, ip)?;
             self.stats.enables += 1;
-            self.enabled = true;
         }
         if !self.enabled {
             return self.untraced_step(index, ip, mode);
         }
-        let period = self.config.psb_period.max(1) as usize;
         if self.out.as_bytes().len() - self.psb_at >= period {
             self.psb_plus(index, ip, mode)?;
         }
@@ -640,9 +776,28 @@ impl<'e> Run<'e> {
             insn_index: index,
         });
         self.stats.psbs += 1;
+        self.in_psb = true;
         self.push(Packet::Psb)?;
         if let Some(tsc) = self.config.tsc {
             self.push(Packet::Tsc(tsc.at(index)))?;
+            // TMA right after the TSC when MTCEn = 1 (33.4.2.12).
+            if self.config.timing.mtc_freq.is_some() {
+                self.push(Packet::Tma(self.clock.tma(index)))?;
+                self.stats.tmas += 1;
+            }
+        }
+        if let Some(cbr) = self.config.timing.cbr {
+            self.push(Packet::Cbr(cbr))?;
+            self.stats.cbrs += 1;
+        }
+        // PIP with the CR3 in PSB+ while tracing by CR3 (33.4.2.7; CR3
+        // bits 51:5, NR = 0: no VMX).
+        if let Some(f) = self.config.cr3_filter.filter(|f| f.matches()) {
+            self.push(Packet::Pip(Pip {
+                cr3: Cr3(f.process_cr3.0 & 0x000f_ffff_ffff_ffe0),
+                nr: false,
+            }))?;
+            self.stats.pips += 1;
         }
         // MODE.Exec and FUP only while packets are enabled; otherwise the
         // MODE.Exec goes before the next TIP.PGE.
@@ -652,7 +807,53 @@ impl<'e> Run<'e> {
             self.ip_packet(Packet::Fup, ip)?;
         }
         self.push(Packet::Psbend)?;
+        self.in_psb = false;
         self.calls.clear();
+        Ok(())
+    }
+
+    /// MTC packets for every CTC period that began since the last one,
+    /// before instruction `index` (33.4.2.13: sent when CTC bit MTCFreq
+    /// toggles, with CTC[MTCFreq+7:MTCFreq]). MTC depends on TriggerEn,
+    /// not PacketEn, so it is written outside the traced region too.
+    /// Returns whether any was written.
+    fn mtc(&mut self, index: usize) -> Result<bool, EncodeErrorKind> {
+        let Some(freq) = self.config.timing.mtc_freq else {
+            return Ok(false);
+        };
+        let period = self.clock.mtc_period(index, freq);
+        let wrote = self.mtc_period < period;
+        while self.mtc_period < period {
+            self.mtc_period += 1;
+            self.cyc()?;
+            self.push(Packet::Mtc(self.mtc_period as u8))?;
+            self.stats.mtcs += 1;
+        }
+        Ok(wrote)
+    }
+
+    /// A CYC packet before a CYC-eligible packet (33.3.6 "Cycle-Accurate
+    /// Mode"): written only while PacketEn = 1 and outside PSB+, before
+    /// TNT, TIP, TIP.PGE, TIP.PGD, FUP, MODE.Exec and MTC, when at least
+    /// the CYCThresh number of core cycles passed since the last CYC; it
+    /// carries the cycles since then (time "now" is the start of the
+    /// instruction being encoded).
+    fn cyc(&mut self) -> Result<(), EncodeErrorKind> {
+        let Some(threshold) = self.config.timing.cyc_threshold_cycles() else {
+            return Ok(());
+        };
+        if self.in_psb || !self.enabled {
+            return Ok(());
+        }
+        let now = self.clock.cycles(self.now);
+        let elapsed = now.saturating_sub(self.cyc_at);
+        if elapsed >= threshold {
+            self.out
+                .push(Packet::Cyc(elapsed))
+                .map_err(EncodeErrorKind::Packet)?;
+            self.stats.cycs += 1;
+            self.cyc_at = now;
+        }
         Ok(())
     }
 
@@ -703,6 +904,7 @@ impl<'e> Run<'e> {
 
     fn ip_packet(&mut self, make: fn(IpPayload) -> Packet, ip: Ip) -> Result<(), EncodeErrorKind> {
         self.flush_tnt()?;
+        self.cyc()?;
         self.out
             .ip(make, ip.0)
             .map(|_| ())
@@ -710,6 +912,12 @@ impl<'e> Run<'e> {
     }
 
     fn push(&mut self, packet: Packet) -> Result<(), EncodeErrorKind> {
+        if matches!(
+            packet,
+            Packet::Tnt(_) | Packet::TipPgd(_) | Packet::ModeExec(_)
+        ) {
+            self.cyc()?;
+        }
         self.out
             .push(packet)
             .map(|_| ())
