@@ -21,11 +21,13 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 use hwtrace_perf::data::IntelPtInfo;
+use hwtrace_perf::data::TscConversion;
 use hwtrace_perf::data::attr::{flag, sample};
 use hwtrace_perf::data::header::EventAttr;
 use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, RecordWriter, intel_pt_attr};
 use hwtrace_perf::pevent::SampleId;
-use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, QemuRecorder};
+use hwtrace_perf::pevent::record::record_type;
+use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, QemuRecorder, TscModel};
 
 const PID: u32 = 4242;
 
@@ -201,14 +203,27 @@ struct Layout {
     split: Option<(usize, u64)>,
     /// Record this (wrong) build id for the file whose path ends so.
     wrong_build_id: Option<&'static str>,
+    /// TSC packets (the [`TSC`] model) and SWITCH records on CPU 0: the
+    /// thread [`PID`] switched in before the trace, the thread [`PID`]` + 1`
+    /// of the same process at the time of this instruction.
+    switch_at: Option<usize>,
 }
+
+/// TSC of the first instruction and ticks per instruction; perf time is
+/// the TSC (the conversion written is the identity).
+const TSC: TscModel = TscModel {
+    start: 1_000_000,
+    ticks_per_insn: 10,
+};
 
 /// Writes perf.data (and the code no real file holds) into `dir`; returns
 /// the perf.data path.
 fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
     let r = recorded();
     let mut attr = intel_pt_attr(8, 1 | 1 << 13);
-    attr.sample_type &= !sample::TIME;
+    if layout.switch_at.is_none() {
+        attr.sample_type &= !sample::TIME;
+    }
     attr.set(flag::MMAP2, true);
     attr.set(flag::COMM, true);
     let attrs = [EventAttr { attr, ids: vec![1] }];
@@ -224,6 +239,12 @@ fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
         cyc_bit: Some(1 << 1),
         max_non_turbo_ratio: Some(0),
         per_cpu_mmaps: layout.per_cpu,
+        tsc: TscConversion {
+            time_shift: 0,
+            time_mult: 1,
+            time_zero: 0,
+            cap_user_time_zero: true,
+        },
         ..IntelPtInfo::default()
     })
     .unwrap();
@@ -258,20 +279,41 @@ fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
         .unwrap();
     }
     w.itrace_start(PID, PID, &sid).unwrap();
+    let timed_pt;
+    let pt = match layout.switch_at {
+        None => &r.pt,
+        Some(at) => {
+            for (tid, time) in [(PID, TSC.start - 1), (PID + 1, TSC.start + 10 * at as u64)] {
+                let sid = SampleId {
+                    pid_tid: Some((PID, tid)),
+                    time: Some(time),
+                    ..sid
+                };
+                w.write_event(record_type::SWITCH, 0, &[], &sid).unwrap();
+            }
+            let config = PtConfig {
+                psb_period: 1024,
+                tsc: Some(TSC),
+                ..PtConfig::default()
+            };
+            timed_pt = PtEncoder::new(config).encode(&r.execution).unwrap().bytes;
+            &timed_pt
+        }
+    };
     let (tid, cpu) = if layout.per_cpu {
         (u32::MAX, 0)
     } else {
         (PID, u32::MAX)
     };
     match layout.split {
-        None => w.auxtrace(&r.pt, 0, 0, 0, tid, cpu).unwrap(),
+        None => w.auxtrace(pt, 0, 0, 0, tid, cpu).unwrap(),
         Some((at, lost)) => {
-            w.auxtrace(&r.pt[..at], 0, 0, 0, tid, cpu).unwrap();
-            w.auxtrace(&r.pt[at..], at as u64 + lost, 0, 0, tid, cpu)
+            w.auxtrace(&pt[..at], 0, 0, 0, tid, cpu).unwrap();
+            w.auxtrace(&pt[at..], at as u64 + lost, 0, 0, tid, cpu)
                 .unwrap();
         }
     }
-    w.aux(0, r.pt.len() as u64, 0, &sid).unwrap();
+    w.aux(0, pt.len() as u64, 0, &sid).unwrap();
     w.finished_round().unwrap();
     let files = r.maps.iter().map(|m| m.path.as_bytes().to_vec()).collect();
     let mut build_ids = hwtrace_perf::capture::session::build_ids(&files);
@@ -330,6 +372,7 @@ const PLAIN: Layout = Layout {
     per_cpu: false,
     split: None,
     wrong_build_id: None,
+    switch_at: None,
 };
 
 #[test]
@@ -569,5 +612,46 @@ fn perf_script_decodes_the_same_instructions() {
     let ours: Vec<u64> = decoded(&out).iter().map(|l| l.2).collect();
     assert!(!ours.is_empty());
     assert_same("perf script vs hwtrace perf decode", &theirs, &ours);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn per_cpu_instructions_go_to_the_thread_switched_in_at_their_time() {
+    let dir = scratch("switch");
+    let want = executed();
+    let at = want.len() / 2;
+    let file = write_perf_data(
+        &dir,
+        &Layout {
+            per_cpu: true,
+            switch_at: Some(at),
+            ..PLAIN
+        },
+    );
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let lines = decoded(&out);
+    let ips: Vec<u64> = lines.iter().map(|l| l.2).collect();
+    assert_same("hwtrace perf decode", &ips, &want);
+    assert!(lines.iter().all(|(_, cpu, _)| cpu == "0"));
+    // The thread changes once, at the first timed event (a PSB+ with its
+    // TSC) at or after the switch: never before it, and within one PSB
+    // period (a small part of the execution) after it.
+    let (a, b) = (PID.to_string(), (PID + 1).to_string());
+    let first_b = lines.iter().position(|l| l.0 == b).expect("thread B");
+    assert!(
+        lines[..first_b].iter().all(|l| l.0 == a),
+        "before the switch: not all {a}"
+    );
+    assert!(
+        lines[first_b..].iter().all(|l| l.0 == b),
+        "after the switch: not all {b}"
+    );
+    assert!(
+        first_b >= at && first_b - at < want.len() / 4,
+        "switched at {at}, attributed from {first_b} of {}",
+        want.len()
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

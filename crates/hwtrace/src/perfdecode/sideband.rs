@@ -54,6 +54,9 @@ pub struct Sideband {
     pub threads_on_cpu: BTreeMap<u32, BTreeSet<u32>>,
     /// Build ids from the `HEADER_BUILD_ID` feature: file name → id.
     pub build_ids: BTreeMap<String, Vec<u8>>,
+    /// Per CPU, the threads switched in, with the perf time of the switch
+    /// (records without a time are left out), in time order.
+    pub switches: BTreeMap<u32, Vec<(u64, u32)>>,
 }
 
 fn text(b: &[u8]) -> String {
@@ -75,9 +78,12 @@ impl Sideband {
             {
                 sb.pid_of.entry(tid).or_insert(pid);
             }
-            let mut on_cpu = |tid: u32| {
+            let mut on_cpu = |tid: u32, switched_in: bool| {
                 if let Some(cpu) = r.sample.cpu {
                     sb.threads_on_cpu.entry(cpu).or_default().insert(tid);
+                    if switched_in && let Some(time) = r.sample.time {
+                        sb.switches.entry(cpu).or_default().push((time, tid));
+                    }
                 }
             };
             match r.body {
@@ -110,20 +116,22 @@ impl Sideband {
                 }
                 Body::ItraceStart(s) => {
                     sb.pid_of.insert(s.tid, s.pid);
-                    on_cpu(s.tid);
+                    on_cpu(s.tid, false);
                 }
                 Body::Switch if !r.is_switch_out() => {
                     if let Some((_, tid)) = r.sample.pid_tid {
-                        on_cpu(tid);
+                        on_cpu(tid, true);
                     }
                 }
                 Body::SwitchCpuWide(s) => {
                     sb.pid_of.insert(s.next_prev_tid, s.next_prev_pid);
-                    // Switch out names the next thread; switch in names the
-                    // previous one and the sample the current one.
-                    on_cpu(s.next_prev_tid);
+                    // Switch out names the next thread (it runs from now
+                    // on); switch in names the previous one, and the sample
+                    // the thread now running.
+                    let out = r.is_switch_out();
+                    on_cpu(s.next_prev_tid, out);
                     if let Some((_, tid)) = r.sample.pid_tid {
-                        on_cpu(tid);
+                        on_cpu(tid, !out);
                     }
                 }
                 _ => {}
@@ -134,6 +142,9 @@ impl Sideband {
         } else {
             &file.features
         };
+        for list in sb.switches.values_mut() {
+            list.sort_by_key(|&(time, _)| time);
+        }
         for b in &features.build_ids {
             sb.build_ids.insert(text(b.filename), b.build_id.to_vec());
         }
@@ -147,6 +158,13 @@ impl Sideband {
         let mut busy = threads.iter().filter(|&&t| t != 0);
         let first = busy.next()?;
         busy.next().is_none().then_some(*first)
+    }
+
+    /// The thread switched in last on `cpu` at or before perf time `time`.
+    pub fn thread_at(&self, cpu: u32, time: u64) -> Option<u32> {
+        let list = self.switches.get(&cpu)?;
+        let n = list.partition_point(|&(t, _)| t <= time);
+        n.checked_sub(1).map(|i| list[i].1)
     }
 
     /// How many threads ran on `cpu`.

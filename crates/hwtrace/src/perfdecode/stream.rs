@@ -9,7 +9,7 @@ use std::io::Write;
 use anyhow::Result;
 use hwtrace_flow::insn::InsnDecoder;
 use hwtrace_flow::{Config, ErrorKind};
-use hwtrace_perf::data::{AuxQueue, IntelPtInfo, QueueKey};
+use hwtrace_perf::data::{AuxQueue, IntelPtInfo, QueueKey, TscConversion};
 use serde_json::json;
 
 use super::image::{self, ImageOptions, ProcessImage};
@@ -51,6 +51,18 @@ pub struct PtSettings {
     pub config: Config,
     /// Whether returns were compressed (`noretcomp` clear).
     pub return_compression: bool,
+    /// TSC → perf time.
+    pub tsc: TscConversion,
+}
+
+/// Perf time of a TSC value (perf's `tsc_to_perf_time`).
+pub fn perf_time(c: &TscConversion, tsc: u64) -> u64 {
+    let shift = u32::from(c.time_shift.min(63));
+    let quot = u128::from(tsc >> shift);
+    let rem = u128::from(tsc & ((1u64 << shift) - 1));
+    let mult = u128::from(c.time_mult);
+    let t = u128::from(c.time_zero) + quot * mult + ((rem * mult) >> shift);
+    u64::try_from(t).unwrap_or(u64::MAX)
 }
 
 impl PtSettings {
@@ -69,6 +81,7 @@ impl PtSettings {
         Self {
             config,
             return_compression: cfg & info.noretcomp_bit == 0,
+            tsc: info.tsc,
         }
     }
 }
@@ -109,6 +122,9 @@ struct Blame {
 pub struct QueueDecoder<'s> {
     key: QueueKey,
     tid: Option<u32>,
+    /// Per-CPU queues with timed switch records: the CPU's switches, used
+    /// to pick the thread at the time of each event.
+    timeline: Option<&'s Sideband>,
     image: ProcessImage,
     settings: PtSettings,
     opts: &'s Options,
@@ -123,19 +139,23 @@ impl<'s> QueueDecoder<'s> {
     /// instructions are attributed.
     pub fn new(
         key: QueueKey,
-        sb: &Sideband,
+        sb: &'s Sideband,
         settings: PtSettings,
         opts: &'s Options,
         diag: &mut dyn Write,
     ) -> Result<Self> {
+        let timed = key.tid == u32::MAX
+            && key.cpu != u32::MAX
+            && sb.switches.contains_key(&key.cpu)
+            && (settings.tsc.cap_user_time_zero || settings.tsc.time_mult != 0);
         let tid = if key.tid != u32::MAX {
             Some(key.tid)
         } else if key.cpu != u32::MAX {
             let t = sb.only_thread_on(key.cpu);
-            if t.is_none() {
+            if t.is_none() && !timed {
                 writeln!(
                     diag,
-                    "hwtrace perf decode: {key}: {} threads ran on this CPU; attributing its instructions to them by switch time is not supported yet, they are shown with tid ?",
+                    "hwtrace perf decode: {key}: {} threads ran on this CPU and no timed switch records say when: its instructions are shown with tid ?",
                     sb.thread_count_on(key.cpu)
                 )?;
             }
@@ -143,14 +163,28 @@ impl<'s> QueueDecoder<'s> {
         } else {
             None
         };
-        let pids: Option<BTreeSet<u32>> = tid
-            .and_then(|t| sb.pid_of.get(&t))
-            .map(|&p| BTreeSet::from([p]));
+        // The code of every process that ran here (one image: where two
+        // processes map different code at one address, the later wins).
+        let pids: Option<BTreeSet<u32>> = if timed {
+            let tids = sb
+                .switches
+                .get(&key.cpu)
+                .into_iter()
+                .flatten()
+                .map(|&(_, t)| t);
+            tids.filter(|&t| t != 0)
+                .map(|t| sb.pid_of.get(&t).copied())
+                .collect()
+        } else {
+            tid.and_then(|t| sb.pid_of.get(&t))
+                .map(|&p| BTreeSet::from([p]))
+        };
         let image = image::build(sb, pids.as_ref(), &opts.image);
         let blame = vec![Blame::default(); image.missing.len()];
         Ok(Self {
             key,
             tid,
+            timeline: timed.then_some(sb),
             image,
             settings,
             opts,
@@ -313,7 +347,17 @@ impl<'s> QueueDecoder<'s> {
                     start + offset
                 )?;
             }
-            Item::Event { .. } | Item::Block(_) => {}
+            Item::Event { event, .. } => {
+                if let Some(sb) = self.timeline
+                    && event.has_tsc
+                {
+                    let time = perf_time(&self.settings.tsc, event.tsc);
+                    if let Some(tid) = sb.thread_at(key.cpu, time) {
+                        self.tid = Some(tid);
+                    }
+                }
+            }
+            Item::Block(_) => {}
         }
         Ok(())
     }
