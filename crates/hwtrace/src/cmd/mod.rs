@@ -11,6 +11,7 @@ mod perf;
 mod ptdump;
 mod ptxed;
 mod record;
+mod record_portable;
 mod sim;
 
 use std::process::ExitCode;

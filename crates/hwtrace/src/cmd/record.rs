@@ -12,14 +12,29 @@ use hwtrace_perf::capture::plan::parse_size;
 use hwtrace_perf::capture::session::{stop_on_sigint, system_page_size};
 use hwtrace_perf::capture::{CaptureError, RecordOptions, Target, Tracer, plan, record};
 
+use super::record_portable::{PortableRequest, describe, record_portable};
+
 /// Record branch traces with perf_event_open into perf.data.
 ///
 /// Exit codes: 0 recorded; 2 the trace hardware is missing on this machine
 /// (no intel_pt/intel_bts PMU, no LBR); 3 not permitted
 /// (perf_event_paranoid, CAP_PERFMON); 1 anything else. No output file is
 /// left behind when recording fails.
+///
+/// Without the trace hardware (no intel_pt/intel_bts PMU, no LBR), the
+/// command is recorded with qemu-user instead (`--portable`, said on
+/// stderr) unless `--no-fallback` is given.
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
+    /// Record with qemu-user (single-stepped, about a million
+    /// instructions per second) and write what the trace hardware would
+    /// have: works on any x86-64 Linux machine, user space only.
+    #[arg(long, conflicts_with_all = ["pid", "sideband_only"])]
+    portable: bool,
+    /// Without the trace hardware, fail (exit code 2) instead of recording
+    /// with qemu-user.
+    #[arg(long, conflicts_with = "portable")]
+    no_fallback: bool,
     /// Intel Processor Trace (the default).
     #[arg(long, group = "tracer")]
     pt: bool,
@@ -152,6 +167,9 @@ fn run_capture(args: &RecordArgs) -> Result<hwtrace_perf::capture::Summary, Capt
 
 /// Runs `hwtrace record`.
 pub fn run(args: RecordArgs) -> Result<ExitCode> {
+    if args.portable {
+        return portable(&args);
+    }
     match run_capture(&args) {
         Ok(s) => {
             let status = s
@@ -167,9 +185,43 @@ pub fn run(args: RecordArgs) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Err(e @ (CaptureError::NoPmu { .. } | CaptureError::NoLbr { .. }))
+            if !args.no_fallback && args.pid.is_none() =>
+        {
+            let (tracer, cpu) = match &e {
+                CaptureError::NoPmu { tracer, cpu, .. } => (*tracer, cpu.as_str()),
+                CaptureError::NoLbr { cpu, .. } => (Tracer::Lbr, cpu.as_str()),
+                _ => (Tracer::IntelPt, ""),
+            };
+            eprintln!(
+                "hwtrace record: no {} on this {cpu}: recording with qemu-user instead (--portable)",
+                tracer.hardware()
+            );
+            portable(&args)
+        }
         Err(e) => {
             eprintln!("hwtrace record: error: {e}");
             Ok(ExitCode::from(exit_code(&e)))
+        }
+    }
+}
+
+fn portable(args: &RecordArgs) -> Result<ExitCode> {
+    let req = PortableRequest {
+        tracer: args.options()?.tracer,
+        kernel: args.kernel,
+        filter: args.filter.clone(),
+        output: args.output.clone(),
+        command: args.command.clone(),
+    };
+    match record_portable(&req) {
+        Ok(s) => {
+            eprintln!("{}", describe(&s, &args.output, req.tracer));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("hwtrace record --portable: error: {e:#}");
+            Ok(ExitCode::FAILURE)
         }
     }
 }

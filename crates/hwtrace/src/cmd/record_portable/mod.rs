@@ -1,0 +1,477 @@
+//! `hwtrace record --portable`: a capture on any x86-64 Linux machine, with
+//! or without Intel trace hardware.
+//!
+//! The command runs under qemu-user, single-stepped (hwtrace-sim's
+//! [`QemuRecorder`]), so every executed user-space instruction is known.
+//! That execution is then turned into what the hardware would have written
+//! and saved in a perf.data shaped like a real `hwtrace record` capture:
+//!
+//! * `--pt` (default): the Intel PT of user-mode branch tracing
+//!   ([`PtEncoder`]: return compression, a PSB every 4 KiB, no timing,
+//!   `--filter` as an IP range), as one per-thread AUX stream: an `intel_pt`
+//!   attribute, AUXTRACE_INFO, COMM, one MMAP2 per executable mapping,
+//!   ITRACE_START, AUXTRACE + AUX, and build ids.
+//! * `--bts`: the BTS records of the taken branches ([`BtsSim`]) as an
+//!   `intel_bts` AUX stream.
+//! * `--lbr`: one SAMPLE every [`LBR_PERIOD`] instructions with the 32-entry
+//!   LBR stack of a Skylake ([`LbrSim`]) as its branch stack (the event is
+//!   counted in instructions, not cycles: the emulator has no clock).
+//!
+//! Where the mappings come from is explained in [`maps`]. The PMU type
+//! numbers written for `intel_pt`/`intel_bts` are the ones Linux gives
+//! them on most Intel machines (8 and 9); perf matches them with
+//! AUXTRACE_INFO, not with this machine's sysfs.
+//!
+//! Speed: qemu single-steps and logs every instruction, roughly a million
+//! instructions per second; meant for small programs and test inputs.
+
+mod maps;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use hwtrace_perf::capture::Tracer;
+use hwtrace_perf::capture::session::{build_ids, machine_features};
+use hwtrace_perf::data::attr::{Attr, attr_type, branch, flag, sample};
+use hwtrace_perf::data::header::EventAttr;
+use hwtrace_perf::data::write::{PerfDataWriter, RecordWriter, SampleData, intel_pt_attr};
+use hwtrace_perf::data::{BranchEntry, IntelBtsInfo, IntelPtInfo};
+use hwtrace_perf::pevent::SampleId;
+use hwtrace_regs::Uarch;
+use hwtrace_regs::debugctl::{DebugCtl, DebugCtlFlag, DebugCtlLayout};
+use hwtrace_regs::ds::{DsFormat, DsManagementArea};
+use hwtrace_sim::{
+    BtsConfig, BtsSim, Execution, IpRange, LbrConfig, LbrSim, PtConfig, PtEncoder, QemuRecorder,
+    RecordEnd, branches,
+};
+use hwtrace_types::Ip;
+
+use maps::{GuestLog, Mapping, guest_mappings};
+
+/// Instructions between two LBR samples.
+pub const LBR_PERIOD: u64 = 10_007;
+/// The `intel_pt` PMU type written (see the module docs).
+const PT_PMU_TYPE: u32 = 8;
+/// The `intel_bts` PMU type written.
+const BTS_PMU_TYPE: u32 = 9;
+/// intel_pt config: `pt` (bit 0) and `branch` (bit 13), as perf's
+/// `intel_pt//u` without tsc/mtc (no clock to time).
+const PT_CONFIG: u64 = 1 | 1 << 13;
+/// The sample id every record carries.
+const EVENT_ID: u64 = 1;
+
+/// What to record.
+#[derive(Debug, Clone)]
+pub struct PortableRequest {
+    /// PT, BTS or LBR.
+    pub tracer: Tracer,
+    /// `--kernel` was asked for (refused: qemu-user sees no kernel).
+    pub kernel: bool,
+    /// `--filter ADDR/SIZE@FILE`.
+    pub filter: Option<String>,
+    /// The output file.
+    pub output: PathBuf,
+    /// The command.
+    pub command: Vec<OsString>,
+}
+
+/// What was written.
+#[derive(Debug, Clone, Copy)]
+pub struct PortableSummary {
+    /// Executed instructions recorded.
+    pub instructions: usize,
+    /// Executable mappings written.
+    pub mappings: usize,
+    /// AUX bytes written (PT, BTS).
+    pub aux_bytes: usize,
+    /// Samples written (LBR).
+    pub samples: usize,
+    /// The command's exit status, when it ran to its end.
+    pub exit_code: Option<i32>,
+}
+
+/// Finds `prog` as execvp would (qemu-user takes a path, not a name).
+fn resolve(prog: &OsString) -> Result<PathBuf> {
+    let p = Path::new(prog);
+    if p.components().count() > 1 || p.is_absolute() {
+        ensure!(p.is_file(), "{} does not exist", p.display());
+        return Ok(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(p))
+        .find(|c| c.is_file())
+        .with_context(|| format!("{} is not in PATH", p.display()))
+}
+
+/// Records `req.command` under qemu-user and writes `req.output`.
+pub fn record_portable(req: &PortableRequest) -> Result<PortableSummary> {
+    ensure!(
+        !req.kernel,
+        "--kernel: the portable capture runs the program under qemu-user, which sees user space only"
+    );
+    if req.filter.is_some() && req.tracer != Tracer::IntelPt {
+        bail!("--filter applies to Intel PT only");
+    }
+    let (program, args) = req
+        .command
+        .split_first()
+        .context("give a command after `--`")?;
+    let program = resolve(program)?;
+    let rec = QemuRecorder::new()
+        .log_mappings(true)
+        .record(&program, args)
+        .with_context(|| format!("recording {} under qemu-x86_64", program.display()))?;
+    // What the program wrote, passed on (qemu's own log went to its FIFO).
+    {
+        use std::io::Write as _;
+        std::io::stdout().write_all(&rec.stdout).ok();
+        std::io::stderr().write_all(&rec.stderr).ok();
+    }
+    let execution = &rec.execution;
+    let log = GuestLog::parse(&rec.mapping_log);
+    let executed: Vec<(u64, u64)> = execution
+        .memory()
+        .segments()
+        .iter()
+        .map(|s| (s.addr.0, s.end()))
+        .collect();
+    let maps = guest_mappings(&program, &log, &executed)?;
+    // qemu runs the program in its own process: its pid is the guest's.
+    let pid = log.pid.unwrap_or(std::process::id());
+    let comm = program
+        .file_name()
+        .map(|n| n.to_string_lossy().chars().take(15).collect::<String>())
+        .unwrap_or_default();
+    let side = Sideband {
+        pid,
+        comm: &comm,
+        maps: &maps,
+    };
+
+    let mut tmp = req.output.clone().into_os_string();
+    tmp.push(".hwtrace-partial");
+    let tmp = PathBuf::from(tmp);
+    let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let written = write_capture(req, execution, &side, BufWriter::new(file)).and_then(|(n, w)| {
+        w.into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &req.output)
+            .with_context(|| format!("cannot rename to {}", req.output.display()))?;
+        Ok(n)
+    });
+    if written.is_err() {
+        std::fs::remove_file(&tmp).ok();
+    }
+    let (aux_bytes, samples) = written?;
+    Ok(PortableSummary {
+        instructions: execution.len(),
+        mappings: maps.len(),
+        aux_bytes,
+        samples,
+        exit_code: match rec.end {
+            RecordEnd::Exited(s) => s.code(),
+            RecordEnd::Limit => None,
+        },
+    })
+}
+
+/// The sideband every capture starts with.
+struct Sideband<'a> {
+    pid: u32,
+    comm: &'a str,
+    maps: &'a [Mapping],
+}
+
+impl Sideband<'_> {
+    fn sample_id(&self) -> SampleId {
+        SampleId {
+            pid_tid: Some((self.pid, self.pid)),
+            time: Some(0),
+            cpu: Some(0),
+            identifier: Some(EVENT_ID),
+            id: Some(EVENT_ID),
+            ..SampleId::default()
+        }
+    }
+
+    fn write(&self, w: &mut impl RecordWriter) -> std::io::Result<()> {
+        let sid = self.sample_id();
+        w.comm(self.pid, self.pid, self.comm, true, &sid)?;
+        for m in self.maps {
+            // PROT_READ|PROT_EXEC, MAP_PRIVATE; user-mode record (misc 2).
+            w.mmap2(
+                2, self.pid, self.pid, m.start, m.len, m.pgoff, 5, 2, &m.name, &sid,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The IP range `ADDR/SIZE@FILE` covers at run time.
+fn filter_range(spec: &str, maps: &[Mapping]) -> Result<IpRange> {
+    let bad =
+        || format!("--filter `{spec}` is not ADDR/SIZE@FILE (e.g. 0x1130/0x40@/usr/bin/true)");
+    let (range, file) = spec.split_once('@').with_context(bad)?;
+    let (addr, size) = range.split_once('/').with_context(bad)?;
+    let num = |s: &str| {
+        let s = s.trim();
+        match s.strip_prefix("0x") {
+            Some(h) => u64::from_str_radix(h, 16).ok(),
+            None => s.parse().ok(),
+        }
+    };
+    let (addr, size) = (num(addr).with_context(bad)?, num(size).with_context(bad)?);
+    ensure!(size > 0, "--filter `{spec}`: SIZE is 0");
+    let canon = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
+    let want = canon(file);
+    let bias = maps
+        .iter()
+        .find(|m| m.bias.is_some() && canon(&m.name) == want)
+        .and_then(|m| m.bias)
+        .with_context(|| {
+            format!("--filter `{spec}`: {file} was not mapped executable by the program")
+        })?;
+    Ok(IpRange {
+        start: Ip(bias.wrapping_add(addr)),
+        end: Ip(bias.wrapping_add(addr).wrapping_add(size - 1)),
+    })
+}
+
+fn pt_attr() -> Attr {
+    let mut attr = intel_pt_attr(PT_PMU_TYPE, PT_CONFIG);
+    attr.sample_type &= !sample::TIME; // no TSC: perf decodes timeless
+    attr.set(flag::MMAP2, true);
+    attr.set(flag::COMM, true);
+    attr.set(flag::COMM_EXEC, true);
+    attr
+}
+
+fn features(maps: &[Mapping]) -> hwtrace_perf::data::write::FeatureData {
+    let mut f = machine_features(Path::new("/proc"));
+    f.nrcpus = Some((1, 1));
+    let files = maps
+        .iter()
+        .filter(|m| m.name.starts_with('/'))
+        .map(|m| m.name.as_bytes().to_vec())
+        .collect();
+    f.build_ids = build_ids(&files);
+    f
+}
+
+type Written<W> = ((usize, usize), W);
+
+fn write_capture<W: std::io::Write + std::io::Seek>(
+    req: &PortableRequest,
+    execution: &Execution,
+    side: &Sideband<'_>,
+    out: W,
+) -> Result<Written<W>> {
+    match req.tracer {
+        Tracer::IntelPt => write_pt(req, execution, side, out),
+        Tracer::IntelBts => write_bts(execution, side, out),
+        Tracer::Lbr => write_lbr(execution, side, out),
+        Tracer::Software => {
+            bail!("--sideband-only records real perf events; it has no portable form")
+        }
+    }
+}
+
+fn write_aux<W: std::io::Write + std::io::Seek>(
+    w: &mut PerfDataWriter<W>,
+    side: &Sideband<'_>,
+    aux: &[u8],
+) -> std::io::Result<()> {
+    let sid = side.sample_id();
+    side.write(w)?;
+    w.itrace_start(side.pid, side.pid, &sid)?;
+    // Per-thread AUX stream: cpu -1, tid = the thread.
+    w.auxtrace(aux, 0, 0, 0, side.pid, u32::MAX)?;
+    w.aux(0, aux.len() as u64, 0, &sid)?;
+    w.finished_round()
+}
+
+fn write_pt<W: std::io::Write + std::io::Seek>(
+    req: &PortableRequest,
+    execution: &Execution,
+    side: &Sideband<'_>,
+    out: W,
+) -> Result<Written<W>> {
+    let mut config = PtConfig::default();
+    if let Some(f) = &req.filter {
+        config.ip_filter[0] = Some(filter_range(f, side.maps)?);
+    }
+    let trace = PtEncoder::new(config)
+        .encode(execution)
+        .context("encoding the execution as Intel PT")?;
+    let attr = pt_attr();
+    let attrs = [EventAttr {
+        attr,
+        ids: vec![EVENT_ID],
+    }];
+    let mut w = PerfDataWriter::new(out, &attrs)?;
+    w.auxtrace_info_pt(&IntelPtInfo {
+        pmu_type: PT_PMU_TYPE,
+        tsc_bit: 1 << 10,
+        noretcomp_bit: 1 << 11,
+        mtc_bit: Some(1 << 9),
+        mtc_freq_bits: Some(0xf << 14),
+        tsc_ctc_ratio_n: Some(0),
+        tsc_ctc_ratio_d: Some(0),
+        cyc_bit: Some(1 << 1),
+        max_non_turbo_ratio: Some(0),
+        filter: req.filter.as_ref().map(|f| f.as_bytes().to_vec()),
+        ..IntelPtInfo::default()
+    })?;
+    write_aux(&mut w, side, &trace.bytes)?;
+    let out = w.finish(&features(side.maps))?;
+    Ok(((trace.bytes.len(), 0), out))
+}
+
+fn write_bts<W: std::io::Write + std::io::Seek>(
+    execution: &Execution,
+    side: &Sideband<'_>,
+    out: W,
+) -> Result<Written<W>> {
+    let stream = branches(execution).context("deriving the taken branches")?;
+    let records = 4096u64;
+    let base = 0xFFFF_FE00_0000_0000u64;
+    let debugctl = [DebugCtlFlag::Tr, DebugCtlFlag::Bts, DebugCtlFlag::Btint]
+        .into_iter()
+        .try_fold(DebugCtl::new(DebugCtlLayout::Modern), |c, f| {
+            c.with(f, true)
+        })?;
+    let mut sim = BtsSim::new(BtsConfig {
+        format: DsFormat::Bits64,
+        area: DsManagementArea {
+            bts_buffer_base: base,
+            bts_index: base,
+            bts_absolute_maximum: base + records * 24,
+            bts_interrupt_threshold: base + (records - records / 8) * 24,
+            ..DsManagementArea::default()
+        },
+        debugctl,
+        pmi_latency: 0,
+    })?;
+    let (_, mut aux) = sim.run_draining(&stream)?;
+    let left = usize::try_from(sim.records_before_index())? * 24;
+    aux.extend_from_slice(sim.buffer().get(..left).unwrap_or_default());
+    let mut attr = intel_pt_attr(BTS_PMU_TYPE, 0);
+    attr.sample_type &= !sample::TIME;
+    attr.set(flag::MMAP2, true);
+    attr.set(flag::COMM, true);
+    attr.set(flag::COMM_EXEC, true);
+    let attrs = [EventAttr {
+        attr,
+        ids: vec![EVENT_ID],
+    }];
+    let mut w = PerfDataWriter::new(out, &attrs)?;
+    w.auxtrace_info_bts(&IntelBtsInfo {
+        pmu_type: BTS_PMU_TYPE,
+        ..IntelBtsInfo::default()
+    })?;
+    write_aux(&mut w, side, &aux)?;
+    let out = w.finish(&features(side.maps))?;
+    Ok(((aux.len(), 0), out))
+}
+
+fn write_lbr<W: std::io::Write + std::io::Seek>(
+    execution: &Execution,
+    side: &Sideband<'_>,
+    out: W,
+) -> Result<Written<W>> {
+    let stream = branches(execution).context("deriving the taken branches")?;
+    let mut attr = Attr {
+        kind: attr_type::HARDWARE,
+        config: 1, // PERF_COUNT_HW_INSTRUCTIONS
+        sample_period: LBR_PERIOD,
+        sample_type: sample::IP | sample::TID | sample::ID | sample::BRANCH_STACK,
+        branch_sample_type: branch::USER | branch::ANY,
+        ..Attr::default()
+    };
+    for bit in [
+        flag::DISABLED,
+        flag::EXCLUDE_KERNEL,
+        flag::EXCLUDE_HV,
+        flag::SAMPLE_ID_ALL,
+        flag::ENABLE_ON_EXEC,
+        flag::MMAP2,
+        flag::COMM,
+        flag::COMM_EXEC,
+    ] {
+        attr.set(bit, true);
+    }
+    let attrs = [EventAttr {
+        attr,
+        ids: vec![EVENT_ID],
+    }];
+    let mut w = PerfDataWriter::new(out, &attrs)?;
+    side.write(&mut w)?;
+    let mut sim = LbrSim::new(LbrConfig::for_uarch(Uarch::Skylake)?)?;
+    let insns = execution.insns();
+    let mut next = 0usize; // next branch to run through the LBR
+    let mut at = 0usize; // instruction index the branch search resumes at
+    let mut samples = 0;
+    let period = usize::try_from(LBR_PERIOD)?;
+    let mut entries = Vec::new();
+    for i in (period..insns.len()).step_by(period) {
+        // Branches that completed before instruction i: from insns[j] to
+        // insns[j + 1] with j + 1 <= i.
+        while let Some(b) = stream.get(next) {
+            let found = (at..i).find(|&j| insns[j] == b.from && insns.get(j + 1) == Some(&b.to));
+            let Some(j) = found else { break };
+            sim.step(next, b)?;
+            next += 1;
+            at = j + 1;
+        }
+        let snap = sim.snapshot();
+        entries.clear();
+        for e in snap.stack()?.entries() {
+            let mispred = e.mispredicted().unwrap_or(false);
+            let cycles = u64::from(e.cycles().unwrap_or(0));
+            entries.push(BranchEntry {
+                from: e.from.ip.0,
+                to: e.to.ip.0,
+                flags: if mispred { 1 } else { 2 } | (cycles & 0xffff) << 4,
+            });
+        }
+        entries.reverse(); // perf wants the newest first
+        w.sample(
+            &attr,
+            2,
+            &SampleData {
+                ip: insns[i].0,
+                pid_tid: (side.pid, side.pid),
+                id: EVENT_ID,
+                branches: &entries,
+                ..SampleData::default()
+            },
+        )?;
+        samples += 1;
+    }
+    w.finished_round()?;
+    let out = w.finish(&features(side.maps))?;
+    Ok(((0, samples), out))
+}
+
+/// The tracer and output as said on stderr.
+pub fn describe(s: &PortableSummary, output: &Path, tracer: Tracer) -> String {
+    let status = s
+        .exit_code
+        .map_or(String::new(), |c| format!(", the command exited with {c}"));
+    let what = match tracer {
+        Tracer::Lbr => format!("{} LBR samples", s.samples),
+        _ => format!("{} {} bytes", s.aux_bytes, tracer.hardware()),
+    };
+    format!(
+        "hwtrace record --portable: wrote {} ({} instructions recorded with qemu-user, {what}, {} executable mappings{status})",
+        output.display(),
+        s.instructions,
+        s.mappings
+    )
+}
