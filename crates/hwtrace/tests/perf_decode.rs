@@ -25,8 +25,9 @@ use hwtrace_perf::data::TscConversion;
 use hwtrace_perf::data::attr::{flag, sample};
 use hwtrace_perf::data::header::EventAttr;
 use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, RecordWriter, intel_pt_attr};
+use hwtrace_perf::data::{PerfData, PerfRecord};
 use hwtrace_perf::pevent::SampleId;
-use hwtrace_perf::pevent::record::record_type;
+use hwtrace_perf::pevent::record::{Body, aux_flag, record_type};
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, QemuRecorder, TscModel};
 
 const PID: u32 = 4242;
@@ -207,6 +208,10 @@ struct Layout {
     /// thread [`PID`] switched in before the trace, the thread [`PID`]` + 1`
     /// of the same process at the time of this instruction.
     switch_at: Option<usize>,
+    /// Name the mapping of the file whose path ends so `[vdso]`.
+    vdso_for: Option<&'static str>,
+    /// A LOST record (7 events) and the AUX record flagged TRUNCATED.
+    losses: bool,
 }
 
 /// TSC of the first instruction and ticks per instruction; perf time is
@@ -256,7 +261,11 @@ fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
     };
     w.comm(PID, PID, "true", true, &sid).unwrap();
     for m in &r.maps {
-        w.mmap2(2, PID, PID, m.addr, m.len, m.pgoff, 5, 2, &m.path, &sid)
+        let name = match layout.vdso_for {
+            Some(end) if m.path.ends_with(end) => "[vdso]",
+            _ => &m.path,
+        };
+        w.mmap2(2, PID, PID, m.addr, m.len, m.pgoff, 5, 2, name, &sid)
             .unwrap();
     }
     for &i in &r.uncovered {
@@ -313,7 +322,15 @@ fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
                 .unwrap();
         }
     }
-    w.aux(0, pt.len() as u64, 0, &sid).unwrap();
+    let flags = if layout.losses {
+        let mut lost = 1u64.to_le_bytes().to_vec();
+        lost.extend_from_slice(&7u64.to_le_bytes());
+        w.write_event(record_type::LOST, 0, &lost, &sid).unwrap();
+        aux_flag::TRUNCATED
+    } else {
+        0
+    };
+    w.aux(0, pt.len() as u64, flags, &sid).unwrap();
     w.finished_round().unwrap();
     let files = r.maps.iter().map(|m| m.path.as_bytes().to_vec()).collect();
     let mut build_ids = hwtrace_perf::capture::session::build_ids(&files);
@@ -373,6 +390,8 @@ const PLAIN: Layout = Layout {
     split: None,
     wrong_build_id: None,
     switch_at: None,
+    vdso_for: None,
+    losses: false,
 };
 
 #[test]
@@ -551,6 +570,7 @@ fn a_gap_between_aux_buffers_is_reported_with_offset_and_size() {
         &Layout {
             per_cpu: true,
             split: Some((at, lost)),
+            losses: true,
             ..PLAIN
         },
     );
@@ -560,6 +580,22 @@ fn a_gap_between_aux_buffers_is_reported_with_offset_and_size() {
     let expect = format!("lost {lost} bytes of trace at stream offset {at:#x}");
     assert!(stderr.contains(&expect), "no `{expect}` in: {stderr}");
     assert!(stderr.contains("cpu 0 tid -1"), "{stderr}");
+    // The LOST and the truncated AUX record, each at its file offset.
+    let bytes = std::fs::read(&file).unwrap();
+    let data = PerfData::parse(&bytes).unwrap();
+    let offset_of = |want: fn(&Body<'_>) -> bool| {
+        data.records()
+            .filter_map(Result::ok)
+            .find(|r| matches!(&r.record, PerfRecord::Event(e) if want(&e.body)))
+            .map(|r| r.offset)
+            .unwrap()
+    };
+    let lost_at = offset_of(|b| matches!(b, Body::Lost(_)));
+    let aux_at = offset_of(|b| matches!(b, Body::Aux(_)));
+    let expect = format!("LOST record at file offset {lost_at}: 7 sideband events lost");
+    assert!(stderr.contains(&expect), "no `{expect}` in: {stderr}");
+    let expect = format!("AUX record at file offset {aux_at} says the hardware lost trace");
+    assert!(stderr.contains(&expect), "no `{expect}` in: {stderr}");
     // Per-CPU queue: the thread comes from the sideband.
     let lines = decoded(&out);
     assert!(
@@ -653,5 +689,150 @@ fn per_cpu_instructions_go_to_the_thread_switched_in_at_their_time() {
         "switched at {at}, attributed from {first_b} of {}",
         want.len()
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_vdso_comes_from_the_vdso_option() {
+    let dir = scratch("vdso");
+    // The program's own code stands in for the vDSO: mapped as `[vdso]`,
+    // it can only be read from --vdso.
+    let file = write_perf_data(
+        &dir,
+        &Layout {
+            vdso_for: Some("/true"),
+            ..PLAIN
+        },
+    );
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("[vdso]") && l.contains("decoding stopped"))
+        .unwrap_or_else(|| panic!("no vDSO report: {stderr}"));
+    assert!(line.contains("--vdso"), "{line}");
+    assert!(count_after(line, "stopped") > 0, "{line}");
+
+    let exe = recorded()
+        .maps
+        .iter()
+        .find(|m| m.path.ends_with("/true"))
+        .unwrap();
+    let out = hwtrace(&[
+        "perf",
+        "decode",
+        "--vdso",
+        &exe.path,
+        file.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let ips: Vec<u64> = decoded(&out).iter().map(|l| l.2).collect();
+    assert_same("with --vdso", &ips, &executed());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn kernel_images_are_refused_with_a_clear_message() {
+    let out = hwtrace(&["perf", "decode", "--kcore", "/proc/kcore", "perf.data"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--kcore/--kallsyms") && stderr.contains("not supported yet"),
+        "{stderr}"
+    );
+}
+
+/// `(from, to)` of perf's `--itrace=b` lines:
+/// `comm pid 1 branches:u: FROM sym (dso) => TO sym (dso)`.
+fn perf_branches(text: &str) -> Vec<(u64, u64)> {
+    text.lines()
+        .filter_map(|l| {
+            let (from, to) = l.split_once("=>")?;
+            let from = from
+                .split_once("branches")?
+                .1
+                .split_once(':')?
+                .1
+                .split_once(':')?
+                .1;
+            let hex = |s: &str| u64::from_str_radix(s.split_whitespace().next()?, 16).ok();
+            Some((hex(from)?, hex(to)?))
+        })
+        .collect()
+}
+
+#[test]
+fn branches_match_perf_script_itrace_b() {
+    let dir = scratch("branches");
+    let file = write_perf_data(&dir, &PLAIN);
+    let perf = Command::new("perf")
+        .args(["script", "-f", "-i"])
+        .arg(&file)
+        .arg("--itrace=b")
+        .output()
+        .unwrap_or_else(|e| panic!("`perf` cannot run (scripts/setup.sh installs it): {e}"));
+    assert!(
+        perf.status.success(),
+        "perf script: {}",
+        String::from_utf8_lossy(&perf.stderr)
+    );
+    let theirs = perf_branches(&String::from_utf8_lossy(&perf.stdout));
+    let out = hwtrace(&["perf", "decode", "--branches", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+            Some((hex(f.get(2)?)?, hex(f.get(4)?)?))
+        })
+        .collect();
+    // Both sides' transfers with both ends known (trace begin/end have one
+    // end 0).
+    let known = |v: &[(u64, u64)]| -> Vec<(u64, u64)> {
+        v.iter()
+            .copied()
+            .filter(|&(f, t)| f != 0 && t != 0)
+            .collect()
+    };
+    let (theirs, ours) = (known(&theirs), known(&ours));
+    assert!(ours.len() > 100, "{} branches", ours.len());
+    let first_diff = theirs.iter().zip(&ours).position(|(a, b)| a != b);
+    assert!(
+        theirs == ours,
+        "perf {} branches, hwtrace {}; first difference at {first_diff:?}",
+        theirs.len(),
+        ours.len()
+    );
+
+    // --json: one object per branch, the same ones.
+    let out = hwtrace(&[
+        "perf",
+        "decode",
+        "--branches",
+        "--json",
+        file.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let objs: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let from_json: Vec<(u64, u64)> = objs
+        .iter()
+        .filter_map(|v| {
+            let hex =
+                |k: &str| u64::from_str_radix(v[k].as_str()?.trim_start_matches("0x"), 16).ok();
+            Some((hex("from")?, hex("to")?))
+        })
+        .collect();
+    assert_eq!(known(&from_json), ours);
+    assert!(objs.iter().all(|v| v["tid"] == PID && v["cpu"].is_null()));
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -3,6 +3,7 @@
 //! errors blamed on missing code, gaps reported.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::io::Write;
 
@@ -245,22 +246,43 @@ impl<'s> QueueDecoder<'s> {
         diag: &mut dyn Write,
     ) -> Result<()> {
         let image = std::mem::take(&mut self.image.image);
+        // The TSC of the last timed event (PSB+, enable, ...): with
+        // `--branches` events are consumed on the way, so it is taken here.
+        let last_tsc = Cell::new(None);
         let result = (|| {
             let dec = InsnDecoder::new(trace, self.settings.config, &image);
-            let items = Items::new(dec);
-            if self.opts.format == Format::Branches {
-                for item in Branches::new(items) {
-                    self.item(item, start, trace.len() as u64, out, diag)?;
+            let items = Items::new(dec).inspect(|item| {
+                if let Item::Event { event, .. } = item
+                    && event.has_tsc
+                {
+                    last_tsc.set(Some(event.tsc));
                 }
+            });
+            let branches = self.opts.format == Format::Branches;
+            let mut each = |item: Item| {
+                if let Some(tsc) = last_tsc.take() {
+                    self.at_tsc(tsc);
+                }
+                self.item(item, start, trace.len() as u64, out, diag)
+            };
+            if branches {
+                Branches::new(items).try_for_each(&mut each)
             } else {
-                for item in items {
-                    self.item(item, start, trace.len() as u64, out, diag)?;
-                }
+                items.into_iter().try_for_each(&mut each)
             }
-            Ok(())
         })();
         self.image.image = image;
         result
+    }
+
+    /// Time passed: on a per-CPU queue, the thread switched in by then runs.
+    fn at_tsc(&mut self, tsc: u64) {
+        if let Some(sb) = self.timeline {
+            let time = perf_time(&self.settings.tsc, tsc);
+            if let Some(tid) = sb.thread_at(self.key.cpu, time) {
+                self.tid = Some(tid);
+            }
+        }
     }
 
     fn item(
@@ -347,17 +369,7 @@ impl<'s> QueueDecoder<'s> {
                     start + offset
                 )?;
             }
-            Item::Event { event, .. } => {
-                if let Some(sb) = self.timeline
-                    && event.has_tsc
-                {
-                    let time = perf_time(&self.settings.tsc, event.tsc);
-                    if let Some(tid) = sb.thread_at(key.cpu, time) {
-                        self.tid = Some(tid);
-                    }
-                }
-            }
-            Item::Block(_) => {}
+            Item::Event { .. } | Item::Block(_) => {}
         }
         Ok(())
     }
