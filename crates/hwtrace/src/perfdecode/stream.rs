@@ -245,34 +245,44 @@ impl<'s> QueueDecoder<'s> {
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<()> {
+        // The image leaves `self` while the decoder borrows it.
         let image = std::mem::take(&mut self.image.image);
+        let result = self.decode_over(&image, trace, start, out, diag);
+        self.image.image = image;
+        result
+    }
+
+    fn decode_over(
+        &mut self,
+        image: &hwtrace_mem::image::Image,
+        trace: &[u8],
+        start: u64,
+        out: &mut dyn Write,
+        diag: &mut dyn Write,
+    ) -> Result<()> {
         // The TSC of the last timed event (PSB+, enable, ...): with
         // `--branches` events are consumed on the way, so it is taken here.
         let last_tsc = Cell::new(None);
-        let result = (|| {
-            let dec = InsnDecoder::new(trace, self.settings.config, &image);
-            let items = Items::new(dec).inspect(|item| {
-                if let Item::Event { event, .. } = item
-                    && event.has_tsc
-                {
-                    last_tsc.set(Some(event.tsc));
-                }
-            });
-            let branches = self.opts.format == Format::Branches;
-            let mut each = |item: Item| {
-                if let Some(tsc) = last_tsc.take() {
-                    self.at_tsc(tsc);
-                }
-                self.item(item, start, trace.len() as u64, out, diag)
-            };
-            if branches {
-                Branches::new(items).try_for_each(&mut each)
-            } else {
-                items.into_iter().try_for_each(&mut each)
+        let dec = InsnDecoder::new(trace, self.settings.config, image);
+        let items = Items::new(dec).inspect(|item| {
+            if let Item::Event { event, .. } = item
+                && event.has_tsc
+            {
+                last_tsc.set(Some(event.tsc));
             }
-        })();
-        self.image.image = image;
-        result
+        });
+        let branches = self.opts.format == Format::Branches;
+        let mut each = |item: Item| {
+            if let Some(tsc) = last_tsc.take() {
+                self.at_tsc(tsc);
+            }
+            self.item(item, start, trace.len() as u64, out, diag)
+        };
+        if branches {
+            Branches::new(items).try_for_each(&mut each)
+        } else {
+            items.into_iter().try_for_each(&mut each)
+        }
     }
 
     /// Time passed: on a per-CPU queue, the thread switched in by then runs.
