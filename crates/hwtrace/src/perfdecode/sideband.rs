@@ -174,3 +174,32 @@ impl Sideband {
             .map_or(0, |t| t.iter().filter(|&&t| t != 0).count())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_thread_at_a_time_is_the_last_switched_in() {
+        let mut sb = Sideband::default();
+        sb.switches
+            .insert(0, vec![(100, 7), (200, 8), (200, 9), (300, 0)]);
+        assert_eq!(sb.thread_at(0, 99), None);
+        assert_eq!(sb.thread_at(0, 100), Some(7));
+        assert_eq!(sb.thread_at(0, 199), Some(7));
+        assert_eq!(sb.thread_at(0, 200), Some(9));
+        assert_eq!(sb.thread_at(0, 1000), Some(0));
+        assert_eq!(sb.thread_at(1, 1000), None);
+    }
+
+    #[test]
+    fn one_busy_thread_on_a_cpu_is_its_thread() {
+        let mut sb = Sideband::default();
+        sb.threads_on_cpu.insert(0, BTreeSet::from([0, 5]));
+        sb.threads_on_cpu.insert(1, BTreeSet::from([5, 6]));
+        assert_eq!(sb.only_thread_on(0), Some(5));
+        assert_eq!(sb.only_thread_on(1), None);
+        assert_eq!(sb.thread_count_on(1), 2);
+        assert_eq!(sb.only_thread_on(2), None);
+    }
+}

@@ -434,3 +434,63 @@ fn runs(queue: &AuxQueue<'_>) -> Vec<std::ops::Range<usize>> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtrace_perf::data::{AuxChunk, AuxGap, FileOffset};
+
+    #[test]
+    fn perf_time_is_perfs_tsc_conversion() {
+        let c = TscConversion {
+            time_shift: 10,
+            time_mult: 3 << 9, // 1.5 ns per tick
+            time_zero: 1000,
+            cap_user_time_zero: true,
+        };
+        assert_eq!(perf_time(&c, 0), 1000);
+        assert_eq!(perf_time(&c, 2), 1003);
+        assert_eq!(perf_time(&c, 1 << 40), 1000 + (1 << 40) / 2 * 3);
+        // No overflow at the top of the range.
+        let big = TscConversion {
+            time_shift: 0,
+            time_mult: u32::MAX,
+            time_zero: u64::MAX,
+            cap_user_time_zero: true,
+        };
+        assert_eq!(perf_time(&big, u64::MAX), u64::MAX);
+    }
+
+    fn chunk(n: u64, data: &'static [u8], stream_offset: u64) -> AuxChunk<'static> {
+        AuxChunk {
+            record_offset: FileOffset(n * 0x100),
+            aux_offset: stream_offset,
+            stream_offset,
+            data,
+        }
+    }
+
+    #[test]
+    fn runs_split_at_gaps_only() {
+        static B: [u8; 8] = [0; 8];
+        let queue = AuxQueue {
+            chunks: vec![
+                chunk(1, &B, 0),
+                chunk(2, &B, 8),
+                chunk(3, &B, 16),
+                chunk(4, &B, 24),
+            ],
+            gaps: vec![AuxGap {
+                stream_offset: 16,
+                record_offset: FileOffset(0x300),
+                expected_aux_offset: 16,
+                found_aux_offset: 48,
+            }],
+        };
+        assert_eq!(runs(&queue), [0..2, 2..4]);
+        assert_eq!(
+            runs(&AuxQueue::default()),
+            Vec::<std::ops::Range<usize>>::new()
+        );
+    }
+}
