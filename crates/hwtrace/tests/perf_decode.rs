@@ -24,7 +24,9 @@ use hwtrace_perf::data::IntelPtInfo;
 use hwtrace_perf::data::TscConversion;
 use hwtrace_perf::data::attr::{flag, sample};
 use hwtrace_perf::data::header::EventAttr;
-use hwtrace_perf::data::write::{FeatureData, PerfDataWriter, RecordWriter, intel_pt_attr};
+use hwtrace_perf::data::write::{
+    FeatureData, PerfDataWriter, PipeWriter, RecordWriter, intel_pt_attr,
+};
 use hwtrace_perf::data::{PerfData, PerfRecord};
 use hwtrace_perf::pevent::SampleId;
 use hwtrace_perf::pevent::record::{Body, aux_flag, record_type};
@@ -212,6 +214,8 @@ struct Layout {
     vdso_for: Option<&'static str>,
     /// A LOST record (7 events) and the AUX record flagged TRUNCATED.
     losses: bool,
+    /// Pipe format instead of file format.
+    pipe: bool,
 }
 
 /// TSC of the first instruction and ticks per instruction; perf time is
@@ -224,7 +228,6 @@ const TSC: TscModel = TscModel {
 /// Writes perf.data (and the code no real file holds) into `dir`; returns
 /// the perf.data path.
 fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
-    let r = recorded();
     let mut attr = intel_pt_attr(8, 1 | 1 << 13);
     if layout.switch_at.is_none() {
         attr.sample_type &= !sample::TIME;
@@ -232,7 +235,41 @@ fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
     attr.set(flag::MMAP2, true);
     attr.set(flag::COMM, true);
     let attrs = [EventAttr { attr, ids: vec![1] }];
-    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    let files = recorded()
+        .maps
+        .iter()
+        .map(|m| m.path.as_bytes().to_vec())
+        .collect();
+    let mut build_ids = hwtrace_perf::capture::session::build_ids(&files);
+    for (_, id, name) in &mut build_ids {
+        if layout.wrong_build_id.is_some_and(|end| name.ends_with(end)) {
+            id.iter_mut().for_each(|b| *b ^= 0xff);
+        }
+    }
+    let f = FeatureData {
+        arch: Some("x86_64".into()),
+        nrcpus: Some((1, 1)),
+        build_ids,
+        ..FeatureData::default()
+    };
+    let bytes = if layout.pipe {
+        let mut w = PipeWriter::new(Vec::new(), &attrs, &f).unwrap();
+        write_records(&mut w, dir, layout);
+        w.finish().unwrap()
+    } else {
+        let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+        write_records(&mut w, dir, layout);
+        w.finish(&f).unwrap().into_inner()
+    };
+    let file = dir.join("perf.data");
+    std::fs::write(&file, bytes).unwrap();
+    file
+}
+
+/// The records of the perf.data: AUXTRACE_INFO, COMM, MMAP2s, switches,
+/// the trace.
+fn write_records(w: &mut impl RecordWriter, dir: &Path, layout: &Layout) {
+    let r = recorded();
     w.auxtrace_info_pt(&IntelPtInfo {
         pmu_type: 8,
         tsc_bit: 1 << 10,
@@ -332,23 +369,6 @@ fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
     };
     w.aux(0, pt.len() as u64, flags, &sid).unwrap();
     w.finished_round().unwrap();
-    let files = r.maps.iter().map(|m| m.path.as_bytes().to_vec()).collect();
-    let mut build_ids = hwtrace_perf::capture::session::build_ids(&files);
-    for (_, id, name) in &mut build_ids {
-        if layout.wrong_build_id.is_some_and(|end| name.ends_with(end)) {
-            id.iter_mut().for_each(|b| *b ^= 0xff);
-        }
-    }
-    let f = FeatureData {
-        arch: Some("x86_64".into()),
-        nrcpus: Some((1, 1)),
-        build_ids,
-        ..FeatureData::default()
-    };
-    let bytes = w.finish(&f).unwrap().into_inner();
-    let file = dir.join("perf.data");
-    std::fs::write(&file, bytes).unwrap();
-    file
 }
 
 fn hwtrace(args: &[&str]) -> Output {
@@ -392,6 +412,7 @@ const PLAIN: Layout = Layout {
     switch_at: None,
     vdso_for: None,
     losses: false,
+    pipe: false,
 };
 
 #[test]
@@ -441,6 +462,28 @@ fn decodes_exactly_the_executed_instructions_of_the_thread() {
     assert_eq!(v["insns"], executed().len() as u64);
     assert_eq!(v["return_compression"], true);
     assert_eq!(v["tid"], PID);
+
+    // The same recording in pipe format.
+    let file = write_perf_data(
+        &dir,
+        &Layout {
+            pipe: true,
+            ..PLAIN
+        },
+    );
+    assert_eq!(
+        &std::fs::read(&file).unwrap()[8..16],
+        &16u64.to_le_bytes(),
+        "not a pipe header"
+    );
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "pipe format: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ips: Vec<u64> = decoded(&out).iter().map(|l| l.2).collect();
+    assert_same("pipe format", &ips, &executed());
     std::fs::remove_dir_all(&dir).ok();
 }
 
