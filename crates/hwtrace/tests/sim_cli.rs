@@ -388,3 +388,122 @@ fn sim_pt_slow_consumer_loses_packets_behind_ovf() {
         assert!(matches!(all.get(i + 1), Some(Packet::Psb)), "OVF then PSB");
     }
 }
+
+/// Packets of each kind in `all`.
+fn count_kind(all: &[Packet], kind: hwtrace_packet::PacketKind) -> u64 {
+    all.iter().filter(|p| p.kind() == kind).count() as u64
+}
+
+/// `--tsc --mtc-freq --cyc --psb-freq`: MTC, CYC, CBR and TMA packets, as
+/// many as reported, `dump --stats` reads them, and IA32_RTIT_CTL says
+/// MTCEn/MTCFreq, CYCEn/CYCThresh and PSBFreq; `--cr3-filter match` traces
+/// (a PIP in each PSB+), `mismatch` writes no control flow at all, and
+/// `--no-branches` writes no TNT/TIP with BranchEn = 0.
+#[test]
+fn sim_pt_timing_cr3_filter_and_no_branches() {
+    use hwtrace_packet::PacketKind as K;
+    let path = scratch("timing.pt");
+    let p = path.to_str().expect("UTF-8 path");
+    let out = ok(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--tsc",
+        "--mtc-freq",
+        "3",
+        "--cyc",
+        "1",
+        "--psb-freq",
+        "1",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    let bytes = std::fs::read(&path).expect("written");
+    let all = packets(&bytes);
+    for (word, kind) in [
+        ("MTCs", K::Mtc),
+        ("CYCs", K::Cyc),
+        ("CBRs", K::Cbr),
+        ("TMAs", K::Tma),
+    ] {
+        let n = count_kind(&all, kind);
+        assert!(n > 0, "no {kind:?} in {out}");
+        assert_eq!(n, count_before(&out, word), "{word}");
+    }
+    assert_eq!(count_kind(&all, K::Tma), count_kind(&all, K::Psb));
+    let dump = hwtrace(&["dump", p, "--stats"]);
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "MTCEn"), "0x1");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "MTCFreq"), "0x3");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "CYCEn"), "0x1");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "CYCThresh"), "0x1");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "PSBFreq"), "0x1");
+
+    let traced = |filter: &str, name: &str| {
+        let path = scratch(name);
+        let p = path.to_str().expect("UTF-8 path").to_string();
+        let out = ok(&[
+            "sim",
+            "pt",
+            "--qemu",
+            "--cr3-filter",
+            filter,
+            "-o",
+            &p,
+            "--",
+            "/bin/true",
+        ]);
+        (out, packets(&std::fs::read(&path).expect("written")))
+    };
+    let (out, all) = traced("match", "cr3-match.pt");
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "CR3Filter"), "0x1");
+    assert!(count_kind(&all, K::TipPge) > 0, "{out}");
+    assert_eq!(count_kind(&all, K::Pip), count_kind(&all, K::Psb));
+    let (out, all) = traced("mismatch", "cr3-mismatch.pt");
+    assert!(out.contains("does not match"), "{out}");
+    let kinds: Vec<K> = all.iter().map(Packet::kind).collect();
+    assert_eq!(kinds, [K::Psb, K::Psbend], "{out}");
+
+    let path = scratch("nobranch.pt");
+    let p = path.to_str().expect("UTF-8 path");
+    let out = ok(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--no-branches",
+        "--tsc",
+        "--mtc-freq",
+        "0",
+        "--psb-period",
+        "512",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(field_value(&out, "IA32_RTIT_CTL", "BranchEn"), "0x0");
+    let all = packets(&std::fs::read(&path).expect("written"));
+    for kind in [K::Tnt8, K::Tnt64, K::Tip, K::TipPge, K::TipPgd, K::Fup] {
+        assert_eq!(count_kind(&all, kind), 0, "{kind:?} with BranchEn = 0");
+    }
+    assert!(count_kind(&all, K::Mtc) > 0 && count_kind(&all, K::Psb) > 1);
+
+    let err = fails(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--mtc-freq",
+        "16",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert!(err.contains("MTCFreq 16"), "{err}");
+}

@@ -28,10 +28,11 @@ use hwtrace_regs::rtit::{AddrCfg, RtitCtl};
 use hwtrace_regs::topa::{TopaEntry, TopaLink, TopaRegion, TopaSize, build_table};
 use hwtrace_sim::decode::bts_branches;
 use hwtrace_sim::{
-    BtsConfig, BtsSim, Consumer, Execution, IpRange, LbrConfig, LbrSim, Limits, OutputRun,
-    OutputTarget, PtConfig, PtEncoder, TopaTable, TscModel, branches, write_output,
+    BtsConfig, BtsSim, Consumer, Cr3Filter, Execution, IpRange, LbrConfig, LbrSim, Limits,
+    OutputRun, OutputTarget, PtConfig, PtEncoder, Timing, TopaTable, TscModel, branches,
+    write_output,
 };
-use hwtrace_types::{Ip, PhysAddr};
+use hwtrace_types::{Cr3, Ip, PhysAddr};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -91,9 +92,26 @@ struct PtArgs {
     /// Bytes of trace between PSBs (default 4096).
     #[arg(long, value_name = "BYTES")]
     psb_period: Option<String>,
+    /// PSBFreq N: a PSB+ every 2^(N+11) bytes (instead of --psb-period).
+    #[arg(long, value_name = "N", conflicts_with = "psb_period")]
+    psb_freq: Option<u8>,
     /// A TSC packet in each PSB+ (TSCEn = 1).
     #[arg(long)]
     tsc: bool,
+    /// MTC packets every 2^N crystal-clock ticks (MTCEn = 1, MTCFreq = N;
+    /// TMA after each TSC, CBR in PSB+).
+    #[arg(long, value_name = "N")]
+    mtc_freq: Option<u8>,
+    /// CYC packets (CYCEn = 1) with CYCThresh THRESH (CBR in PSB+).
+    #[arg(long, value_name = "THRESH")]
+    cyc: Option<u8>,
+    /// CR3 filtering (CR3Filter = 1): IA32_RTIT_CR3_MATCH is `match` (the
+    /// simulated process's CR3), `mismatch` (another one) or a value.
+    #[arg(long, value_name = "match|mismatch|0xCR3")]
+    cr3_filter: Option<String>,
+    /// BranchEn = 0: no control-flow packets, only PSB+ and timing.
+    #[arg(long)]
+    no_branches: bool,
     /// IP filter range START-END (ADDRn_CFG = 1), up to four.
     #[arg(long, value_name = "START-END")]
     filter: Vec<String>,
@@ -170,6 +188,27 @@ fn size(flag: &str, s: &str) -> Result<u64> {
         .ok_or_else(|| anyhow!("{flag} `{s}` is too large"))
 }
 
+/// The TSC `--tsc` writes: 0 at the first instruction, one tick per
+/// instruction (`hwtrace_sim::clock` derives the other clocks from it).
+const TSC_CLOCK: TscModel = TscModel {
+    start: 0,
+    ticks_per_insn: 1,
+};
+
+/// The clock ratios behind `--mtc-freq` and `--cyc`: core 32 × bus clock,
+/// TSC 24 × bus clock (decoders: `--nom-freq 24`), CPUID.15H EAX = 2,
+/// EBX = 79 (`--cpuid-0x15.eax 2 --cpuid-0x15.ebx 79`).
+const SIM_TIMING: Timing = Timing {
+    mtc_freq: None,
+    cyc_thresh: None,
+    cbr: Some(32),
+    tsc_bus_ratio: 24,
+    tsc_ctc_ratio: Some((2, 79)),
+};
+
+/// The CR3 the recorded process is given for `--cr3-filter`.
+const PROCESS_CR3: Cr3 = Cr3(0x0000_0001_2345_6000);
+
 fn pt_config(a: &PtArgs) -> Result<PtConfig> {
     let mut config = PtConfig {
         return_compression: !a.no_retcomp,
@@ -182,12 +221,36 @@ fn pt_config(a: &PtArgs) -> Result<PtConfig> {
             .filter(|&p| p > 0)
             .ok_or_else(|| anyhow!("--psb-period must be 1 to 4294967295 bytes"))?;
     }
+    if let Some(n) = a.psb_freq {
+        config.psb_period = PtConfig::psb_period_for_freq(n)
+            .ok_or_else(|| anyhow!("--psb-freq {n}: PSBFreq is 0 to 15"))?;
+    }
     if a.tsc {
-        config.tsc = Some(TscModel {
-            start: 0,
-            ticks_per_insn: 1,
+        config.tsc = Some(TSC_CLOCK);
+    }
+    if a.mtc_freq.is_some() || a.cyc.is_some() {
+        config.timing = Timing {
+            mtc_freq: a.mtc_freq,
+            cyc_thresh: a.cyc,
+            ..SIM_TIMING
+        };
+        config
+            .timing
+            .validate()
+            .map_err(|e| anyhow!("--mtc-freq/--cyc: {e}"))?;
+    }
+    if let Some(f) = &a.cr3_filter {
+        let cr3_match = match f.to_ascii_lowercase().as_str() {
+            "match" => PROCESS_CR3,
+            "mismatch" => Cr3(PROCESS_CR3.0 ^ 0x1000),
+            _ => Cr3(number("--cr3-filter", f)?),
+        };
+        config.cr3_filter = Some(Cr3Filter {
+            cr3_match,
+            process_cr3: PROCESS_CR3,
         });
     }
+    config.branch_en = !a.no_branches;
     ensure!(
         a.filter.len() <= config.ip_filter.len(),
         "at most {} --filter ranges (ADDR0..ADDR3)",
@@ -208,15 +271,23 @@ fn pt_config(a: &PtArgs) -> Result<PtConfig> {
 }
 
 /// The IA32_RTIT_CTL value the configuration corresponds to (SDM Vol. 3C
-/// §33.2.8.2): TraceEn, User, BranchEn, ToPA, TSCEn, DisRETC, ADDRn_CFG.
+/// §33.2.8.2): TraceEn, User, BranchEn, ToPA, TSCEn, DisRETC, CR3Filter,
+/// MTCEn/MTCFreq, CYCEn/CYCThresh, PSBFreq, ADDRn_CFG.
 fn rtit_ctl(config: &PtConfig, topa: bool) -> Result<RtitCtl> {
     let mut ctl = RtitCtl::new()
         .with_trace_en(true)
         .with_user(true)
-        .with_branch_en(true)
+        .with_branch_en(config.branch_en)
         .with_topa(topa)
         .with_tsc_en(config.tsc.is_some())
-        .with_dis_retc(!config.return_compression);
+        .with_dis_retc(!config.return_compression)
+        .with_cr3_filter(config.cr3_filter.is_some());
+    if let Some(n) = config.timing.mtc_freq {
+        ctl = ctl.with_mtc_en(true).with_mtc_freq(u64::from(n))?;
+    }
+    if let Some(n) = config.timing.cyc_thresh {
+        ctl = ctl.with_cyc_en(true).with_cyc_thresh(u64::from(n))?;
+    }
     // PSBFreq n asks for a PSB every 2 KiB · 2^n (§33.2.8.2); other periods
     // have no encoding and leave the field 0.
     let period = u64::from(config.psb_period);
@@ -341,6 +412,27 @@ fn pt(a: &PtArgs, out: &mut dyn Write) -> Result<()> {
         trace.bytes.len(),
         trace.psbs.len()
     )?;
+    let s = &trace.stats;
+    if config.timing != Timing::default() || config.cr3_filter.is_some() {
+        writeln!(
+            out,
+            "{} MTCs, {} CYCs, {} CBRs, {} TMAs, {} PIPs",
+            s.mtcs, s.cycs, s.cbrs, s.tmas, s.pips
+        )?;
+    }
+    if let Some(f) = config.cr3_filter {
+        writeln!(
+            out,
+            "process CR3 {:#x}: {}",
+            f.process_cr3.0,
+            if f.matches() {
+                "matches, traced"
+            } else {
+                "does not match, not traced"
+            }
+        )?;
+        print_register(out, RegisterId::RtitCr3Match, f.cr3_match.0)?;
+    }
     let ctl = rtit_ctl(&config, matches!(target, Some(OutputTarget::Topa { .. })))?;
     let bytes = match &target {
         None => {
