@@ -663,13 +663,11 @@ fn a_gap_between_aux_buffers_is_reported_with_offset_and_size() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[test]
-fn perf_script_decodes_the_same_instructions() {
-    let dir = scratch("perf");
-    let file = write_perf_data(&dir, &PLAIN);
+/// `perf script --itrace=i0ns -F ip` of `file`.
+fn perf_script_ips(file: &Path) -> Vec<u64> {
     let perf = Command::new("perf")
         .args(["script", "-f", "-i"])
-        .arg(&file)
+        .arg(file)
         .args(["--itrace=i0ns", "-F", "ip"])
         .output()
         .unwrap_or_else(|e| panic!("`perf` cannot run (scripts/setup.sh installs it): {e}"));
@@ -678,10 +676,17 @@ fn perf_script_decodes_the_same_instructions() {
         "perf script: {}",
         String::from_utf8_lossy(&perf.stderr)
     );
-    let theirs: Vec<u64> = String::from_utf8_lossy(&perf.stdout)
+    String::from_utf8_lossy(&perf.stdout)
         .lines()
         .map(|l| u64::from_str_radix(l.trim(), 16).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect();
+        .collect()
+}
+
+#[test]
+fn perf_script_decodes_the_same_instructions() {
+    let dir = scratch("perf");
+    let file = write_perf_data(&dir, &PLAIN);
+    let theirs = perf_script_ips(&file);
     let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -692,6 +697,23 @@ fn perf_script_decodes_the_same_instructions() {
     assert!(!ours.is_empty());
     assert_same("perf script vs hwtrace perf decode", &theirs, &ours);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn the_shipped_pt_fixture_decodes_like_perf_script() {
+    // testdata/perf/pt-true.data: /usr/bin/true's entry traced up to its
+    // first call (see testdata/perf/README.md).
+    let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/perf/pt-true.data");
+    let theirs = perf_script_ips(&file);
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours: Vec<u64> = decoded(&out).iter().map(|l| l.2).collect();
+    assert!(ours.len() > 1, "{ours:x?}");
+    assert_same("pt-true.data", &theirs, &ours);
 }
 
 #[test]
