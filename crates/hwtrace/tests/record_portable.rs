@@ -85,7 +85,12 @@ fn reported_instructions(stderr: &str) -> usize {
 
 /// `hwtrace perf info` sees one per-thread AUX stream and the sideband of a
 /// started command; the MMAP2 records cover every executed instruction.
-fn check_info_and_sideband(dir: &Path, file: &Path, execution: &Execution, program: &str) {
+fn check_info_and_sideband(
+    dir: &Path,
+    file: &Path,
+    execution: &Execution,
+    program: &str,
+) -> Vec<(u64, u64, String)> {
     let info = hwtrace(dir, &["perf", "info", file.to_str().unwrap()]);
     let out = text(&info.stdout);
     assert!(info.status.success(), "{}", text(&info.stderr));
@@ -138,6 +143,39 @@ fn check_info_and_sideband(dir: &Path, file: &Path, execution: &Execution, progr
         uncovered, 0,
         "executed instructions outside every MMAP2: {maps:?}"
     );
+    maps
+}
+
+/// The first executable PT_LOAD of an ELF64 file: (p_vaddr, p_memsz).
+fn text_segment(path: &str) -> (u64, u64) {
+    let b = std::fs::read(path).unwrap();
+    let u = |at: usize, n: usize| {
+        let mut v = [0u8; 8];
+        v[..n].copy_from_slice(&b[at..at + n]);
+        u64::from_le_bytes(v)
+    };
+    let (phoff, phentsize, phnum) = (u(32, 8) as usize, u(54, 2) as usize, u(56, 2) as usize);
+    (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .find(|&ph| u(ph, 4) == 1 && u(ph + 4, 4) & 1 != 0)
+        .map(|ph| (u(ph + 16, 8), u(ph + 40, 8)))
+        .expect("an executable PT_LOAD")
+}
+
+/// `FROM => TO` pairs of `perf script --itrace=b`, without the ends of
+/// traced stretches (0 on one side: system calls leave user space).
+fn perf_branches(file: &Path) -> Vec<(u64, u64)> {
+    // `comm pid 1 branches:u: FROM sym (dso) => TO sym (dso)`
+    perf_script(file, &["--itrace=b"])
+        .lines()
+        .filter_map(|l| {
+            let (from, to) = l.split_once("=>")?;
+            let from = from.split_once("branches:")?.1.split_once(':')?.1;
+            let hex = |s: &str| u64::from_str_radix(s.split_whitespace().next()?, 16).ok();
+            Some((hex(from)?, hex(to)?))
+        })
+        .filter(|&(f, t)| f != 0 && t != 0)
+        .collect()
 }
 
 fn decoded_ips(file: &Path) -> Vec<u64> {
@@ -174,7 +212,7 @@ fn portable_pt_capture_decodes_in_perf_to_the_executed_instructions() {
     let file = dir.join("echo.data");
     assert!(!dir.join("echo.data.hwtrace-partial").exists());
     let executed = execution("/bin/echo", &["hi"]);
-    check_info_and_sideband(&dir, &file, &executed, "/bin/echo");
+    let maps = check_info_and_sideband(&dir, &file, &executed, "/bin/echo");
 
     let decoded = decoded_ips(&file);
     assert_eq!(
@@ -190,6 +228,48 @@ fn portable_pt_capture_decodes_in_perf_to_the_executed_instructions() {
         decoded.len(),
         expected.len()
     );
+    let taken: Vec<(u64, u64)> = branches(&executed)
+        .unwrap()
+        .iter()
+        .map(|b| (b.from.0, b.to.0))
+        .collect();
+    assert!(
+        perf_branches(&file) == taken,
+        "perf's branches are the taken branches"
+    );
+
+    // --filter ADDR/SIZE@FILE: only echo's own code is traced.
+    let (vaddr, size) = text_segment("/bin/echo");
+    let echo = std::fs::canonicalize("/bin/echo").unwrap();
+    let (start, _, _) = maps
+        .iter()
+        .find(|(_, _, n)| std::fs::canonicalize(n).is_ok_and(|p| p == echo))
+        .unwrap();
+    let range = start + vaddr % 4096..start + vaddr % 4096 + size;
+    let spec = format!("{vaddr:#x}/{size:#x}@/bin/echo");
+    let out = hwtrace(
+        &dir,
+        &[
+            "record",
+            "--portable",
+            "--filter",
+            &spec,
+            "-o",
+            "filter.data",
+            "--",
+            "/bin/echo",
+            "hi",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let decoded = decoded_ips(&dir.join("filter.data"));
+    let inside: Vec<u64> = expected
+        .iter()
+        .copied()
+        .filter(|ip| range.contains(ip))
+        .collect();
+    assert!(!inside.is_empty() && inside.len() < expected.len());
+    assert_eq!(decoded, inside, "perf decodes just the filtered range");
     std::fs::remove_dir_all(&dir).ok();
 }
 

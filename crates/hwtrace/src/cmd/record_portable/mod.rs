@@ -325,7 +325,12 @@ fn write_pt<W: std::io::Write + std::io::Seek>(
         tsc_ctc_ratio_d: Some(0),
         cyc_bit: Some(1 << 1),
         max_non_turbo_ratio: Some(0),
-        filter: req.filter.as_ref().map(|f| f.as_bytes().to_vec()),
+        // perf parses this string with its address-filter grammar, which
+        // wants the `filter` keyword.
+        filter: req
+            .filter
+            .as_ref()
+            .map(|f| format!("filter {}", f.trim()).into_bytes()),
         ..IntelPtInfo::default()
     })?;
     write_aux(&mut w, side, &trace.bytes)?;
