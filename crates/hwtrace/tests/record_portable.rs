@@ -430,3 +430,47 @@ fn portable_capture_refuses_what_qemu_user_cannot_see() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn portable_bts_capture_decodes_in_perf_to_the_taken_branches() {
+    require("perf");
+    require("qemu-x86_64");
+    let dir = tmpdir("bts");
+    let out = hwtrace(
+        &dir,
+        &[
+            "record",
+            "--portable",
+            "--bts",
+            "-o",
+            "bts.data",
+            "--",
+            "/bin/true",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let file = dir.join("bts.data");
+    let info = text(&hwtrace(&dir, &["perf", "info", "bts.data"]).stdout);
+    assert!(
+        info.contains("type intel_bts") && info.contains("aux streams: 1\n"),
+        "{info}"
+    );
+    let executed = execution("/bin/true", &[]);
+    let taken: Vec<(u64, u64)> = branches(&executed)
+        .unwrap()
+        .iter()
+        .map(|b| (b.from.0, b.to.0))
+        .collect();
+    let bts = perf_branches(&file);
+    // perf's intel-bts decoder (`intel_bts_process_buffer` in
+    // tools/perf/util/intel-bts.c) loops `for (; sz > bsz; ...)`: while
+    // more than one record is left, so it never reports a buffer's last
+    // record.
+    assert!(
+        !taken.is_empty() && bts == taken[..taken.len() - 1],
+        "perf reported {} BTS branches, the program took {}",
+        bts.len(),
+        taken.len()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
