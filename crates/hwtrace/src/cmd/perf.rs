@@ -553,8 +553,9 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
         writeln!(diag, "hwtrace perf decode: {}: no AUX data", path.display())?;
     }
     let mut said = std::collections::BTreeSet::new();
+    let mut build_ids = Default::default();
     for (key, queue) in &streams.queues {
-        let dec = QueueDecoder::new(*key, &sb, settings, &opts, &mut diag)?;
+        let dec = QueueDecoder::new(*key, &sb, settings, &opts, &mut build_ids, &mut diag)?;
         for m in dec.missing() {
             if said.insert(m.mapping.record_offset) {
                 writeln!(

@@ -100,14 +100,23 @@ fn is_kernel(m: &Mapping) -> bool {
     m.addr >= 0xffff_8000_0000_0000 || m.filename.starts_with("[kernel")
 }
 
+/// The GNU build id of each file already read (`None`: it has none), so
+/// that each file is read once however many streams map it.
+pub type BuildIdCache = std::collections::HashMap<PathBuf, Option<Vec<u8>>>;
+
 /// Builds the image of the mappings `pids` owns (`None`: every process's).
-pub fn build(sb: &Sideband, pids: Option<&BTreeSet<u32>>, opts: &ImageOptions) -> ProcessImage {
+pub fn build(
+    sb: &Sideband,
+    pids: Option<&BTreeSet<u32>>,
+    opts: &ImageOptions,
+    cache: &mut BuildIdCache,
+) -> ProcessImage {
     let mut out = ProcessImage::default();
     for m in &sb.mappings {
         if pids.is_some_and(|p| !p.contains(&m.pid)) && !is_kernel(m) {
             continue;
         }
-        let (path, reason) = add_mapping(&mut out.image, sb, m, opts);
+        let (path, reason) = add_mapping(&mut out.image, sb, m, opts, cache);
         if let Some(reason) = reason {
             out.missing.push(Missing {
                 mapping: m.clone(),
@@ -125,6 +134,7 @@ fn add_mapping(
     sb: &Sideband,
     m: &Mapping,
     opts: &ImageOptions,
+    cache: &mut BuildIdCache,
 ) -> (String, Option<MissingReason>) {
     if is_kernel(m) {
         return (m.filename.clone(), Some(MissingReason::Kernel));
@@ -158,11 +168,16 @@ fn add_mapping(
             .clone()
             .or_else(|| sb.build_ids.get(&m.filename).cloned());
         if let Some(recorded) = recorded {
-            let set = BTreeSet::from([path.as_os_str().as_bytes().to_vec()]);
-            let found = hwtrace_perf::capture::session::build_ids(&set)
-                .into_iter()
-                .next()
-                .map(|(_, id, _)| id);
+            let found = cache
+                .entry(path.clone())
+                .or_insert_with(|| {
+                    let set = BTreeSet::from([path.as_os_str().as_bytes().to_vec()]);
+                    hwtrace_perf::capture::session::build_ids(&set)
+                        .into_iter()
+                        .next()
+                        .map(|(_, id, _)| id)
+                })
+                .clone();
             if found.as_deref() != Some(&recorded[..]) {
                 let found = found.map_or("none".into(), |f| hex(&f));
                 return (

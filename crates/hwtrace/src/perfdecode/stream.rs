@@ -104,11 +104,30 @@ pub struct QueueReport {
     pub problems: u64,
 }
 
-fn show(v: u32) -> String {
+/// A thread or CPU as printed: the number, `?` when unknown, `-` for
+/// perf's -1 ("none"); no allocation per line.
+#[derive(Clone, Copy)]
+enum Shown {
+    Num(u32),
+    Unknown,
+    NoneSet,
+}
+
+impl std::fmt::Display for Shown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Num(n) => write!(f, "{n}"),
+            Self::Unknown => f.write_str("?"),
+            Self::NoneSet => f.write_str("-"),
+        }
+    }
+}
+
+fn show(v: u32) -> Shown {
     if v == u32::MAX {
-        "-".into()
+        Shown::NoneSet
     } else {
-        v.to_string()
+        Shown::Num(v)
     }
 }
 
@@ -136,13 +155,14 @@ pub struct QueueDecoder<'s> {
 }
 
 impl<'s> QueueDecoder<'s> {
-    /// Works out the thread and builds the image; `diag` hears how
-    /// instructions are attributed.
+    /// Works out the thread and builds the image (file build ids read
+    /// through `build_ids`); `diag` hears how instructions are attributed.
     pub fn new(
         key: QueueKey,
         sb: &'s Sideband,
         settings: PtSettings,
         opts: &'s Options,
+        build_ids: &mut image::BuildIdCache,
         diag: &mut dyn Write,
     ) -> Result<Self> {
         let timed = key.tid == u32::MAX
@@ -180,7 +200,7 @@ impl<'s> QueueDecoder<'s> {
             tid.and_then(|t| sb.pid_of.get(&t))
                 .map(|&p| BTreeSet::from([p]))
         };
-        let image = image::build(sb, pids.as_ref(), &opts.image);
+        let image = image::build(sb, pids.as_ref(), &opts.image, build_ids);
         let blame = vec![Blame::default(); image.missing.len()];
         Ok(Self {
             key,
@@ -195,8 +215,8 @@ impl<'s> QueueDecoder<'s> {
         })
     }
 
-    fn tid_text(&self) -> String {
-        self.tid.map_or("?".into(), |t| t.to_string())
+    fn tid_text(&self) -> Shown {
+        self.tid.map_or(Shown::Unknown, Shown::Num)
     }
 
     /// Decodes the queue's buffers, writing instructions or branches to
