@@ -51,8 +51,16 @@ fn record_without_intel_pt_fails_clearly_and_leaves_no_file() {
     }
     let dir = tmpdir("nopt");
     for args in [
-        &["record", "--", "/bin/true"][..],
-        &["record", "--pt", "-o", "x.data", "--", "/bin/true"],
+        &["record", "--no-fallback", "--", "/bin/true"][..],
+        &[
+            "record",
+            "--no-fallback",
+            "--pt",
+            "-o",
+            "x.data",
+            "--",
+            "/bin/true",
+        ],
     ] {
         let o = hwtrace_in(&dir, args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -63,7 +71,10 @@ fn record_without_intel_pt_fails_clearly_and_leaves_no_file() {
     }
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(left.is_empty(), "no partial output: {left:?}");
-    let o = hwtrace_in(&dir, &["record", "--bts", "--", "/bin/true"]);
+    let o = hwtrace_in(
+        &dir,
+        &["record", "--no-fallback", "--bts", "--", "/bin/true"],
+    );
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("has no Intel BTS"), "{}", stderr(&o));
     std::fs::remove_dir_all(&dir).ok();
@@ -78,7 +89,15 @@ fn record_lbr_without_lbr_fails_clearly() {
     let dir = tmpdir("nolbr");
     let o = hwtrace_in(
         &dir,
-        &["record", "--lbr", "-j", "any_call", "--", "/bin/true"],
+        &[
+            "record",
+            "--no-fallback",
+            "--lbr",
+            "-j",
+            "any_call",
+            "--",
+            "/bin/true",
+        ],
     );
     let e = stderr(&o);
     if o.status.code() == Some(3) {
