@@ -25,14 +25,22 @@
 //! exactly. With MTC alone, the TSC at an MTC is the TSC of an ART tick,
 //! so between MTCs the estimate lags by up to one MTC period
 //! (`2^MTCFreq · EBX / EAX` TSC ticks) plus one instruction's ticks. With
-//! CYC before a packet, the estimate is within `3 · ticks_per_insn + 3`
-//! TSC ticks of the instruction's TSC: the MTC it counts from lies up to
-//! one instruction before the boundary where it is written (one
-//! instruction); a decoder that recalibrates the cycle:TSC ratio from MTC
-//! to MTC (libipt does, SDM 33.8.3) sees a period's cycles quantised to
-//! whole instructions, and one instruction more when the MTC fell where
-//! PacketEn = 0 and no CYC preceded it (after a SYSCALL), which costs up to
-//! two instructions' ticks by the end of the period; the rest is rounding.
+//! CYC before a packet, the estimate is within
+//! `3 · ticks_per_insn + 3 + ⌈C / 256⌉` TSC ticks of the instruction's TSC,
+//! where `C` is the core cycles in one MTC period
+//! (`2^MTCFreq · EBX / EAX · core_bus_ratio / tsc_bus_ratio`): the MTC it
+//! counts from lies up to one instruction before the boundary where it is
+//! written (one instruction); a decoder that recalibrates the cycle:TSC
+//! ratio from MTC to MTC (libipt and hwtrace-flow do, SDM 33.8.3) sees a
+//! period's cycles quantised to whole instructions, and one instruction
+//! more when the MTC fell where PacketEn = 0 and no CYC preceded it (after
+//! a SYSCALL), which costs up to two instructions' ticks by the end of the
+//! period; the ratio's 8 fraction bits lose up to `C / 256` ticks over a
+//! period; the rest is rounding. Both bounds assume a whole number of
+//! TSC ticks per MTC period (`2^MTCFreq · EBX / EAX`): decoders convert
+//! each MTC's CTC step to TSC ticks with integer division (libipt's
+//! `pt_time_ctc_fc`), so a fraction there is lost at every MTC and the
+//! error grows with the MTCs since the last TSC packet.
 
 use hwtrace_packet::Tma;
 

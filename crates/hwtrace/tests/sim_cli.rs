@@ -507,3 +507,103 @@ fn sim_pt_timing_cr3_filter_and_no_branches() {
     ]);
     assert!(err.contains("MTCFreq 16"), "{err}");
 }
+
+/// hwtrace-flow on the encoder's timing packets (TSC, TMA, CBR, MTC, CYC):
+/// exactly the executed instructions, and the time at each enable and
+/// disable never decreases and is the simulated clock's within the CYC
+/// resolution `hwtrace_sim::clock` documents
+/// (`3 · ticks_per_insn + 3 + ⌈cycles per MTC period / 256⌉`).
+#[test]
+fn flow_time_follows_the_simulated_clock() -> Result<()> {
+    use hwtrace_flow::TimeConfig;
+    use hwtrace_flow::event::EventKind;
+    use hwtrace_sim::{Timing, TscModel};
+
+    let rec = Execution::record_qemu("/bin/true", &[] as &[&str], Limits::default())
+        .context("recording /bin/true under qemu-x86_64")?;
+    let execution = &rec.execution;
+    let tsc = TscModel {
+        start: 1 << 40,
+        ticks_per_insn: 2,
+    };
+    let timing = Timing {
+        mtc_freq: Some(4),
+        cyc_thresh: Some(1),
+        cbr: Some(40),
+        tsc_bus_ratio: 20,
+        tsc_ctc_ratio: Some((2, 125)),
+    };
+    let config = PtConfig {
+        tsc: Some(tsc),
+        timing,
+        ..PtConfig::default()
+    };
+    let trace = PtEncoder::new(config).encode(execution)?;
+    ensure!(
+        trace.stats.mtcs > 0 && trace.stats.cycs > 0,
+        "{:?}",
+        trace.stats
+    );
+    let flow_config = Config {
+        time: TimeConfig {
+            mtc_freq: 4,
+            nom_freq: 20,
+            cpuid_0x15_eax: 2,
+            cpuid_0x15_ebx: 125,
+            skl168: false,
+        },
+        ..Config::default()
+    };
+    let mut dec = InsnDecoder::new(&trace.bytes, flow_config, execution.memory());
+    let mut status = dec.sync_forward()?;
+    let mut ips = Vec::new();
+    let (mut last, mut checkpoints, mut worst) = (0u64, 0usize, 0u64);
+    // Core cycles in one MTC period: 2^4 ART ticks · 125/2 TSC ticks (a
+    // whole 1000 per period, as the resolution needs) · 40/20.
+    let period_cycles = (16 * 125 * 40_u64).div_ceil(2 * 20);
+    let tolerance = 3 * tsc.ticks_per_insn + 3 + period_cycles.div_ceil(256);
+    loop {
+        while status.event_pending {
+            let (event, s) = dec.event()?;
+            status = s;
+            ensure!(event.has_tsc, "no wall-clock time at {event:?}");
+            ensure!(event.tsc >= last, "time went backwards at {event:?}");
+            last = event.tsc;
+            let index = match event.kind {
+                EventKind::Enabled { .. } => ips.len(),
+                EventKind::Disabled { .. } if !ips.is_empty() => ips.len() - 1,
+                _ => continue,
+            };
+            let want = tsc.start + tsc.ticks_per_insn * index as u64;
+            ensure!(
+                event.tsc.abs_diff(want) <= tolerance,
+                "instruction {index}: time {:#x}, the clock {want:#x}",
+                event.tsc
+            );
+            worst = worst.max(event.tsc.abs_diff(want));
+            checkpoints += 1;
+        }
+        if status.eos {
+            break;
+        }
+        let mut insn = Insn::empty(0, None, false);
+        match dec.next_insn(&mut insn) {
+            Ok(s) => {
+                ips.push(insn.ip);
+                status = s;
+            }
+            Err(e) if e.kind == hwtrace_flow::ErrorKind::Eos => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let executed: Vec<u64> = execution.insns().iter().map(|ip| ip.0).collect();
+    ensure!(
+        ips == executed,
+        "decoded {} of {} instructions",
+        ips.len(),
+        executed.len()
+    );
+    ensure!(checkpoints >= 4, "only {checkpoints} checkpoints");
+    eprintln!("{checkpoints} checkpoints, worst error {worst} TSC ticks (tolerance {tolerance})");
+    Ok(())
+}
