@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 
 use hwtrace_perf::data::{PerfData, PerfRecord};
 use hwtrace_perf::pevent::{Body, Record};
-use hwtrace_sim::{Execution, Limits, branches};
+use hwtrace_sim::{BranchKind, Execution, Limits, branches};
 
 fn hwtrace(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hwtrace"))
@@ -471,6 +471,69 @@ fn portable_bts_capture_decodes_in_perf_to_the_taken_branches() {
         "perf reported {} BTS branches, the program took {}",
         bts.len(),
         taken.len()
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn portable_lbr_branch_filter_keeps_only_calls() {
+    require("perf");
+    require("qemu-x86_64");
+    let dir = tmpdir("lbr-calls");
+    let out = hwtrace(
+        &dir,
+        &[
+            "record",
+            "--portable",
+            "--lbr",
+            "-j",
+            "any_call",
+            "-o",
+            "calls.data",
+            "--",
+            "/bin/true",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let executed = execution("/bin/true", &[]);
+    let calls: HashSet<(u64, u64)> = branches(&executed)
+        .unwrap()
+        .iter()
+        .filter(|b| matches!(b.kind, BranchKind::NearRelCall | BranchKind::NearIndCall))
+        .map(|b| (b.from.0, b.to.0))
+        .collect();
+    let script = perf_script(&dir.join("calls.data"), &["-F", "ip,brstack"]);
+    let mut entries = 0;
+    for e in script.lines().flat_map(|l| l.split_whitespace().skip(1)) {
+        let mut f = e.split('/');
+        let mut hex =
+            || u64::from_str_radix(f.next().unwrap().trim_start_matches("0x"), 16).unwrap();
+        let (from, to) = (hex(), hex());
+        assert!(
+            calls.contains(&(from, to)),
+            "{from:#x} -> {to:#x} is not a call"
+        );
+        entries += 1;
+    }
+    assert!(entries > 0, "{script}");
+
+    let out = hwtrace(
+        &dir,
+        &[
+            "record",
+            "--portable",
+            "--lbr",
+            "-j",
+            "in_tx",
+            "--",
+            "/bin/true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("-j `in_tx`"),
+        "{}",
+        text(&out.stderr)
     );
     std::fs::remove_dir_all(&dir).ok();
 }

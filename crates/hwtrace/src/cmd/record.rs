@@ -211,6 +211,7 @@ fn portable(args: &RecordArgs) -> Result<ExitCode> {
         tracer: args.options()?.tracer,
         kernel: args.kernel,
         filter: args.filter.clone(),
+        branch_filter: args.branch_filter.clone(),
         output: args.output.clone(),
         command: args.command.clone(),
     };

@@ -72,6 +72,8 @@ pub struct PortableRequest {
     pub kernel: bool,
     /// `--filter ADDR/SIZE@FILE`.
     pub filter: Option<String>,
+    /// `-j`: perf's `branch_sample_type` names (LBR).
+    pub branch_filter: Option<String>,
     /// The output file.
     pub output: PathBuf,
     /// The command.
@@ -116,6 +118,11 @@ pub fn record_portable(req: &PortableRequest) -> Result<PortableSummary> {
     if req.filter.is_some() && req.tracer != Tracer::IntelPt {
         bail!("--filter applies to Intel PT only");
     }
+    if req.branch_filter.is_some() && req.tracer != Tracer::Lbr {
+        bail!("-j applies to LBR only");
+    }
+    // Checked before the (slow) recording.
+    let lbr_filter = lbr_filter(req.branch_filter.as_deref())?;
     let (program, args) = req
         .command
         .split_first()
@@ -156,15 +163,17 @@ pub fn record_portable(req: &PortableRequest) -> Result<PortableSummary> {
     tmp.push(".hwtrace-partial");
     let tmp = PathBuf::from(tmp);
     let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let written = write_capture(req, execution, &side, BufWriter::new(file)).and_then(|(n, w)| {
-        w.into_inner()
-            .map_err(|e| e.into_error())
-            .and_then(|f| f.sync_all())
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &req.output)
-            .with_context(|| format!("cannot rename to {}", req.output.display()))?;
-        Ok(n)
-    });
+    let written = write_capture(req, lbr_filter, execution, &side, BufWriter::new(file)).and_then(
+        |(n, w)| {
+            w.into_inner()
+                .map_err(|e| e.into_error())
+                .and_then(|f| f.sync_all())
+                .with_context(|| format!("cannot write {}", tmp.display()))?;
+            std::fs::rename(&tmp, &req.output)
+                .with_context(|| format!("cannot rename to {}", req.output.display()))?;
+            Ok(n)
+        },
+    );
     if written.is_err() {
         std::fs::remove_file(&tmp).ok();
     }
@@ -268,6 +277,7 @@ type Written<W> = ((usize, usize), W);
 
 fn write_capture<W: std::io::Write + std::io::Seek>(
     req: &PortableRequest,
+    lbr_filter: LbrFilter,
     execution: &Execution,
     side: &Sideband<'_>,
     out: W,
@@ -275,7 +285,7 @@ fn write_capture<W: std::io::Write + std::io::Seek>(
     match req.tracer {
         Tracer::IntelPt => write_pt(req, execution, side, out),
         Tracer::IntelBts => write_bts(execution, side, out),
-        Tracer::Lbr => write_lbr(execution, side, out),
+        Tracer::Lbr => write_lbr(execution, side, lbr_filter, out),
         Tracer::Software => {
             bail!("--sideband-only records real perf events; it has no portable form")
         }
@@ -385,9 +395,77 @@ fn write_bts<W: std::io::Write + std::io::Seek>(
     Ok(((aux.len(), 0), out))
 }
 
+/// perf's `branch_sample_type` and the MSR_LBR_SELECT value Linux programs
+/// for it.
+#[derive(Debug, Clone, Copy)]
+struct LbrFilter {
+    sample_type: u64,
+    select: u64,
+}
+
+/// `-j` names → `branch_sample_type` and MSR_LBR_SELECT, as Linux's
+/// `arch/x86/events/intel/lbr.c` maps them on Sandy Bridge and later
+/// (`hsw_lbr_sel_map`): the branches wanted are collected, and every
+/// LBR_SELECT bit not wanted is set (a set bit suppresses its class).
+fn lbr_filter(names: Option<&str>) -> Result<LbrFilter> {
+    use branch::{ANY, USER};
+    const KERNEL: u64 = 1 << 1;
+    const ANY_CALL: u64 = 1 << 4;
+    const ANY_RETURN: u64 = 1 << 5;
+    const IND_CALL: u64 = 1 << 6;
+    const COND: u64 = 1 << 10;
+    const IND_JUMP: u64 = 1 << 12;
+    const CALL: u64 = 1 << 13;
+    // LBR_SELECT bits: CPL_EQ_0, CPL_NEQ_0, JCC, NEAR_REL_CALL,
+    // NEAR_IND_CALL, NEAR_RET, NEAR_IND_JMP, NEAR_REL_JMP, FAR_BRANCH.
+    const MAP: [(u64, u64); 9] = [
+        (KERNEL, 1 << 0),
+        (USER, 1 << 1),
+        (ANY, 0x1fc),
+        (ANY_CALL, 1 << 3 | 1 << 4 | 1 << 8),
+        (ANY_RETURN, 1 << 5 | 1 << 8),
+        (IND_CALL, 1 << 4),
+        (COND, 1 << 2),
+        (IND_JUMP, 1 << 6),
+        (CALL, 1 << 3),
+    ];
+    let mut bits = 0;
+    for n in names.unwrap_or("any").split(',').map(str::trim) {
+        if n.is_empty() {
+            continue;
+        }
+        let b = branch::by_name(n)
+            .filter(|b| MAP.iter().any(|(m, _)| m == b))
+            .with_context(|| {
+                let known: Vec<&str> = branch::NAMES
+                    .iter()
+                    .filter(|(_, b)| MAP.iter().any(|(m, _)| m == b))
+                    .map(|(n, _)| *n)
+                    .collect();
+                format!("-j `{n}`: the portable capture models {}", known.join(","))
+            })?;
+        bits |= b;
+    }
+    if bits & (USER | KERNEL) == 0 {
+        bits |= USER;
+    }
+    if bits & !(USER | KERNEL) == 0 {
+        bits |= ANY;
+    }
+    let wanted = MAP
+        .iter()
+        .filter(|(b, _)| bits & b != 0)
+        .fold(0, |m, (_, sel)| m | sel);
+    Ok(LbrFilter {
+        sample_type: bits,
+        select: wanted ^ 0x1ff,
+    })
+}
+
 fn write_lbr<W: std::io::Write + std::io::Seek>(
     execution: &Execution,
     side: &Sideband<'_>,
+    filter: LbrFilter,
     out: W,
 ) -> Result<Written<W>> {
     let stream = branches(execution).context("deriving the taken branches")?;
@@ -396,7 +474,7 @@ fn write_lbr<W: std::io::Write + std::io::Seek>(
         config: 1, // PERF_COUNT_HW_INSTRUCTIONS
         sample_period: LBR_PERIOD,
         sample_type: sample::IP | sample::TID | sample::ID | sample::BRANCH_STACK,
-        branch_sample_type: branch::USER | branch::ANY,
+        branch_sample_type: filter.sample_type,
         ..Attr::default()
     };
     for bit in [
@@ -417,7 +495,7 @@ fn write_lbr<W: std::io::Write + std::io::Seek>(
     }];
     let mut w = PerfDataWriter::new(out, &attrs)?;
     side.write(&mut w)?;
-    let mut sim = LbrSim::new(LbrConfig::for_uarch(Uarch::Skylake)?)?;
+    let mut sim = LbrSim::new(LbrConfig::for_uarch(Uarch::Skylake)?.with_select(filter.select))?;
     let insns = execution.insns();
     let mut next = 0usize; // next branch to run through the LBR
     let mut at = 0usize; // instruction index the branch search resumes at
