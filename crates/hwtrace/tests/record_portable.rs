@@ -428,6 +428,16 @@ fn portable_capture_refuses_what_qemu_user_cannot_see() {
         "{}",
         text(&out.stderr)
     );
+    let out = hwtrace(
+        &dir,
+        &["record", "--portable", "--snapshot", "--", "/bin/true"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--snapshot applies to the perf_event_open capture"),
+        "{}",
+        text(&out.stderr)
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

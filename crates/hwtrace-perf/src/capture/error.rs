@@ -40,7 +40,7 @@ impl Tracer {
 }
 
 /// Said whenever trace hardware is missing.
-pub const PORTABLE_HINT: &str = "use `hwtrace record --portable` to record without trace hardware (portable capture is a separate, upcoming command)";
+pub const PORTABLE_HINT: &str = "use `hwtrace record --portable` to record with qemu-user instead (user space only, no trace hardware needed)";
 
 /// What went wrong while preparing or running a capture.
 #[derive(Debug, Error)]

@@ -26,9 +26,10 @@ use super::record_portable::{PortableRequest, describe, record_portable};
 /// stderr) unless `--no-fallback` is given.
 #[derive(Debug, clap::Args)]
 pub struct RecordArgs {
-    /// Record with qemu-user (single-stepped, about a million
-    /// instructions per second) and write what the trace hardware would
-    /// have: works on any x86-64 Linux machine, user space only.
+    /// Record with qemu-user and write what the trace hardware would have:
+    /// works on any x86-64 Linux machine, user space only. Slow: every
+    /// instruction is single-stepped and logged (a few hundred thousand
+    /// instructions per second), so keep to small programs.
     #[arg(long, conflicts_with_all = ["pid", "sideband_only"])]
     portable: bool,
     /// Without the trace hardware, fail (exit code 2) instead of recording
@@ -212,6 +213,14 @@ fn portable(args: &RecordArgs) -> Result<ExitCode> {
         kernel: args.kernel,
         filter: args.filter.clone(),
         branch_filter: args.branch_filter.clone(),
+        inapplicable: [
+            (args.snapshot, "--snapshot"),
+            (args.terms.is_some(), "--terms"),
+            (args.pid.is_some(), "-p"),
+        ]
+        .into_iter()
+        .filter_map(|(given, name)| given.then_some(name))
+        .collect(),
         output: args.output.clone(),
         command: args.command.clone(),
     };
