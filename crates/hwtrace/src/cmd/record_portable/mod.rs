@@ -566,3 +566,40 @@ pub fn describe(s: &PortableSummary, output: &Path, tracer: Tracer) -> String {
         s.mappings
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branch_filters_become_lbr_select_values() {
+        // Default: every class, user space: only CPL_EQ_0 suppressed.
+        let f = lbr_filter(None).unwrap();
+        assert_eq!(f.sample_type, branch::ANY | branch::USER);
+        assert_eq!(f.select, 0x001);
+        // any_call: near relative/indirect calls and far branches kept.
+        let f = lbr_filter(Some("any_call")).unwrap();
+        assert_eq!(f.select, 0x1ff ^ (1 << 1 | 1 << 3 | 1 << 4 | 1 << 8));
+        // Kernel only: ring > 0 suppressed, ring 0 kept.
+        let f = lbr_filter(Some("k")).unwrap();
+        assert_eq!(f.select & 0b11, 0b10);
+        let e = lbr_filter(Some("cond,no_cycles")).unwrap_err().to_string();
+        assert!(e.contains("`no_cycles`"), "{e}");
+    }
+
+    #[test]
+    fn filters_name_a_mapped_file() {
+        let maps = [Mapping {
+            start: 0x40_0000_2000,
+            len: 0x5000,
+            pgoff: 0x2000,
+            name: "/bin/true".into(),
+            bias: Some(0x40_0000_0000),
+        }];
+        let r = filter_range("0x2000/0x10@/bin/true", &maps).unwrap();
+        assert_eq!((r.start, r.end), (Ip(0x40_0000_2000), Ip(0x40_0000_200f)));
+        assert!(filter_range("0x2000/0x10@/bin/false", &maps).is_err());
+        assert!(filter_range("0x2000@/bin/true", &maps).is_err());
+        assert!(filter_range("0x2000/0@/bin/true", &maps).is_err());
+    }
+}
