@@ -537,7 +537,10 @@ fn record_pid<W: Write + Seek>(
                 tsc_ctc_ratio_d: Some(ratio.map_or(0, |r| r.1)),
                 cyc_bit: Some(bits("cyc")),
                 max_non_turbo_ratio: Some(0),
-                filter: opts.filter.as_ref().map(|f| f.as_bytes().to_vec()),
+                // The kernel's form (`filter ADDR/SIZE@FILE`): perf parses
+                // this string with its address-filter grammar, which needs
+                // the keyword (a bare range made perf 6.1 reject the record).
+                filter: plan.filter.as_ref().map(|f| f.as_bytes().to_vec()),
             })
             .map_err(CaptureError::Output)?;
         }
