@@ -30,9 +30,9 @@ pub mod qemu_log;
 mod record;
 mod state;
 
-pub use clock::{Timing, TimingError};
 pub use branch::{Branch, BranchError, BranchErrorKind, BranchKind, branches};
 pub use bts::{BtsConfig, BtsPmi, BtsReport, BtsSim, BtsSimError, BtsStep};
+pub use clock::{Timing, TimingError};
 pub use decode::RecordedBranch;
 pub use execution::{Execution, Limits, LogError, LogErrorKind};
 pub use lbr::{LbrConfig, LbrSim, LbrSimError, LbrSnapshot, LbrStep};
