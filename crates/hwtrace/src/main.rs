@@ -10,6 +10,7 @@ mod input;
 mod perfdecode;
 mod ptdump;
 mod ptxed;
+mod symbols;
 
 use clap::Parser;
 use std::process::ExitCode;

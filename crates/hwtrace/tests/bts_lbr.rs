@@ -286,3 +286,200 @@ fn lbr_dump_errors_name_what_is_missing() {
     ]);
     assert!(err.contains("line 2"), "{err}");
 }
+
+/// `readelf ARGS` (binutils): the oracle the symbols are checked against.
+fn readelf(args: &[&str]) -> String {
+    let out = Command::new("readelf")
+        .args(args)
+        .output()
+        .expect("readelf (binutils) runs");
+    assert!(out.status.success(), "readelf {args:?} failed");
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex")
+}
+
+/// An ELF file's entry point and lowest PT_LOAD address, per readelf.
+fn entry_and_base(path: &str) -> (u64, u64) {
+    let header = readelf(&["-hW", path]);
+    let entry = header
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Entry point address:"))
+        .map(|v| hex(v.trim()))
+        .expect("an entry point");
+    let base = readelf(&["-lW", path])
+        .lines()
+        .filter(|l| l.trim_start().starts_with("LOAD"))
+        .map(|l| hex(l.split_whitespace().nth(2).expect("p_vaddr")))
+        .min()
+        .expect("a PT_LOAD");
+    (entry, base)
+}
+
+/// `(value, size, name)` of every defined function symbol, per readelf.
+fn functions(path: &str) -> Vec<(u64, u64, String)> {
+    readelf(&["-sW", "--dyn-syms", path])
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let is_func = f.len() >= 8 && (f[3] == "FUNC" || f[3] == "IFUNC") && f[6] != "UND";
+            is_func.then(|| {
+                let name = f[7].split('@').next().expect("a name").to_owned();
+                (hex(f[1]), f[2].parse().expect("a size"), name)
+            })
+        })
+        .collect()
+}
+
+const TRUE_BIAS: u64 = 0x5555_5555_4000;
+const LIBC_BIAS: u64 = 0x7fff_f7dd_0000;
+
+/// The libc images and one of its functions that no other function
+/// symbol shares an address with or starts just after: `(path, value,
+/// name)`.
+fn libc_function() -> (String, u64, String) {
+    let libc = [
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/usr/lib/x86_64-linux-gnu/libc.so.6",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libc.so.6");
+    let funcs = functions(libc);
+    let (value, _, name) = funcs
+        .iter()
+        .find(|(value, size, name)| {
+            *size >= 8
+                && funcs
+                    .iter()
+                    .filter(|(v, _, _)| *v >= *value && *v <= *value + 4)
+                    .all(|(v, _, n)| v == value && n == name)
+        })
+        .expect("a libc function without aliases")
+        .clone();
+    (libc.to_owned(), value, name)
+}
+
+#[test]
+fn bts_decode_names_the_symbols_of_elf_images() {
+    let (entry, base) = entry_and_base("/bin/true");
+    assert!(
+        !functions("/bin/true")
+            .iter()
+            .any(|(v, s, _)| *v <= entry && entry < v + (*s).max(1)),
+        "/bin/true is expected stripped: no symbol at its entry"
+    );
+    let (libc, value, name) = libc_function();
+    let records = [
+        BtsRecord {
+            from: Ip(TRUE_BIAS + entry),
+            to: Ip(LIBC_BIAS + value),
+            predicted: true,
+        },
+        BtsRecord {
+            from: Ip(LIBC_BIAS + value + 4),
+            to: Ip(0x1234),
+            predicted: false,
+        },
+    ];
+    let mut bytes = vec![0u8; 48];
+    for (i, r) in records.iter().enumerate() {
+        r.write(DsFormat::Bits64, &mut bytes[i * 24..])
+            .expect("room");
+    }
+    let path = scratch("sym.bin", &bytes);
+    let p = path.to_str().expect("utf-8");
+    let true_elf = format!("/bin/true@{TRUE_BIAS:x}");
+    let libc_elf = format!("{libc}@{LIBC_BIAS:x}");
+    let args = [
+        "bts",
+        "decode",
+        "--records",
+        p,
+        "--elf",
+        &true_elf,
+        "--elf",
+        &libc_elf,
+    ];
+    let text = ok(&args);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "{:#x} (true+{:#x}) -> {:#x} ({name}+0x0) predicted",
+                TRUE_BIAS + entry,
+                entry - base,
+                LIBC_BIAS + value
+            ),
+            format!(
+                "{:#x} ({name}+0x4) -> 0x1234 mispredicted",
+                LIBC_BIAS + value + 4
+            ),
+        ]
+    );
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let objs: Vec<serde_json::Value> = ok(&json_args)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(objs[0]["from_sym"], format!("true+{:#x}", entry - base));
+    assert_eq!(objs[0]["to_sym"], format!("{name}+0x0"));
+    assert_eq!(objs[1]["from_sym"], format!("{name}+0x4"));
+    assert!(objs[1]["to_sym"].is_null());
+    // Without --elf, no symbol fields.
+    let plain = ok(&["bts", "decode", "--records", p, "--json"]);
+    assert!(!plain.contains("from_sym"), "{plain}");
+    // A file that is not ELF is named.
+    let err = fails(&["bts", "decode", "--records", p, "--elf", p]);
+    assert!(
+        err.contains(&format!("--elf: {p}: not an ELF file")),
+        "{err}"
+    );
+}
+
+#[test]
+fn lbr_decode_names_the_symbols_of_elf_images() {
+    let (entry, base) = entry_and_base("/bin/true");
+    let (libc, value, name) = libc_function();
+    let f = LbrFormat::EipWithFlags;
+    let from = LbrFrom {
+        ip: Ip(LIBC_BIAS + value + 2),
+        mispredicted: Some(false),
+        in_tsx: None,
+        tsx_abort: None,
+    }
+    .encode(f)
+    .expect("fits");
+    let to = LbrTo {
+        ip: Ip(TRUE_BIAS + entry),
+        cycles: None,
+    }
+    .encode(f)
+    .expect("fits");
+    let dump = format!("MSR_LASTBRANCH_TOS 0\n0x680 {from:#x}\nMSR_LASTBRANCH_0_TO_IP {to:#x}\n");
+    let path = scratch("lbr-sym.txt", dump.as_bytes());
+    let p = path.to_str().expect("utf-8");
+    let true_elf = format!("/bin/true@{TRUE_BIAS:x}");
+    let libc_elf = format!("{libc}@{LIBC_BIAS:x}");
+    let args = [
+        "lbr", "decode", p, "--format", "3", "--elf", &libc_elf, "--elf", &true_elf,
+    ];
+    assert_eq!(
+        ok(&args),
+        format!(
+            "{:#x} ({name}+0x2) -> {:#x} (true+{:#x}) predicted\n",
+            LIBC_BIAS + value + 2,
+            TRUE_BIAS + entry,
+            entry - base
+        )
+    );
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let obj: serde_json::Value = serde_json::from_str(ok(&json_args).trim()).expect("JSON");
+    assert_eq!(obj["from_sym"], format!("{name}+0x2"));
+    assert_eq!(obj["to_sym"], format!("true+{:#x}", entry - base));
+}

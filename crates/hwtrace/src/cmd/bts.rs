@@ -4,6 +4,8 @@
 //! (IA32_DS_AREA points at it) and the BTS buffer from its base, or a file
 //! of raw records a drain handler appended (SDM Vol. 3B §18.4.9 “BTS and
 //! DS Save Area”). The decoding itself is `hwtrace_regs::dump`.
+//! With `--elf FILE[@BIAS]` every address is followed by its symbol,
+//! `(name+0xoff)` (`crate::symbols`).
 
 use anyhow::{Context as _, Result, bail};
 use hwtrace_regs::ds::{DsFormat, DsManagementArea};
@@ -14,6 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::input::MappedFile;
+use crate::symbols::{SymbolArgs, Symbolizer};
 
 /// Branch Trace Store records.
 #[derive(Debug, clap::Args)]
@@ -52,6 +55,8 @@ struct DecodeArgs {
     /// One JSON object per branch.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    symbols: SymbolArgs,
 }
 
 /// Runs `hwtrace bts`.
@@ -67,6 +72,7 @@ fn decode(args: DecodeArgs) -> Result<ExitCode> {
     } else {
         DsFormat::Bits64
     };
+    let symbols = args.symbols.load()?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     match (&args.ds, &args.buffer, &args.records) {
@@ -74,7 +80,7 @@ fn decode(args: DecodeArgs) -> Result<ExitCode> {
             let file = MappedFile::open(path)?;
             let dump = BtsDump::raw(file.bytes(), format)
                 .with_context(|| format!("{}", path.display()))?;
-            print(&dump, args.json, &mut out)?;
+            print(&dump, args.json, &symbols, &mut out)?;
         }
         (Some(ds), Some(buffer), None) => {
             let ds_file = MappedFile::open(ds)?;
@@ -89,7 +95,7 @@ fn decode(args: DecodeArgs) -> Result<ExitCode> {
             let buf_file = MappedFile::open(buffer)?;
             let dump = BtsDump::new(&area, buf_file.bytes(), format, order)
                 .with_context(|| format!("{} with {}", buffer.display(), ds.display()))?;
-            print(&dump, args.json, &mut out)?;
+            print(&dump, args.json, &symbols, &mut out)?;
         }
         _ => bail!("give --ds DSFILE --buffer BUFFILE, or --records RAWFILE"),
     }
@@ -97,15 +103,20 @@ fn decode(args: DecodeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print(dump: &BtsDump<'_>, json: bool, out: &mut dyn Write) -> Result<()> {
+fn print(dump: &BtsDump<'_>, json: bool, symbols: &Symbolizer, out: &mut dyn Write) -> Result<()> {
     for BtsEntry { slot, record } in dump.records() {
+        let (from, to) = (record.from.0, record.to.0);
         if json {
-            let line = json!({
+            let mut line = json!({
                 "slot": slot,
-                "from": format!("{:#x}", record.from.0),
-                "to": format!("{:#x}", record.to.0),
+                "from": format!("{from:#x}"),
+                "to": format!("{to:#x}"),
                 "predicted": record.predicted,
             });
+            if !symbols.is_empty() {
+                line["from_sym"] = json!(symbols.symbolize(from));
+                line["to_sym"] = json!(symbols.symbolize(to));
+            }
             writeln!(out, "{line}")?;
         } else {
             let flag = if record.predicted {
@@ -113,7 +124,12 @@ fn print(dump: &BtsDump<'_>, json: bool, out: &mut dyn Write) -> Result<()> {
             } else {
                 "mispredicted"
             };
-            writeln!(out, "{:#x} -> {:#x} {flag}", record.from.0, record.to.0)?;
+            writeln!(
+                out,
+                "{} -> {} {flag}",
+                symbols.address(from),
+                symbols.address(to)
+            )?;
         }
     }
     Ok(())

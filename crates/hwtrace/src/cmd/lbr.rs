@@ -6,6 +6,8 @@
 //! decoded per the LBR format (SDM Vol. 3B §18.4.8.1 “LBR Stack and Intel
 //! 64 Processors”) and read from TOS + 1 round to TOS (§18.4.8 “LBR
 //! Stack”). The decoding itself is `hwtrace_regs::dump`.
+//! With `--elf FILE[@BIAS]` every address is followed by its symbol,
+//! `(name+0xoff)` (`crate::symbols`).
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use hwtrace_regs::Uarch;
@@ -16,6 +18,8 @@ use serde_json::json;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+
+use crate::symbols::{SymbolArgs, Symbolizer};
 
 /// Last Branch Record stacks.
 #[derive(Debug, clap::Args)]
@@ -51,6 +55,8 @@ struct DecodeArgs {
     /// One JSON object per branch.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    symbols: SymbolArgs,
 }
 
 /// Runs `hwtrace lbr`.
@@ -105,20 +111,21 @@ fn decode(args: DecodeArgs) -> Result<ExitCode> {
         .values(depth)
         .with_context(|| format!("{}", args.file.display()))?;
     let stack = values.stack(tos, format)?;
+    let symbols = args.symbols.load()?;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for entry in stack.entries() {
-        print(&entry, args.json, &mut out)?;
+        print(&entry, args.json, &symbols, &mut out)?;
     }
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn print(e: &LbrEntry, json: bool, out: &mut dyn Write) -> Result<()> {
+fn print(e: &LbrEntry, json: bool, symbols: &Symbolizer, out: &mut dyn Write) -> Result<()> {
     let in_tsx = e.info.map(|i| i.in_tsx).or(e.from.in_tsx);
     let tsx_abort = e.info.map(|i| i.tsx_abort).or(e.from.tsx_abort);
     if json {
-        let line = json!({
+        let mut line = json!({
             "slot": e.slot,
             "from": format!("{:#x}", e.from.ip.0),
             "to": format!("{:#x}", e.to.ip.0),
@@ -127,10 +134,19 @@ fn print(e: &LbrEntry, json: bool, out: &mut dyn Write) -> Result<()> {
             "tsx_abort": tsx_abort,
             "cycles": e.cycles(),
         });
+        if !symbols.is_empty() {
+            line["from_sym"] = json!(symbols.symbolize(e.from.ip.0));
+            line["to_sym"] = json!(symbols.symbolize(e.to.ip.0));
+        }
         writeln!(out, "{line}")?;
         return Ok(());
     }
-    write!(out, "{:#x} -> {:#x}", e.from.ip.0, e.to.ip.0)?;
+    write!(
+        out,
+        "{} -> {}",
+        symbols.address(e.from.ip.0),
+        symbols.address(e.to.ip.0)
+    )?;
     match e.mispredicted() {
         Some(true) => write!(out, " mispredicted")?,
         Some(false) => write!(out, " predicted")?,
