@@ -223,14 +223,14 @@ fn mtc_cyc_tsc_decode_and_follow_the_clock() -> Result<()> {
         decoded_ips(&items)? == executed(execution),
         "decoded != executed"
     );
-    // The resolution `hwtrace_sim::clock` documents for CYC under a decoder
-    // that recalibrates from MTC to MTC, as libipt does.
-    // Core cycles in one MTC period: 2^3 ART ticks · 79/2 TSC ticks · 32/24.
-    let period_cycles = (8 * 79 * 32_u64).div_ceil(2 * 24);
-    let checkpoints = check_time(
-        &items,
-        3 * TSC.ticks_per_insn + 3 + period_cycles.div_ceil(256),
-    )?;
+    // A decoder that recalibrates cycles from MTC to MTC (as libipt does)
+    // may drift within a period but is pulled back at every MTC: one MTC
+    // period in TSC ticks (2^3 ART ticks of 79/2 TSC ticks) plus one
+    // instruction bounds the error for any program. (A tighter bound fitted
+    // to one recording failed on another: the path depends on the
+    // environment the program runs in.)
+    let period_ticks = (8 * 79_u64).div_ceil(2);
+    let checkpoints = check_time(&items, period_ticks + TSC.ticks_per_insn)?;
     ensure!(checkpoints >= 4, "only {checkpoints} checkpoints");
     Ok(())
 }
