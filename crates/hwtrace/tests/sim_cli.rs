@@ -611,3 +611,144 @@ fn flow_time_follows_the_simulated_clock() -> Result<()> {
     eprintln!("{checkpoints} checkpoints, worst error {worst} TSC ticks (tolerance {tolerance})");
     Ok(())
 }
+
+/// The real Skylake trace `foo` and its page cache (`../shared/corpus/real/`).
+fn foo_dir() -> PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real/foo")
+}
+
+fn hex_field(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).expect("hex")
+}
+
+/// Every taken branch `hwtrace flow --branches` finds in `trace` over
+/// `pages`, `(from, to)` in order; enables (`tr strt`, from 0) are not
+/// branches the CPU took.
+fn flow_branches(trace: &str, pages: &str) -> Vec<(u64, u64)> {
+    ok(&["flow", trace, "--pages", pages, "--branches", "--no-disasm"])
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let (from, arrow, to) = (w.next()?, w.next()?, w.next()?);
+            (arrow == "=>").then(|| (hex_field(from), hex_field(to)))
+        })
+        .filter(|&(from, _)| from != 0)
+        .collect()
+}
+
+/// The instruction addresses `hwtrace flow` decodes from `trace`.
+fn flow_ips(trace: &str, pages: &str) -> Vec<u64> {
+    ok(&["flow", trace, "--pages", pages, "--no-disasm"])
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.len() == 16 && w.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(hex_field)
+        .collect()
+}
+
+#[test]
+fn sim_lbr_from_a_real_trace_holds_its_last_taken_branches() {
+    let dir = foo_dir();
+    let trace = dir.join("trace.pt");
+    let (t, d) = (trace.to_str().expect("UTF-8"), dir.to_str().expect("UTF-8"));
+    let out = ok(&[
+        "sim",
+        "lbr",
+        "--from-trace",
+        t,
+        "--pages",
+        d,
+        "--uarch",
+        "skylake",
+    ]);
+    let path = scratch("foo-lbr.txt");
+    std::fs::write(&path, &out).expect("write");
+    let entries: Vec<(u64, u64)> = ok(&["lbr", "decode", path.to_str().expect("UTF-8"), "--json"])
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+            (
+                hex_field(v["from"].as_str().expect("from")),
+                hex_field(v["to"].as_str().expect("to")),
+            )
+        })
+        .collect();
+    assert_eq!(entries.len(), 32, "{out}");
+    let taken = flow_branches(t, d);
+    for e in &entries {
+        assert!(
+            taken.contains(e),
+            "{e:x?} is not a taken branch of the trace"
+        );
+    }
+    // LBR_SELECT 0 filters nothing: the stack holds the newest 32, oldest first.
+    assert_eq!(entries, taken[taken.len() - 32..]);
+
+    let err = fails(&["sim", "lbr", "--from-trace", t, "--uarch", "skylake"]);
+    assert!(
+        err.contains(&format!("--from-trace {t}: give the code")),
+        "{err}"
+    );
+    let err = fails(&[
+        "sim",
+        "lbr",
+        "--uarch",
+        "skylake",
+        "--cpu",
+        "6/85",
+        "--qemu",
+        "--",
+        "/bin/true",
+    ]);
+    assert!(err.contains("--from-trace"), "{err}");
+}
+
+#[test]
+fn sim_pt_from_a_real_trace_re_encodes_every_instruction() {
+    let dir = foo_dir();
+    let trace = dir.join("trace.pt");
+    let (t, d) = (trace.to_str().expect("UTF-8"), dir.to_str().expect("UTF-8"));
+    let path = scratch("foo-re.pt");
+    let p = path.to_str().expect("UTF-8");
+    let out = ok(&[
+        "sim",
+        "pt",
+        "--from-trace",
+        t,
+        "--pages",
+        d,
+        "--cpu",
+        "6/94",
+        "-o",
+        p,
+    ]);
+    let original = flow_ips(t, d);
+    let again = flow_ips(p, d);
+    // The count libipt's ptxed and perf report for foo.
+    assert_eq!(original.len(), 117_967);
+    assert_eq!(count_before(&out, "instructions"), original.len() as u64);
+    assert_eq!(again.len(), original.len());
+    assert!(
+        again == original,
+        "the re-encoded trace decodes to other instructions"
+    );
+    let bytes = std::fs::read(&path).expect("the trace was written");
+    let psbs = packets(&bytes)
+        .iter()
+        .filter(|p| matches!(p, Packet::Psb))
+        .count() as u64;
+    assert_eq!(psbs, count_before(&out, "PSBs"));
+    // One clock per stretch would run backwards: timing is refused.
+    let err = fails(&[
+        "sim",
+        "pt",
+        "--from-trace",
+        t,
+        "--pages",
+        d,
+        "--tsc",
+        "-o",
+        p,
+    ]);
+    assert!(err.contains("one continuous execution"), "{err}");
+}

@@ -15,8 +15,26 @@
 //!   they read at the end, in the text format `hwtrace lbr decode` reads.
 //!
 //! Options come before `--`; everything after it is the command.
+//!
+//! Instead of `--qemu -- CMD`, `--from-trace TRACE` with image options
+//! (`--elf`, `--pages`, …, as for `hwtrace flow`) takes the execution from
+//! a decoded Intel PT trace: the instructions hwtrace-flow decodes, with
+//! the bytes each one ran as code. A trace is made of traced stretches
+//! (from an enable to the next disable); each stretch becomes an
+//! execution of its own, ending where the trace says the last branch went
+//! (the disable's IP), and the simulators run them one after the other:
+//! one branch stream for BTS and LBR, and for PT one encoding per stretch,
+//! each from its PSB+, in one file.
 
+use crate::flow::{Item, Items};
+use crate::image_args::ImageArgs;
+use crate::input::MappedFile;
+use crate::ptdump::cpu::Cpu;
 use anyhow::{Context as _, Result, anyhow, bail, ensure};
+use hwtrace_flow::event::EventKind;
+use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_flow::{Config, Errata};
+use hwtrace_packet::ExecMode;
 use hwtrace_regs::Uarch;
 use hwtrace_regs::cpuid::{CpuidRegs, PtCaps};
 use hwtrace_regs::debugctl::{DebugCtl, DebugCtlFlag, DebugCtlLayout};
@@ -28,13 +46,13 @@ use hwtrace_regs::rtit::{AddrCfg, RtitCtl};
 use hwtrace_regs::topa::{TopaEntry, TopaLink, TopaRegion, TopaSize, build_table};
 use hwtrace_sim::decode::bts_branches;
 use hwtrace_sim::{
-    BtsConfig, BtsSim, Consumer, Cr3Filter, Execution, IpRange, LbrConfig, LbrSim, Limits,
-    OutputRun, OutputTarget, PtConfig, PtEncoder, Timing, TopaTable, TscModel, branches,
-    write_output,
+    Branch, BtsConfig, BtsSim, CodeImageBuilder, Consumer, Cr3Filter, EncodeStats, Execution,
+    IpRange, LbrConfig, LbrSim, Limits, OutputRun, OutputTarget, PtConfig, PtEncoder, Timing,
+    TopaTable, TscModel, branches, write_output,
 };
 use hwtrace_types::{Cr3, Ip, PhysAddr};
 use std::io::{BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// Simulated trace hardware.
@@ -46,36 +64,186 @@ pub struct SimArgs {
 
 #[derive(Debug, clap::Subcommand)]
 enum SimCommand {
-    /// Record a command and write the Intel PT a CPU would have written.
+    /// Write the Intel PT a CPU would have written for a recorded command or a decoded trace.
     Pt(PtArgs),
-    /// Record a command and print the BTS records a CPU would have stored.
+    /// Print the BTS records a CPU would have stored for a recorded command or a decoded trace.
     Bts(BtsArgs),
-    /// Record a command and print the LBR MSRs as they read at its end.
+    /// Print the LBR MSRs as they read at the end of a recorded command or a decoded trace.
     Lbr(LbrArgs),
 }
 
-/// How the execution is recorded: qemu-user is the only recorder.
+/// Where the execution comes from: a program recorded with qemu-user, or
+/// a decoded trace.
 #[derive(Debug, clap::Args)]
 struct Recorder {
-    /// Record with qemu-x86_64 (-singlestep), the only recorder there is.
-    #[arg(long, required = true)]
+    /// Record the command after `--` with qemu-x86_64 (-singlestep).
+    #[arg(
+        long,
+        required_unless_present = "from_trace",
+        conflicts_with = "from_trace"
+    )]
     qemu: bool,
+    /// Take the execution from this raw Intel PT trace, decoded over the
+    /// image options (instead of --qemu).
+    #[arg(long, value_name = "TRACE")]
+    from_trace: Option<PathBuf>,
+    #[command(flatten)]
+    images: ImageArgs,
+    /// With --from-trace: the processor that wrote the trace (display
+    /// family/model[/stepping], e.g. 6/85), for its PT errata workarounds.
+    #[arg(long, value_name = "F/M[/S]", value_parser = parse_cpu)]
+    cpu: Option<Cpu>,
     /// The command and its arguments (after `--`).
-    #[arg(last = true, required = true, num_args = 1..)]
+    #[arg(last = true, num_args = 1.., conflicts_with = "from_trace")]
     command: Vec<String>,
 }
 
+fn parse_cpu(text: &str) -> Result<Cpu, String> {
+    Cpu::parse(text).map_err(|e| format!("{text:?}: {e}"))
+}
+
 impl Recorder {
-    fn record(&self) -> Result<Execution> {
-        ensure!(self.qemu, "--qemu is the only recorder");
+    /// The executions to simulate, in order: one for a recorded program,
+    /// one per traced stretch of a trace.
+    fn record(&self) -> Result<Vec<Execution>> {
+        if let Some(trace) = &self.from_trace {
+            return executions_of_trace(trace, &self.images, self.cpu);
+        }
+        ensure!(self.qemu, "give --qemu -- CMD or --from-trace TRACE");
+        ensure!(
+            self.images.is_empty(),
+            "image options (--elf, --pages, ...) go with --from-trace, not --qemu"
+        );
+        ensure!(
+            self.cpu.is_none(),
+            "--cpu goes with --from-trace (the processor that wrote the trace), not --qemu"
+        );
         let (program, args) = self
             .command
             .split_first()
             .context("no command given after --")?;
         let rec = Execution::record_qemu(program, args, Limits::default())
             .with_context(|| format!("recording {program} under qemu-x86_64"))?;
-        Ok(rec.execution)
+        Ok(vec![rec.execution])
     }
+
+    /// Whether the executions come from a trace.
+    fn is_trace(&self) -> bool {
+        self.from_trace.is_some()
+    }
+}
+
+/// One traced stretch of a decoded trace, being collected.
+#[derive(Debug, Default)]
+struct Stretch {
+    insns: Vec<Ip>,
+    mode: Option<ExecMode>,
+    code: CodeImageBuilder,
+}
+
+impl Stretch {
+    /// The stretch as an execution that went on at `successor` (`None`:
+    /// the trace ended); nothing when it is empty.
+    fn close(&mut self, successor: Option<u64>, out: &mut Vec<Execution>) -> Result<()> {
+        let stretch = std::mem::take(self);
+        if stretch.insns.is_empty() {
+            return Ok(());
+        }
+        let memory = stretch.code.build()?;
+        out.push(Execution::from_parts(
+            stretch.insns,
+            stretch.mode.unwrap_or(ExecMode::Bits64),
+            memory,
+            successor.map(Ip),
+        ));
+        Ok(())
+    }
+}
+
+/// Decodes `path` over the images and splits what ran into executions,
+/// one per traced stretch. A trace that does not decode cleanly (errors,
+/// lost packets) is refused: a gap would be simulated as a branch that
+/// never happened.
+fn executions_of_trace(
+    path: &Path,
+    images: &ImageArgs,
+    cpu: Option<Cpu>,
+) -> Result<Vec<Execution>> {
+    ensure!(
+        !images.is_empty(),
+        "--from-trace {}: give the code it ran over (--elf, --pages, --image, --pe)",
+        path.display()
+    );
+    let image = images.load()?;
+    let trace = MappedFile::open(path)?;
+    let mut config = Config::default();
+    if let Some(cpu) = cpu {
+        config.errata = Errata::for_model(cpu.family, cpu.model).map_err(|_| {
+            anyhow!(
+                "--cpu {}/{}: no Intel PT errata known for it",
+                cpu.family,
+                cpu.model
+            )
+        })?;
+    }
+    let name = path.display();
+    let mut out = Vec::new();
+    let mut stretch = Stretch::default();
+    for item in Items::new(InsnDecoder::new(trace.bytes(), config, image)) {
+        match item {
+            Item::Insn { insn, .. } => {
+                let mode = insn.mode.unwrap_or(ExecMode::Bits64);
+                if stretch.mode.is_some_and(|m| m != mode) {
+                    // One mode per execution: a mode switch starts another.
+                    stretch.close(Some(insn.ip), &mut out)?;
+                }
+                stretch.mode = Some(mode);
+                stretch.insns.push(Ip(insn.ip));
+                stretch
+                    .code
+                    .add(Ip(insn.ip), insn.bytes())
+                    .with_context(|| format!("{name}: the code at {:#x}", insn.ip))?;
+            }
+            Item::Event { event, offset } => {
+                let known = |ip: u64| (!event.ip_suppressed).then_some(ip);
+                match event.kind {
+                    EventKind::Disabled { ip } => stretch.close(known(ip), &mut out)?,
+                    // Stopped before `at` (or taken away to `to` by an
+                    // interrupt): the stretch was cut short there.
+                    EventKind::AsyncDisabled { at, .. } => stretch.close(Some(at), &mut out)?,
+                    EventKind::AsyncBranch { from, .. }
+                    | EventKind::AsyncPaging { ip: from, .. }
+                        if !stretch.insns.is_empty() =>
+                    {
+                        stretch.close(Some(from), &mut out)?;
+                    }
+                    EventKind::Overflow { .. } => {
+                        bail!(
+                            "{name}: packets were lost (OVF at offset {offset:#x}): the execution has a gap"
+                        )
+                    }
+                    _ => {}
+                }
+            }
+            Item::Error(e) => bail!("{name}: error at {e}: the execution has a gap"),
+            Item::Stuck { offset, ip, insns } => bail!(
+                "{name}: error at {offset:#x}, ip {ip:#x}: {insns} instructions without trace: an endless loop"
+            ),
+            Item::Resync { .. } | Item::Block(_) | Item::Branch(_) => {}
+        }
+    }
+    stretch.close(None, &mut out)?;
+    ensure!(!out.is_empty(), "{name}: no instruction decodes from it");
+    Ok(out)
+}
+
+/// The taken branches of the executions, one after the other.
+fn branch_stream(executions: &[Execution]) -> Result<Vec<Branch>> {
+    let mut stream = Vec::new();
+    for e in executions {
+        stream.extend(branches(e)?);
+    }
+    Ok(stream)
 }
 
 #[derive(Debug, clap::Args)]
@@ -405,16 +573,46 @@ fn pt(a: &PtArgs, out: &mut dyn Write) -> Result<()> {
     if consumer.is_some() && target.is_none() {
         bail!("--consumer needs --topa or --single-range");
     }
-    let execution = a.recorder.record()?;
-    let trace = PtEncoder::new(config).encode(&execution)?;
+    if a.recorder.is_trace() {
+        // Each stretch is encoded on its own: their clocks would each
+        // start at 0.
+        ensure!(
+            config.tsc.is_none() && config.timing == Timing::default(),
+            "--tsc, --mtc-freq and --cyc need one continuous execution (--qemu)"
+        );
+    }
+    let executions = a.recorder.record()?;
+    let encoder = PtEncoder::new(config);
+    let mut trace_bytes = Vec::new();
+    let mut psbs = 0;
+    let mut stats = EncodeStats::default();
+    for (n, execution) in executions.iter().enumerate() {
+        let trace = encoder
+            .encode(execution)
+            .with_context(|| format!("traced stretch {n} (from {})", execution.insns()[0]))?;
+        trace_bytes.extend_from_slice(&trace.bytes);
+        psbs += trace.psbs.len();
+        let t = &trace.stats;
+        stats.mtcs += t.mtcs;
+        stats.cycs += t.cycs;
+        stats.cbrs += t.cbrs;
+        stats.tmas += t.tmas;
+        stats.pips += t.pips;
+    }
+    let insns: usize = executions.iter().map(Execution::len).sum();
     writeln!(
         out,
-        "{} instructions, {} trace bytes, {} PSBs",
-        execution.len(),
-        trace.bytes.len(),
-        trace.psbs.len()
+        "{insns} instructions, {} trace bytes, {psbs} PSBs",
+        trace_bytes.len(),
     )?;
-    let s = &trace.stats;
+    if executions.len() > 1 {
+        writeln!(
+            out,
+            "{} traced stretches, each from a PSB+",
+            executions.len()
+        )?;
+    }
+    let s = &stats;
     if config.timing != Timing::default() || config.cr3_filter.is_some() {
         writeln!(
             out,
@@ -439,10 +637,10 @@ fn pt(a: &PtArgs, out: &mut dyn Write) -> Result<()> {
     let bytes = match &target {
         None => {
             print_register(out, RegisterId::RtitCtl, ctl.raw())?;
-            trace.bytes
+            trace_bytes
         }
         Some(target) => {
-            let run = write_output(&trace.bytes, target, consumer)?;
+            let run = write_output(&trace_bytes, target, consumer)?;
             print_run(out, &run, ctl.raw())?;
             if consumer.is_some() {
                 // Everything the consumer read, in order, OVFs included.
@@ -530,8 +728,7 @@ fn bts(a: &BtsArgs, out: &mut dyn Write) -> Result<()> {
         threshold > 0 && threshold <= records,
         "--threshold must be 1 to --records"
     );
-    let execution = a.recorder.record()?;
-    let stream = branches(&execution)?;
+    let stream = branch_stream(&a.recorder.record()?)?;
     let debugctl = [DebugCtlFlag::Tr, DebugCtlFlag::Bts, DebugCtlFlag::Btint]
         .into_iter()
         .try_fold(DebugCtl::new(DebugCtlLayout::Modern), |c, f| {
@@ -588,8 +785,7 @@ fn lbr(a: &LbrArgs, out: &mut dyn Write) -> Result<()> {
         .transpose()?
         .unwrap_or(0);
     let config = LbrConfig::for_uarch(uarch)?.with_select(select);
-    let execution = a.recorder.record()?;
-    let stream = branches(&execution)?;
+    let stream = branch_stream(&a.recorder.record()?)?;
     let mut sim = LbrSim::new(config)?;
     sim.run(&stream)?;
     write!(out, "{}", sim.snapshot().to_msr_text())?;
