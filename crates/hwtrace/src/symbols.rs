@@ -8,10 +8,8 @@
 //! executable) reads `file+0xoff`, the offset from the file's lowest
 //! loaded address; any other address has no symbol.
 //!
-//! The ELF reading is the few tables needed here (header, program headers,
-//! section headers, symbol and string tables; 32- and 64-bit
-//! little-endian), kept in this file so the command needs no ELF crate of
-//! its own.
+//! The ELF files are read with the `object` crate, as the image layer reads
+//! them.
 
 use anyhow::{Context as _, Result, bail};
 use hwtrace_mem::image::{ElfPlacement, ElfSpec, parse_elf_arg};
@@ -43,12 +41,8 @@ impl FileSymbols {
         let path = &spec.path;
         let data = std::fs::read(path)
             .with_context(|| format!("--elf: cannot read {}", path.display()))?;
-        let elf = Elf::parse(&data)
+        let (segments, funcs) = read_elf(&data)
             .with_context(|| format!("--elf: {}: not an ELF file", path.display()))?;
-        let (segments, funcs) = elf
-            .segments()
-            .and_then(|segments| Ok((segments, elf.funcs()?)))
-            .with_context(|| format!("--elf: {}: malformed ELF", path.display()))?;
         let Some(lowest) = segments.iter().map(|&(start, _)| start).min() else {
             bail!("--elf: {}: no PT_LOAD segment", path.display());
         };
@@ -101,170 +95,40 @@ impl FileSymbols {
     }
 }
 
-/// A little-endian ELF file, 32- or 64-bit: just what symbols need.
-#[derive(Clone, Copy, Debug)]
-struct Elf<'a> {
-    data: &'a [u8],
-    is64: bool,
-}
+/// `PT_LOAD` segments as `(vaddr, size)`.
+type Segments = Vec<(u64, u64)>;
+/// Function symbols, each with whether it is global.
+type Funcs = Vec<(bool, Func)>;
 
-/// `PT_LOAD`, `SHT_SYMTAB`, `SHT_DYNSYM`, `STT_FUNC`, `STT_GNU_IFUNC`.
-const PT_LOAD: u32 = 1;
-const SHT_SYMTAB: u32 = 2;
-const SHT_DYNSYM: u32 = 11;
-const STT_FUNC: u8 = 2;
-const STT_GNU_IFUNC: u8 = 10;
-
-impl<'a> Elf<'a> {
-    fn parse(data: &'a [u8]) -> Result<Self> {
-        if data.get(..4) != Some(b"\x7fELF") {
-            bail!("no ELF magic");
+/// The loadable segments and the defined function symbols of an ELF file.
+fn read_elf(data: &[u8]) -> Result<(Segments, Funcs)> {
+    use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+    let file = object::File::parse(data)?;
+    if file.format() != object::BinaryFormat::Elf {
+        bail!("a {:?} file", file.format());
+    }
+    // For ELF, `segments()` are the PT_LOAD program headers.
+    let segments = file
+        .segments()
+        .map(|seg| (seg.address(), seg.size()))
+        .collect();
+    let mut funcs = Vec::new();
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Text || !sym.is_definition() {
+            continue;
         }
-        let is64 = match data.get(4) {
-            Some(1) => false,
-            Some(2) => true,
-            other => bail!("unknown ELF class {other:?}"),
+        let Ok(name) = sym.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        let func = Func {
+            addr: sym.address(),
+            size: sym.size(),
+            name: name.to_owned(),
         };
-        if data.get(5) != Some(&1) {
-            bail!("not little-endian (x86 ELF files are)");
-        }
-        Ok(Self { data, is64 })
+        funcs.push((sym.is_global(), func));
     }
-
-    fn bytes(&self, at: u64, len: u64) -> Result<&'a [u8]> {
-        usize::try_from(at)
-            .ok()
-            .zip(usize::try_from(len).ok())
-            .and_then(|(at, len)| self.data.get(at..at.checked_add(len)?))
-            .with_context(|| format!("{len:#x} bytes at {at:#x} lie outside the file"))
-    }
-
-    fn u16(&self, at: u64) -> Result<u64> {
-        let b = self.bytes(at, 2)?;
-        Ok(u64::from(u16::from_le_bytes([b[0], b[1]])))
-    }
-
-    fn u32(&self, at: u64) -> Result<u64> {
-        let b = self.bytes(at, 4)?;
-        Ok(u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-    }
-
-    /// A 32-bit field in ELF32, a 64-bit one in ELF64.
-    fn word(&self, at: u64) -> Result<u64> {
-        if self.is64 {
-            let b = self.bytes(at, 8)?;
-            let mut v = [0u8; 8];
-            v.copy_from_slice(b);
-            Ok(u64::from_le_bytes(v))
-        } else {
-            self.u32(at)
-        }
-    }
-
-    /// Field offsets: `(elf32, elf64)`.
-    fn pick(&self, offsets: (u64, u64)) -> u64 {
-        if self.is64 { offsets.1 } else { offsets.0 }
-    }
-
-    /// `(p_vaddr, p_memsz)` of every `PT_LOAD`.
-    fn segments(&self) -> Result<Vec<(u64, u64)>> {
-        let phoff = self.word(self.pick((0x1c, 0x20)))?;
-        let entsize = self.u16(self.pick((0x2a, 0x36)))?;
-        let count = self.u16(self.pick((0x2c, 0x38)))?;
-        let mut out = Vec::new();
-        for i in 0..count {
-            let ph = phoff + i * entsize;
-            if self.u32(ph)? != u64::from(PT_LOAD) {
-                continue;
-            }
-            let vaddr = self.word(ph + self.pick((0x08, 0x10)))?;
-            let memsz = self.word(ph + self.pick((0x14, 0x28)))?;
-            out.push((vaddr, memsz));
-        }
-        Ok(out)
-    }
-
-    /// `(sh_type, sh_offset, sh_size, sh_link, sh_entsize)` of section `i`.
-    fn section(&self, i: u64) -> Result<(u32, u64, u64, u64, u64)> {
-        let shoff = self.word(self.pick((0x20, 0x28)))?;
-        let entsize = self.u16(self.pick((0x2e, 0x3a)))?;
-        let sh = shoff + i * entsize;
-        Ok((
-            self.u32(sh + 4)? as u32,
-            self.word(sh + self.pick((0x10, 0x18)))?,
-            self.word(sh + self.pick((0x14, 0x20)))?,
-            self.u32(sh + self.pick((0x18, 0x28)))?,
-            self.word(sh + self.pick((0x24, 0x38)))?,
-        ))
-    }
-
-    /// The defined function symbols of `.symtab` and `.dynsym`, each with
-    /// whether it is global (or weak), at its unbiased address.
-    fn funcs(&self) -> Result<Vec<(bool, Func)>> {
-        if self.word(self.pick((0x20, 0x28)))? == 0 {
-            return Ok(Vec::new());
-        }
-        let mut count = self.u16(self.pick((0x30, 0x3c)))?;
-        if count == 0 {
-            // More sections than e_shnum holds: section 0's sh_size.
-            count = self.section(0)?.2;
-        }
-        let mut out = Vec::new();
-        for i in 0..count {
-            let (kind, offset, size, link, entsize) = self.section(i)?;
-            if kind != SHT_SYMTAB && kind != SHT_DYNSYM {
-                continue;
-            }
-            let (_, str_off, str_size, _, _) = self
-                .section(link)
-                .with_context(|| format!("section {i}: its string table {link}"))?;
-            let strings = self.bytes(str_off, str_size)?;
-            let entsize = if entsize == 0 {
-                self.pick((16, 24))
-            } else {
-                entsize
-            };
-            for n in 0..size / entsize {
-                let sym = offset + n * entsize;
-                let (info, shndx, value, sym_size) = if self.is64 {
-                    (
-                        self.bytes(sym + 4, 1)?[0],
-                        self.u16(sym + 6)?,
-                        self.word(sym + 8)?,
-                        self.word(sym + 16)?,
-                    )
-                } else {
-                    (
-                        self.bytes(sym + 12, 1)?[0],
-                        self.u16(sym + 14)?,
-                        self.u32(sym + 4)?,
-                        self.u32(sym + 8)?,
-                    )
-                };
-                let kind = info & 0xf;
-                if shndx == 0 || (kind != STT_FUNC && kind != STT_GNU_IFUNC) {
-                    continue;
-                }
-                let name_at = usize::try_from(self.u32(sym)?).unwrap_or(usize::MAX);
-                let Some(name) = strings.get(name_at..) else {
-                    bail!("symbol {n} of section {i}: name beyond its string table");
-                };
-                let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
-                if name.is_empty() {
-                    continue;
-                }
-                out.push((
-                    info >> 4 != 0,
-                    Func {
-                        addr: value,
-                        size: sym_size,
-                        name: String::from_utf8_lossy(name).into_owned(),
-                    },
-                ));
-            }
-        }
-        Ok(out)
-    }
+    Ok((segments, funcs))
 }
 
 fn file_name(path: &Path) -> String {
