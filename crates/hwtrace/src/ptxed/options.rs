@@ -59,21 +59,13 @@ enum CpuArg {
     Model(u16, u8),
 }
 
+/// `none` or `f/m[/s]`, parsed as ptdump parses it (one grammar for both).
 fn parse_cpu(text: &str) -> anyhow::Result<CpuArg> {
     if text == "none" {
         return Ok(CpuArg::None);
     }
-    let parts: Vec<&str> = text.split('/').collect();
-    if !(2..=3).contains(&parts.len()) {
-        bail!("cpu must be specified as f/m[/s]");
-    }
-    let n = |s: &str| parse_c_u64(s).context("cpu must be specified as f/m[/s]");
-    let family = u16::try_from(n(parts[0])?).context("cpu must be specified as f/m[/s]")?;
-    let model = u8::try_from(n(parts[1])?).context("cpu must be specified as f/m[/s]")?;
-    if let Some(s) = parts.get(2) {
-        u8::try_from(n(s)?).context("cpu must be specified as f/m[/s]")?;
-    }
-    Ok(CpuArg::Model(family, model))
+    let cpu = crate::ptdump::cpu::Cpu::parse(text)?;
+    Ok(CpuArg::Model(cpu.family, cpu.model))
 }
 
 /// Loads `FILE[:FROM[-TO]]` of the trace.
