@@ -6,30 +6,10 @@ use hwtrace_regs::ds::{DsFormat, DsManagementArea};
 use hwtrace_regs::lbr::{LbrFormat, LbrFrom, LbrTo};
 use hwtrace_types::Ip;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn hwtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hwtrace"))
-        .args(args)
-        .output()
-        .expect("the hwtrace binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = hwtrace(args);
-    assert!(
-        out.status.success(),
-        "hwtrace {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = hwtrace(args);
-    assert!(!out.status.success(), "hwtrace {args:?} should fail");
-    String::from_utf8(out.stderr).expect("UTF-8 output")
-}
+mod common;
+use common::{fails, ok};
 
 /// A scratch file unique to this test process and `name`.
 fn scratch(name: &str, bytes: &[u8]) -> PathBuf {

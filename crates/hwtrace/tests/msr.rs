@@ -1,29 +1,7 @@
 //! `hwtrace msr` and `hwtrace cpuid`, run as the built binary.
 
-use std::process::{Command, Output};
-
-fn hwtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hwtrace"))
-        .args(args)
-        .output()
-        .expect("the hwtrace binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = hwtrace(args);
-    assert!(
-        out.status.success(),
-        "hwtrace {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = hwtrace(args);
-    assert!(!out.status.success(), "hwtrace {args:?} should fail");
-    String::from_utf8(out.stderr).expect("UTF-8 output")
-}
+mod common;
+use common::{fails, ok};
 
 /// The line of field `name`, split into columns: bits, name, value, meaning...
 fn field_line<'a>(text: &'a str, name: &str) -> Vec<&'a str> {

@@ -15,30 +15,9 @@ use hwtrace_regs::topa::{TopaEntry, TopaSize};
 use hwtrace_sim::{Execution, Limits, OutputTarget, PtConfig, PtEncoder, TopaTable, write_output};
 use hwtrace_types::{PhysAddr, TraceOffset};
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-fn hwtrace(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hwtrace"))
-        .args(args)
-        .output()
-        .expect("the hwtrace binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = hwtrace(args);
-    assert!(
-        out.status.success(),
-        "hwtrace {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8 output")
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = hwtrace(args);
-    assert!(!out.status.success(), "hwtrace {args:?} should fail");
-    String::from_utf8(out.stderr).expect("UTF-8 output")
-}
+mod common;
+use common::{fails, hwtrace, ok};
 
 /// A scratch path unique to this test process and `name`.
 fn scratch(name: &str) -> PathBuf {
