@@ -375,15 +375,6 @@ fn class_name(class: InsnClass) -> &'static str {
     }
 }
 
-fn mode_name(mode: ExecMode) -> &'static str {
-    match mode {
-        ExecMode::Bits16 => "16-bit",
-        ExecMode::Bits32 => "32-bit",
-        ExecMode::Bits64 => "64-bit",
-        ExecMode::Reserved => "<invalid>",
-    }
-}
-
 /// The IP an event names, when the trace gave one.
 fn event_ip(ev: &Event) -> Option<u64> {
     if ev.ip_suppressed || ev.ip_hidden {
@@ -428,7 +419,7 @@ fn describe_event(ev: &Event, s: &mut String) {
         }
         EventKind::Overflow { .. } => s.push_str("overflow"),
         EventKind::ExecMode { mode, .. } => {
-            let _ = write!(s, "exec mode: {}", mode_name(mode));
+            let _ = write!(s, "exec mode: {}", crate::ptxed::print::mode_name(mode));
         }
         EventKind::Tsx {
             speculative,

@@ -14,7 +14,8 @@ pub struct Style {
     pub print_event_ip: bool,
 }
 
-fn mode_name(mode: ExecMode) -> &'static str {
+/// An execution mode as ptxed names it (also used by `hwtrace flow`).
+pub fn mode_name(mode: ExecMode) -> &'static str {
     match mode {
         ExecMode::Bits16 => "16-bit",
         ExecMode::Bits32 => "32-bit",
