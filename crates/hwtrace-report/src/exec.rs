@@ -1,0 +1,74 @@
+//! The input every answer is computed from.
+//!
+//! A front end (the `hwtrace` command line) decodes whatever the user gave
+//! it and hands the answers a stream of [`Exec`] records in trace order.
+//! Keeping this vocabulary small and independent of how the trace was
+//! decoded is what lets coverage, call trees and timelines work the same
+//! on PT, perf.data, BTS and LBR input.
+
+use hwtrace_flow::insn::InsnClass;
+use hwtrace_types::{AddressSpace, Ip, TraceOffset};
+
+/// One record of the executed flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exec {
+    /// An instruction was executed.
+    Insn(ExecInsn),
+    /// A branch whose source and target are known but whose straight-line
+    /// code in between was not traced instruction by instruction (BTS
+    /// records, LBR entries).
+    Branch {
+        /// The branch instruction's address.
+        from: Ip,
+        /// Where it went.
+        to: Ip,
+        /// Its class when known (`InsnClass::Unknown` otherwise).
+        class: InsnClass,
+    },
+    /// The flow is not continuous here: tracing was disabled, data was
+    /// lost (overflow, decode error, lost AUX data), or the decoder
+    /// resynchronised. The next instruction does not follow the previous.
+    Gap {
+        /// Where in the trace (or the perf.data file) it happened.
+        offset: TraceOffset,
+        /// Why, in words (for reports).
+        why: GapKind,
+    },
+    /// Time moved: the estimated TSC at this point (timing packets, or
+    /// perf sample times converted to TSC).
+    Time(u64),
+    /// The following records belong to this thread (perf sideband switch
+    /// records, or a per-thread stream starting).
+    Thread {
+        /// Process id, if known.
+        pid: Option<u32>,
+        /// Thread id.
+        tid: u32,
+    },
+}
+
+/// An executed instruction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecInsn {
+    /// The address space it ran in.
+    pub space: AddressSpace,
+    /// Its address.
+    pub ip: Ip,
+    /// Its length in bytes (0 if it could not be decoded).
+    pub size: u8,
+    /// Its control-flow class.
+    pub class: InsnClass,
+}
+
+/// Why the flow breaks at an [`Exec::Gap`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GapKind {
+    /// Tracing was disabled (TIP.PGD, filters, end of a stream).
+    Disabled,
+    /// The processor's internal buffer overflowed (OVF).
+    Overflow,
+    /// A decode error; decoding resumed at the next PSB.
+    DecodeError,
+    /// Trace data was lost before it reached us (perf LOST/truncated AUX).
+    Lost,
+}
