@@ -7,7 +7,8 @@
 //! on PT, perf.data, BTS and LBR input.
 
 use hwtrace_flow::insn::InsnClass;
-use hwtrace_types::{AddressSpace, Ip, TraceOffset};
+use hwtrace_types::{AddressSpace, Cr3, Ip, TraceOffset};
+use std::path::PathBuf;
 
 /// One record of the executed flow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,8 +43,11 @@ pub enum Exec {
     Thread {
         /// Process id, if known.
         pid: Option<u32>,
-        /// Thread id.
-        tid: u32,
+        /// Thread id (`None`: the stream's thread is not known, e.g. a
+        /// per-CPU stream without switch records).
+        tid: Option<u32>,
+        /// The CPU it ran on, if known (per-CPU recordings).
+        cpu: Option<u32>,
     },
 }
 
@@ -71,4 +75,34 @@ pub enum GapKind {
     DecodeError,
     /// Trace data was lost before it reached us (perf LOST/truncated AUX).
     Lost,
+    /// Instructions decoded on without reading trace for too long (a loop
+    /// of direct branches): the decoder gave up there and resynchronised.
+    Stuck,
+}
+
+/// A file's bytes mapped at an address: what the front end loaded to
+/// decode (image options, perf MMAP records) or knows was mapped, so that
+/// the symboliser and coverage's module table name the same files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mapping {
+    /// The file (it may not exist on this machine: then addresses in it
+    /// are named `file+0xoff`).
+    pub path: PathBuf,
+    /// The address space it is mapped in (`None`: every space).
+    pub cr3: Option<Cr3>,
+    /// The process it is mapped in (`None`: every process), for perf.data.
+    pub pid: Option<u32>,
+    /// Its first address.
+    pub start: Ip,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The file offset of the byte at `start`.
+    pub file_offset: u64,
+}
+
+impl Mapping {
+    /// Whether `ip` falls inside.
+    pub fn contains(&self, ip: Ip) -> bool {
+        ip.0.wrapping_sub(self.start.0) < self.len
+    }
 }

@@ -3,6 +3,7 @@
 //! Each subcommand lives in `cmd/<name>.rs` with its arguments and a `run`
 //! function; this file only dispatches and turns errors into exit codes.
 
+mod answers;
 mod cmd;
 mod flow;
 mod image_args;

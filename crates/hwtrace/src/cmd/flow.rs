@@ -51,13 +51,13 @@ pub struct FlowArgs {
     cpu: Option<Cpu>,
 }
 
-fn parse_cpu(text: &str) -> Result<Cpu, String> {
+pub(crate) fn parse_cpu(text: &str) -> Result<Cpu, String> {
     Cpu::parse(text).map_err(|e| format!("{text:?}: {e}"))
 }
 
 /// The decoder configuration `--cpu` asks for. A processor missing from the
 /// errata table decodes without workarounds, and says so.
-fn decoder_config(cpu: Option<Cpu>) -> Config {
+pub(crate) fn decoder_config(cpu: Option<Cpu>) -> Config {
     let Some(cpu) = cpu else {
         return Config::default();
     };
@@ -79,8 +79,8 @@ fn decoder_config(cpu: Option<Cpu>) -> Config {
 /// `--dump FILE[@PHYSBASE]` and `--la57`, with the `--cr3` of the image
 /// options read for the dump too (see [`DumpArgs::cr3`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct DumpArgs {
-    dump: Option<String>,
+pub(crate) struct DumpArgs {
+    pub(crate) dump: Option<String>,
     /// The CR3 reads use before a PIP packet names one: the `--cr3` in
     /// effect at `--dump` (they apply to what follows), else the first
     /// `--cr3` after it; `None`: vCPU 0's CR3 of an ELF core.
@@ -161,7 +161,7 @@ fn parse_dump_arg(arg: &str) -> (PathBuf, Option<PhysAddr>) {
     (PathBuf::from(arg), None)
 }
 
-fn open_dump(args: &DumpArgs, spec: &str) -> Result<DumpMemory<Dump>> {
+pub(crate) fn open_dump(args: &DumpArgs, spec: &str) -> Result<DumpMemory<Dump>> {
     let (path, base) = parse_dump_arg(spec);
     let dump = Dump::open(&path, base).context("--dump")?;
     let cpu = dump.cpus().first().copied();

@@ -3,7 +3,7 @@
 mod bts;
 mod cpuid;
 mod dump;
-mod flow;
+pub(crate) mod flow;
 mod lbr;
 mod mem;
 mod msr;

@@ -1,0 +1,285 @@
+//! perf.data Intel PT streams as [`Exec`] records: each AUX queue decoded
+//! over the code of the processes that ran there, with `Exec::Thread` at
+//! its start and at every thread switch the sideband times, and
+//! `Exec::Gap` where perf lost data.
+//!
+//! This wraps [`crate::perfdecode`]'s public API (sideband, images,
+//! decoder settings) the way `hwtrace perf decode` uses it, but hands the
+//! items on instead of printing them.
+
+use super::pt::ItemMapper;
+use super::source::{Sink, SourceArgs, SourceReport};
+use crate::flow::Items;
+use crate::input::MappedFile;
+use crate::perfdecode::ImageOptions;
+use crate::perfdecode::image::{self, BuildIdCache};
+use crate::perfdecode::sideband::Sideband;
+use crate::perfdecode::stream::{MAX_JOIN, PtSettings, perf_time};
+use anyhow::{Context, Result, bail};
+use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_perf::data::{AuxQueue, AuxStreams, AuxtraceKind, PerfData, PerfRecord, QueueKey};
+use hwtrace_report::exec::{Exec, GapKind, Mapping};
+use hwtrace_types::Ip;
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// A perf.data file with Intel PT data, mapped.
+#[derive(Debug)]
+pub struct PerfInput {
+    path: PathBuf,
+    file: MappedFile,
+    settings: PtSettings,
+    options: ImageOptions,
+}
+
+impl PerfInput {
+    /// Checks that `file` is an Intel PT recording and reads its settings.
+    pub fn open(path: &Path, file: MappedFile, args: &SourceArgs) -> Result<Self> {
+        let data = PerfData::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
+        let mut pt = None;
+        let mut bts = false;
+        let mut records = data.records();
+        for r in &mut records {
+            if let Ok(r) = r
+                && let PerfRecord::AuxtraceInfo(i) = r.record
+            {
+                match i.kind {
+                    AuxtraceKind::IntelPt(p) if pt.is_none() => pt = Some(p),
+                    AuxtraceKind::IntelBts(_) => bts = true,
+                    _ => {}
+                }
+            }
+        }
+        let Some(info) = pt else {
+            if bts {
+                bail!(
+                    "{}: an intel_bts recording: decoding BTS from perf.data is not supported yet",
+                    path.display()
+                );
+            }
+            bail!(
+                "{}: no intel_pt AUXTRACE_INFO record: not an Intel PT recording",
+                path.display()
+            );
+        };
+        let event_config = records
+            .attrs()
+            .iter()
+            .find(|a| a.attr.kind == info.pmu_type)
+            .map(|a| a.attr.config);
+        let settings = PtSettings::new(&info, event_config);
+        drop(records);
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            settings,
+            options: ImageOptions {
+                sysroot: args.sysroot.clone(),
+                vdso: args.vdso.clone(),
+            },
+        })
+    }
+
+    fn data(&self) -> Result<PerfData<'_>> {
+        PerfData::parse(self.file.bytes()).with_context(|| format!("{}", self.path.display()))
+    }
+
+    /// Every executable mapping of the sideband, at the path its code is
+    /// read from (`--sysroot`, `--vdso` applied).
+    pub fn mappings(&self) -> Vec<Mapping> {
+        let Ok(data) = self.data() else {
+            return Vec::new();
+        };
+        let sb = Sideband::collect(&data);
+        sb.mappings
+            .iter()
+            .map(|m| {
+                let kernel = m.addr >= 0xffff_8000_0000_0000 || m.filename.starts_with("[kernel");
+                let path = match (&self.options, m.filename.as_str()) {
+                    (ImageOptions { vdso: Some(v), .. }, "[vdso]") => v.clone(),
+                    (
+                        ImageOptions {
+                            sysroot: Some(root),
+                            ..
+                        },
+                        name,
+                    ) if name.starts_with('/') => {
+                        let rel = Path::new(OsStr::from_bytes(name.as_bytes()));
+                        root.join(rel.strip_prefix("/").unwrap_or(rel))
+                    }
+                    (_, name) => PathBuf::from(name),
+                };
+                Mapping {
+                    path,
+                    cr3: None,
+                    pid: (!kernel).then_some(m.pid),
+                    start: Ip(m.addr),
+                    len: m.len,
+                    file_offset: m.pgoff,
+                }
+            })
+            .collect()
+    }
+
+    /// Bytes of AUX data in the file.
+    pub fn aux_bytes(&self) -> u64 {
+        self.data()
+            .map(|d| {
+                AuxStreams::collect(&d)
+                    .queues
+                    .values()
+                    .map(AuxQueue::len)
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Decodes every queue, one after the other.
+    pub fn run(&self, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
+        let data = self.data()?;
+        let sb = Sideband::collect(&data);
+        let streams = AuxStreams::collect(&data);
+        for l in &streams.aux_losses {
+            report.problem(format!(
+                "{}: the AUX record at file offset {} says the hardware lost trace (flags {:#x}) in aux offset {:#x}..{:#x}",
+                self.path.display(),
+                l.record_offset,
+                l.flags,
+                l.aux_offset,
+                l.aux_offset.wrapping_add(l.aux_size)
+            ));
+        }
+        for (off, n) in &streams.lost_records {
+            report.problem(format!(
+                "{}: the LOST record at file offset {off}: {n} sideband events lost",
+                self.path.display()
+            ));
+        }
+        for e in &streams.errors {
+            report.problem(format!("{}: {e}", self.path.display()));
+        }
+        let mut cache = BuildIdCache::default();
+        for (key, queue) in &streams.queues {
+            self.queue(*key, queue, &sb, &mut cache, sink, report)?;
+        }
+        Ok(())
+    }
+
+    fn queue(
+        &self,
+        key: QueueKey,
+        queue: &AuxQueue<'_>,
+        sb: &Sideband,
+        cache: &mut BuildIdCache,
+        sink: Sink<'_>,
+        report: &mut SourceReport,
+    ) -> Result<()> {
+        let cpu = (key.cpu != u32::MAX).then_some(key.cpu);
+        let timed = key.tid == u32::MAX
+            && cpu.is_some()
+            && sb.switches.contains_key(&key.cpu)
+            && (self.settings.tsc.cap_user_time_zero || self.settings.tsc.time_mult != 0);
+        let mut tid = if key.tid != u32::MAX {
+            Some(key.tid)
+        } else {
+            cpu.and_then(|c| sb.only_thread_on(c))
+        };
+        // The code of every process that ran here, as `perf decode` builds it.
+        let pids: Option<BTreeSet<u32>> = if timed {
+            let tids = sb.switches.get(&key.cpu).into_iter().flatten();
+            tids.filter(|&&(_, t)| t != 0)
+                .map(|&(_, t)| sb.pid_of.get(&t).copied())
+                .collect()
+        } else {
+            tid.and_then(|t| sb.pid_of.get(&t))
+                .map(|&p| BTreeSet::from([p]))
+        };
+        let built = image::build(sb, pids.as_ref(), &self.options, cache);
+        for m in &built.missing {
+            report.problem(format!(
+                "{key}: not loaded: {} (pid {}, {:#x}-{:#x}): {}",
+                m.path,
+                m.mapping.pid,
+                m.mapping.addr,
+                m.mapping.addr.wrapping_add(m.mapping.len),
+                m.reason
+            ));
+        }
+        let thread = |tid: Option<u32>| Exec::Thread {
+            pid: tid.and_then(|t| sb.pid_of.get(&t).copied()),
+            tid,
+            cpu,
+        };
+        sink(thread(tid))?;
+        let what = key.to_string();
+        let gap_at: BTreeSet<u64> = queue.gaps.iter().map(|g| g.stream_offset).collect();
+        for g in &queue.gaps {
+            report.lost_bytes += g.lost_bytes();
+            report.problem(format!(
+                "{key}: lost {} bytes of trace at stream offset {:#x} (before the AUXTRACE record at file offset {})",
+                g.lost_bytes(),
+                g.stream_offset,
+                g.record_offset
+            ));
+        }
+        for run in runs(queue) {
+            let start = queue.chunks[run.start].stream_offset;
+            let trace: Cow<'_, [u8]> = if run.len() == 1 {
+                Cow::Borrowed(queue.chunks[run.start].data)
+            } else {
+                Cow::Owned(
+                    queue.chunks[run]
+                        .iter()
+                        .flat_map(|c| c.data.iter().copied())
+                        .collect(),
+                )
+            };
+            let len = trace.len() as u64;
+            let mut map = ItemMapper::new(start, len, what.clone());
+            if gap_at.contains(&start) {
+                map.gap(start, GapKind::Lost, sink, report)?;
+            }
+            let dec = InsnDecoder::new(&trace, self.settings.config, &built.image);
+            for item in Items::new(dec) {
+                if timed
+                    && let crate::flow::Item::Event { event, .. } = &item
+                    && let Some(tsc) = map.new_time(event)
+                {
+                    let time = perf_time(&self.settings.tsc, tsc);
+                    let now = sb.thread_at(key.cpu, time);
+                    if now.is_some() && now != tid {
+                        tid = now;
+                        sink(thread(tid))?;
+                    }
+                }
+                map.item(item, sink, report)?;
+            }
+            map.gap(start + len, GapKind::Disabled, sink, report)?;
+        }
+        Ok(())
+    }
+}
+
+/// Index ranges of `queue.chunks` to decode as one trace: split at gaps
+/// and at [`MAX_JOIN`] bytes (as `hwtrace perf decode` does).
+fn runs(queue: &AuxQueue<'_>) -> Vec<std::ops::Range<usize>> {
+    let gap_at: BTreeSet<_> = queue.gaps.iter().map(|g| g.record_offset).collect();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut bytes = 0usize;
+    for (i, c) in queue.chunks.iter().enumerate() {
+        if i > start && (gap_at.contains(&c.record_offset) || bytes + c.data.len() > MAX_JOIN) {
+            out.push(start..i);
+            start = i;
+            bytes = 0;
+        }
+        bytes += c.data.len();
+    }
+    if start < queue.chunks.len() {
+        out.push(start..queue.chunks.len());
+    }
+    out
+}

@@ -1,0 +1,141 @@
+//! Instruction-flow items as [`Exec`] records.
+
+use super::source::{Sink, SourceReport};
+use crate::flow::Item;
+use anyhow::Result;
+use hwtrace_flow::event::{Event, EventKind};
+use hwtrace_report::exec::{Exec, ExecInsn, GapKind};
+use hwtrace_types::{AddressSpace, Cr3, Ip, TraceOffset};
+
+/// Turns [`Item`]s of one trace into [`Exec`] records: the address space
+/// follows PIP/VMCS events, times come from events that carry a TSC, and
+/// every break in the flow (disable, overflow, error, endless loop)
+/// becomes a [`Exec::Gap`].
+#[derive(Debug)]
+pub struct ItemMapper {
+    /// Added to every trace offset (a perf.data AUX run's place in its
+    /// stream).
+    base: u64,
+    /// The trace's length (for the bytes skipped when no PSB is left).
+    len: u64,
+    space: AddressSpace,
+    last_tsc: Option<u64>,
+    /// Text put in front of problems ("FILE" or "cpu N tid M").
+    what: String,
+}
+
+/// Problems kept in a [`SourceReport`] at most; the counts go on.
+pub const MAX_PROBLEMS: usize = 1000;
+
+impl ItemMapper {
+    /// Items of a trace of `len` bytes whose offset 0 is at `base` in
+    /// what the user calls the trace; `what` names it in problem reports.
+    pub fn new(base: u64, len: u64, what: String) -> Self {
+        Self {
+            base,
+            len,
+            space: AddressSpace::UNKNOWN,
+            last_tsc: None,
+            what,
+        }
+    }
+
+    /// The TSC of `event` if it is new (for perf's thread switches).
+    pub fn new_time(&self, event: &Event) -> Option<u64> {
+        (event.has_tsc && self.last_tsc != Some(event.tsc)).then_some(event.tsc)
+    }
+
+    /// Maps one item, handing the records to `sink`.
+    pub fn item(&mut self, item: Item, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
+        match item {
+            Item::Insn { insn, .. } => {
+                report.insns += 1;
+                sink(Exec::Insn(ExecInsn {
+                    space: self.space,
+                    ip: Ip(insn.ip),
+                    size: insn.size,
+                    class: insn.class,
+                }))?;
+            }
+            Item::Event { offset, event } => self.event(offset, &event, sink, report)?,
+            Item::Error(e) => {
+                report.errors += 1;
+                let offset = self.base + e.offset.0;
+                let ip = e.ip.map_or(String::new(), |ip| format!(", ip {ip:#x}"));
+                report.problem(format!(
+                    "{}: error at offset {offset:#x}{ip}: {}",
+                    self.what, e.kind
+                ));
+                self.gap(offset, GapKind::DecodeError, sink, report)?;
+            }
+            Item::Resync { from, to } => {
+                let end = to.unwrap_or(self.len);
+                report.skipped_bytes += end.saturating_sub(from);
+            }
+            Item::Stuck { offset, ip, insns } => {
+                report.errors += 1;
+                let offset = self.base + offset;
+                report.problem(format!(
+                    "{}: {insns} instructions up to ip {ip:#x} without trace at offset {offset:#x}: an endless loop, left at the next PSB",
+                    self.what
+                ));
+                self.gap(offset, GapKind::Stuck, sink, report)?;
+            }
+            // Only produced by the reshaping iterators, which are not used.
+            Item::Block(_) | Item::Branch(_) => {}
+        }
+        Ok(())
+    }
+
+    fn event(
+        &mut self,
+        offset: u64,
+        event: &Event,
+        sink: Sink<'_>,
+        report: &mut SourceReport,
+    ) -> Result<()> {
+        if let Some(tsc) = self.new_time(event) {
+            self.last_tsc = Some(tsc);
+            sink(Exec::Time(tsc))?;
+        }
+        let offset = self.base + offset;
+        match event.kind {
+            EventKind::Paging { cr3, .. } | EventKind::AsyncPaging { cr3, .. } => {
+                self.space.cr3 = Some(Cr3(cr3));
+            }
+            EventKind::Vmcs { base } | EventKind::AsyncVmcs { base, .. } => {
+                self.space.vmcs = Some(base);
+            }
+            EventKind::Disabled { .. } | EventKind::AsyncDisabled { .. } | EventKind::Stop
+                if !event.status_update =>
+            {
+                self.gap(offset, GapKind::Disabled, sink, report)?;
+            }
+            EventKind::Overflow { .. } => {
+                report.overflows += 1;
+                report.problem(format!(
+                    "{}: overflow at offset {offset:#x}: the processor lost trace",
+                    self.what
+                ));
+                self.gap(offset, GapKind::Overflow, sink, report)?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The flow breaks at `offset`.
+    pub fn gap(
+        &mut self,
+        offset: u64,
+        why: GapKind,
+        sink: Sink<'_>,
+        report: &mut SourceReport,
+    ) -> Result<()> {
+        report.gaps += 1;
+        sink(Exec::Gap {
+            offset: TraceOffset(offset),
+            why,
+        })
+    }
+}

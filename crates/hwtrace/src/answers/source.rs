@@ -1,0 +1,544 @@
+//! [`SourceArgs`]: the inputs every answer command accepts, and
+//! [`Source`]: those inputs opened and decoded as a stream of [`Exec`].
+//!
+//! ```text
+//! TRACE                         raw Intel PT, or perf.data (by its magic)
+//!   --image/--elf/--pe/--pages/--cr3, --dump/--la57, --cpu   (raw PT, as `hwtrace flow`)
+//!   --sysroot DIR, --vdso FILE                               (perf.data, as `hwtrace perf decode`)
+//! --bts FILE | --bts-ds DS --bts-buffer BUF [--bts-format 32|64]
+//! --lbr FILE [--lbr-format N] [--lbr-uarch NAME] [--lbr-tos N]
+//! ```
+//!
+//! The image options serve every input: they are the code raw PT is
+//! decoded over, and for all inputs they are the files symbols come from
+//! ([`Source::mappings`]).
+
+use super::{branches, perf, pt};
+use crate::cmd::flow::{DumpArgs, decoder_config, open_dump, parse_cpu};
+use crate::flow::{FlowMemory, Items};
+use crate::image_args::ImageArgs;
+use crate::input::MappedFile;
+use crate::ptdump::cpu::Cpu;
+use anyhow::{Result, bail};
+use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_report::exec::{Exec, GapKind, Mapping};
+use hwtrace_types::Ip;
+use std::path::{Path, PathBuf};
+
+/// Where [`Source::run`] hands each record; an error stops decoding.
+pub type Sink<'a> = &'a mut dyn FnMut(Exec) -> Result<()>;
+
+/// The inputs of an answer command. Use with `#[command(flatten)]`.
+#[derive(Debug, clap::Args)]
+pub struct SourceArgs {
+    /// The trace: a raw Intel PT trace (decoded over the image options or
+    /// --dump), or a perf.data file (recognised by its PERFILE2 magic).
+    #[arg(value_name = "TRACE", required_unless_present_any = ["bts", "bts_ds", "lbr"])]
+    pub trace: Option<PathBuf>,
+    #[command(flatten)]
+    pub images: ImageArgs,
+    #[command(flatten)]
+    pub dump: DumpArgs,
+    /// The processor that wrote a raw PT trace (family/model[/stepping]):
+    /// applies its errata workarounds, as `hwtrace flow --cpu` does.
+    #[arg(long, value_name = "F/M[/S]", value_parser = parse_cpu)]
+    pub cpu: Option<Cpu>,
+    /// perf.data: prefix for every file the MMAP records name.
+    #[arg(long, value_name = "DIR")]
+    pub sysroot: Option<PathBuf>,
+    /// perf.data: a dump of the traced process's vDSO.
+    #[arg(long, value_name = "FILE")]
+    pub vdso: Option<PathBuf>,
+    /// BTS: raw 64- or 32-bit records, oldest first (instead of TRACE).
+    #[arg(long, value_name = "RAWFILE", conflicts_with_all = ["trace", "bts_ds", "lbr"])]
+    pub bts: Option<PathBuf>,
+    /// BTS: the DS buffer management area (with --bts-buffer; instead of TRACE).
+    #[arg(long, value_name = "DSFILE", requires = "bts_buffer", conflicts_with_all = ["trace", "lbr"])]
+    pub bts_ds: Option<PathBuf>,
+    /// BTS: the BTS buffer from its base (with --bts-ds).
+    #[arg(long, value_name = "BUFFILE", requires = "bts_ds")]
+    pub bts_buffer: Option<PathBuf>,
+    /// BTS record layout: 64 (24-byte records) or 32 (12-byte records).
+    #[arg(long, default_value = "64", value_parser = ["32", "64"])]
+    pub bts_format: String,
+    /// LBR: a text dump of the LBR MSRs, `REGISTER VALUE` per line (instead of TRACE).
+    #[arg(long, value_name = "FILE", conflicts_with = "trace")]
+    pub lbr: Option<PathBuf>,
+    /// LBR format, IA32_PERF_CAPABILITIES[5:0] (default: the dump's, else --lbr-uarch's).
+    #[arg(long, value_name = "N", requires = "lbr")]
+    pub lbr_format: Option<String>,
+    /// LBR: the micro-architecture (skylake, haswell, ...) for the format.
+    #[arg(long, value_name = "NAME", requires = "lbr")]
+    pub lbr_uarch: Option<String>,
+    /// LBR: MSR_LASTBRANCH_TOS (default: the dump's).
+    #[arg(long, value_name = "N", requires = "lbr")]
+    pub lbr_tos: Option<String>,
+}
+
+/// What decoding found besides the records: counts and the first
+/// [`pt::MAX_PROBLEMS`] problems in words.
+#[derive(Clone, Debug, Default)]
+pub struct SourceReport {
+    /// Bytes of trace input (the PT trace, the AUX data, the BTS buffer).
+    pub trace_bytes: u64,
+    /// `Exec::Insn` records.
+    pub insns: u64,
+    /// `Exec::Branch` records.
+    pub branches: u64,
+    /// `Exec::Gap` records.
+    pub gaps: u64,
+    /// Decode errors (each followed by a resynchronisation).
+    pub errors: u64,
+    /// Overflows (the processor lost trace).
+    pub overflows: u64,
+    /// Trace bytes not decoded after errors.
+    pub skipped_bytes: u64,
+    /// Bytes lost before they were recorded (perf.data gaps).
+    pub lost_bytes: u64,
+    /// Problems in words, each naming the input and where.
+    pub problems: Vec<String>,
+    /// Problems beyond the first [`pt::MAX_PROBLEMS`], counted only.
+    pub more_problems: u64,
+}
+
+impl SourceReport {
+    /// Keeps `text` (or counts it once enough are kept).
+    pub fn problem(&mut self, text: String) {
+        if self.problems.len() < pt::MAX_PROBLEMS {
+            self.problems.push(text);
+        } else {
+            self.more_problems += 1;
+        }
+    }
+
+    /// Whether anything went wrong.
+    pub fn has_problems(&self) -> bool {
+        !self.problems.is_empty()
+    }
+}
+
+/// The input opened: files mapped, images loaded, ready to decode.
+#[derive(Debug)]
+pub struct Source {
+    input: Input,
+    mappings: Vec<Mapping>,
+}
+
+#[derive(Debug)]
+enum Input {
+    Pt {
+        path: PathBuf,
+        trace: MappedFile,
+        memory: Box<FlowMemory>,
+        config: hwtrace_flow::Config,
+    },
+    Perf(Box<perf::PerfInput>),
+    Branches {
+        list: Vec<(Ip, Ip)>,
+        bytes: u64,
+        memory: Option<Box<FlowMemory>>,
+    },
+}
+
+/// `PERFILE2`, the first bytes of a perf.data file (file or pipe format).
+const PERF_MAGIC: &[u8; 8] = b"PERFILE2";
+
+impl Source {
+    /// Opens the input `args` name: maps files, loads images, reads
+    /// dumps. Fails naming the option and the file.
+    pub fn open(args: &SourceArgs) -> Result<Self> {
+        let image = if args.images.is_empty() {
+            None
+        } else {
+            Some(args.images.load()?)
+        };
+        let mut mappings: Vec<Mapping> = image
+            .iter()
+            .flat_map(|i| i.sections())
+            .map(|s| Mapping {
+                path: PathBuf::from(&s.name),
+                cr3: s.cr3,
+                pid: None,
+                start: s.addr,
+                len: s.len,
+                file_offset: s.file_offset,
+            })
+            .collect();
+        let dump = match &args.dump.dump {
+            Some(spec) => Some(open_dump(&args.dump, spec)?),
+            None => None,
+        };
+        let has_code = image.is_some() || dump.is_some();
+        let memory = Box::new(FlowMemory::new(image, dump));
+        if args.bts.is_some() || args.bts_ds.is_some() {
+            let (list, bytes) = branches::bts(args)?;
+            return Ok(Self {
+                input: Input::Branches {
+                    list,
+                    bytes,
+                    memory: has_code.then_some(memory),
+                },
+                mappings,
+            });
+        }
+        if let Some(path) = &args.lbr {
+            let list = branches::lbr(args, path)?;
+            return Ok(Self {
+                input: Input::Branches {
+                    list,
+                    bytes: 0,
+                    memory: has_code.then_some(memory),
+                },
+                mappings,
+            });
+        }
+        let Some(path) = &args.trace else {
+            bail!("no input: give a TRACE (raw PT or perf.data), --bts, --bts-ds or --lbr");
+        };
+        let trace = MappedFile::open(path)?;
+        if trace.bytes().starts_with(PERF_MAGIC) {
+            let input = perf::PerfInput::open(path, trace, args)?;
+            mappings.extend(input.mappings());
+            return Ok(Self {
+                input: Input::Perf(Box::new(input)),
+                mappings,
+            });
+        }
+        if !has_code {
+            bail!(
+                "{}: a raw Intel PT trace needs the code it ran: give --image, --elf, --pe, --pages or --dump",
+                path.display()
+            );
+        }
+        Ok(Self {
+            input: Input::Pt {
+                path: path.clone(),
+                trace,
+                memory,
+                config: decoder_config(args.cpu),
+            },
+            mappings,
+        })
+    }
+
+    /// The files mapped into the traced address spaces: the image options'
+    /// files, and for perf.data every executable mapping of its sideband.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.mappings
+    }
+
+    /// Bytes of trace the input has (for progress).
+    pub fn trace_bytes(&self) -> u64 {
+        match &self.input {
+            Input::Pt { trace, .. } => trace.bytes().len() as u64,
+            Input::Perf(p) => p.aux_bytes(),
+            Input::Branches { bytes, .. } => *bytes,
+        }
+    }
+
+    /// Decodes the whole input, handing every record to `sink` in trace
+    /// order (perf.data: one AUX stream after the other, each starting
+    /// with its `Exec::Thread`).
+    pub fn run(&self, sink: Sink<'_>) -> Result<SourceReport> {
+        let mut report = SourceReport {
+            trace_bytes: self.trace_bytes(),
+            ..SourceReport::default()
+        };
+        match &self.input {
+            Input::Pt {
+                path,
+                trace,
+                memory,
+                config,
+            } => {
+                let bytes = trace.bytes();
+                let dec = InsnDecoder::new(bytes, *config, &**memory);
+                let mut map = pt::ItemMapper::new(0, bytes.len() as u64, show(path));
+                for item in Items::new(dec) {
+                    map.item(item, sink, &mut report)?;
+                }
+                map.gap(bytes.len() as u64, GapKind::Disabled, sink, &mut report)?;
+            }
+            Input::Perf(p) => p.run(sink, &mut report)?,
+            Input::Branches { list, memory, .. } => {
+                let memory = memory.as_deref();
+                for &(from, to) in list {
+                    report.branches += 1;
+                    sink(Exec::Branch {
+                        from,
+                        to,
+                        class: branches::class_at(memory, from),
+                    })?;
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+fn show(path: &Path) -> String {
+    path.display().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use hwtrace_flow::insn::InsnClass;
+    use hwtrace_packet::{ModeExec, Packet, Pip, Tnt, TraceBuilder};
+    use hwtrace_report::exec::ExecInsn;
+    use hwtrace_types::{AddressSpace, Cr3, TraceOffset};
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        source: SourceArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<SourceArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("answer").chain(args.iter().copied())).map(|c| c.source)
+    }
+
+    fn tmp(name: &str, bytes: &[u8]) -> PathBuf {
+        let path =
+            std::env::temp_dir().join(format!("hwtrace-source-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn collect(source: &Source) -> (Vec<Exec>, SourceReport) {
+        let mut all = Vec::new();
+        let report = source
+            .run(&mut |e| {
+                all.push(e);
+                Ok(())
+            })
+            .unwrap();
+        (all, report)
+    }
+
+    #[test]
+    fn clap_accepts_the_definitions() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn one_input_kind_at_a_time() {
+        assert!(parse(&[]).is_err());
+        assert!(parse(&["t.pt", "--bts", "b.raw"]).is_err());
+        assert!(parse(&["--lbr", "l.txt", "--bts", "b.raw"]).is_err());
+        assert!(parse(&["--bts-ds", "ds"]).is_err());
+        assert!(parse(&["--bts-ds", "ds", "--bts-buffer", "buf"]).is_ok());
+        let a = parse(&[
+            "t.pt",
+            "--elf",
+            "/bin/true",
+            "--dump",
+            "d.raw",
+            "--cr3",
+            "1000",
+        ])
+        .unwrap();
+        assert_eq!(a.trace.as_deref(), Some(Path::new("t.pt")));
+        assert_eq!(a.dump.dump.as_deref(), Some("d.raw"));
+    }
+
+    /// 1000: nop; 1001: jz 1000; 1003: ret
+    const CODE: [u8; 4] = [0x90, 0x74, 0xfd, 0xc3];
+
+    #[test]
+    fn raw_pt_gives_instructions_spaces_times_and_gaps() {
+        let mut t = TraceBuilder::new();
+        t.push(Packet::Psb).unwrap();
+        t.push(Packet::Tsc(0x5000)).unwrap();
+        t.push(Packet::Pip(Pip {
+            cr3: Cr3(0xa000),
+            nr: false,
+        }))
+        .unwrap();
+        t.push(Packet::ModeExec(ModeExec {
+            csl: true,
+            csd: false,
+            iflag: false,
+        }))
+        .unwrap();
+        t.ip(Packet::Fup, 0x1000).unwrap();
+        t.push(Packet::Psbend).unwrap();
+        // jz taken, then not taken; the ret leaves tracing off.
+        t.push(Packet::Tnt(Tnt {
+            bits: 0b10,
+            len: 2,
+            long: false,
+        }))
+        .unwrap();
+        t.ip(Packet::TipPgd, 0).unwrap();
+        let trace = tmp("pt", &t.finish());
+        let code = tmp("code", &CODE);
+        let image = format!("{}@1000", code.display());
+        let args = parse(&[trace.to_str().unwrap(), "--image", &image]).unwrap();
+        let source = Source::open(&args).unwrap();
+        assert_eq!(source.mappings().len(), 1);
+        assert_eq!(source.mappings()[0].start, Ip(0x1000));
+        assert_eq!(source.mappings()[0].path, code);
+        let (all, report) = collect(&source);
+        let space = AddressSpace::with_cr3(Cr3(0xa000));
+        let insn = |ip: u64, size: u8, class: InsnClass| {
+            Exec::Insn(ExecInsn {
+                space,
+                ip: Ip(ip),
+                size,
+                class,
+            })
+        };
+        let insns: Vec<Exec> = all
+            .iter()
+            .copied()
+            .filter(|e| matches!(e, Exec::Insn(_)))
+            .collect();
+        assert_eq!(
+            insns,
+            [
+                insn(0x1000, 1, InsnClass::Other),
+                insn(0x1001, 2, InsnClass::CondJump),
+                insn(0x1000, 1, InsnClass::Other),
+                insn(0x1001, 2, InsnClass::CondJump),
+                insn(0x1003, 1, InsnClass::Return),
+            ]
+        );
+        assert!(matches!(all.first(), Some(Exec::Time(0x5000))), "{all:?}");
+        let gaps: Vec<GapKind> = all
+            .iter()
+            .filter_map(|e| match e {
+                Exec::Gap { why, .. } => Some(*why),
+                _ => None,
+            })
+            .collect();
+        // The TIP.PGD, then the end of the trace.
+        assert_eq!(gaps, [GapKind::Disabled, GapKind::Disabled]);
+        assert!(
+            matches!(all.last(), Some(Exec::Gap { offset, .. }) if *offset == TraceOffset(std::fs::metadata(&trace).unwrap().len()))
+        );
+        assert_eq!((report.insns, report.errors, report.gaps), (5, 0, 2));
+        assert!(!report.has_problems(), "{:?}", report.problems);
+        let _ = std::fs::remove_file(trace);
+        let _ = std::fs::remove_file(code);
+    }
+
+    #[test]
+    fn a_decode_error_is_a_gap_and_a_problem_naming_the_offset() {
+        let mut t = TraceBuilder::new();
+        t.push(Packet::Psb).unwrap();
+        t.ip(Packet::Fup, 0x1000).unwrap();
+        t.push(Packet::Psbend).unwrap();
+        // A TIP where the jz wants a TNT bit.
+        t.ip(Packet::Tip, 0x1000).unwrap();
+        let trace = tmp("bad", &t.finish());
+        let code = tmp("badcode", &CODE);
+        let image = format!("{}@1000", code.display());
+        let args = parse(&[trace.to_str().unwrap(), "--image", &image]).unwrap();
+        let (all, report) = collect(&Source::open(&args).unwrap());
+        assert_eq!(report.errors, 1, "{all:?}");
+        assert!(all.iter().any(|e| matches!(
+            e,
+            Exec::Gap {
+                why: GapKind::DecodeError,
+                ..
+            }
+        )));
+        assert!(
+            report.problems[0].contains("error at offset 0x"),
+            "{:?}",
+            report.problems
+        );
+        let _ = std::fs::remove_file(trace);
+        let _ = std::fs::remove_file(code);
+    }
+
+    #[test]
+    fn raw_pt_without_code_is_refused() {
+        let trace = tmp("nocode", &[0u8; 16]);
+        let args = parse(&[trace.to_str().unwrap()]).unwrap();
+        let err = format!("{:#}", Source::open(&args).unwrap_err());
+        assert!(err.contains("needs the code it ran"), "{err}");
+        let _ = std::fs::remove_file(trace);
+    }
+
+    #[test]
+    fn bts_records_are_branches_classified_from_the_images() {
+        let mut raw = Vec::new();
+        for (from, to) in [(0x1001u64, 0x1000u64), (0x1003, 0x2000)] {
+            raw.extend_from_slice(&from.to_le_bytes());
+            raw.extend_from_slice(&to.to_le_bytes());
+            raw.extend_from_slice(&0x10u64.to_le_bytes());
+        }
+        let bts = tmp("bts", &raw);
+        let code = tmp("btscode", &CODE);
+        let image = format!("{}@1000", code.display());
+        let args = parse(&["--bts", bts.to_str().unwrap(), "--image", &image]).unwrap();
+        let (all, report) = collect(&Source::open(&args).unwrap());
+        assert_eq!(
+            all,
+            [
+                Exec::Branch {
+                    from: Ip(0x1001),
+                    to: Ip(0x1000),
+                    class: InsnClass::CondJump
+                },
+                Exec::Branch {
+                    from: Ip(0x1003),
+                    to: Ip(0x2000),
+                    class: InsnClass::Return
+                },
+            ]
+        );
+        assert_eq!((report.branches, report.trace_bytes), (2, 48));
+        // Without code the class is unknown.
+        let args = parse(&["--bts", bts.to_str().unwrap()]).unwrap();
+        let (all, _) = collect(&Source::open(&args).unwrap());
+        assert!(matches!(
+            all[0],
+            Exec::Branch {
+                class: InsnClass::Unknown,
+                ..
+            }
+        ));
+        let _ = std::fs::remove_file(bts);
+        let _ = std::fs::remove_file(code);
+    }
+
+    #[test]
+    fn perf_data_is_recognised_and_its_threads_and_mappings_reported() {
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/perf/pt-true.data");
+        let args = parse(&[fixture.to_str().unwrap()]).unwrap();
+        let source = Source::open(&args).unwrap();
+        let true_map = source
+            .mappings()
+            .iter()
+            .find(|m| m.path.ends_with("true"))
+            .expect("the mapping of /usr/bin/true");
+        assert!(true_map.start.0 >= 0x5555_5555_4000 && true_map.len > 0);
+        assert!(true_map.pid.is_some());
+        let (all, report) = collect(&source);
+        assert!(
+            matches!(
+                all.first(),
+                Some(Exec::Thread {
+                    tid: Some(_),
+                    pid: Some(_),
+                    ..
+                })
+            ),
+            "{all:?}"
+        );
+        assert!(report.trace_bytes > 0);
+        assert!(matches!(
+            all.last(),
+            Some(Exec::Gap {
+                why: GapKind::Disabled,
+                ..
+            })
+        ));
+    }
+}
