@@ -17,6 +17,7 @@ use crate::event::{Event, EventKind, QueryDecoder, Status};
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
 
+mod fast;
 mod resync;
 
 /// One executed instruction.

@@ -1,14 +1,20 @@
 //! The instruction layer: classification, the return stack, and the
-//! instruction and block decoders.
+//! instruction, block and fast (block-cached) decoders.
 
 mod block;
+mod blockcache;
 mod cache;
 mod classify;
 mod decoder;
+mod fast;
 mod retstack;
 
 pub use block::{Block, BlockDecoder, BlockStep, MAX_BLOCK_INSNS, ends_block};
+pub use blockcache::{
+    BlockCache, CachedBlock, Edge, MAX_CACHED_BLOCK_INSNS, MAX_CACHED_BLOCKS, NO_BLOCK,
+};
 pub use cache::{Cached, InsnCache};
 pub use classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special, classify};
 pub use decoder::{Insn, InsnDecoder, MAX_UNTRACED_INSNS, Step};
+pub use fast::{BlockRun, FastDecoder, FastStep};
 pub use retstack::{RETSTACK_SIZE, RetStack};

@@ -1,0 +1,443 @@
+//! Straight-line runs of code decoded once per (address space, mode, IP),
+//! linked to the blocks that follow them, so following a TNT bit or a
+//! direct branch is an index lookup instead of decoding instructions.
+//!
+//! A block starts at some IP and ends at the first branch of any kind (its
+//! last instruction), or before an instruction that cannot be decoded, or
+//! after [`MAX_CACHED_BLOCK_INSNS`] instructions. Everything before the last
+//! instruction is `Other` or `Ptwrite`: executing it needs no trace, so a
+//! decoder with no event pending may skip straight to the last one. A jump
+//! into the middle of a block starts a block of its own at that IP
+//! (blocks may overlap; each is keyed by its first IP), so a block never
+//! has to be split or re-decoded.
+//!
+//! Each block keeps three successor slots, filled lazily by the decoder:
+//! the direct target (taken branch, call, jump), the fall-through (not-taken
+//! branch, the instruction after a call or a non-branch end) and the last
+//! other target seen (indirect branches and returns usually repeat). A
+//! successor is only an index; the decoder checks the successor's IP,
+//! address space and mode before using it, so a stale link can never give
+//! a wrong block.
+//!
+//! Blocks live in one `Vec`, found through a hash map keyed by
+//! (address space id, mode, IP); address spaces (CR3, VMCS) are interned to
+//! small ids. Nothing is allocated per instruction or per block visit; the
+//! cache is bounded ([`MAX_CACHED_BLOCKS`]) and starts over when full.
+
+use super::cache::Cached;
+use super::classify::InsnClass;
+use crate::error::ErrorKind;
+use hwtrace_packet::ExecMode;
+use hwtrace_types::{AddressSpace, Ip};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// The most instructions one cached block holds.
+pub const MAX_CACHED_BLOCK_INSNS: u32 = 1024;
+
+/// The most blocks kept; past it the cache is cleared and refilled.
+pub const MAX_CACHED_BLOCKS: usize = 1 << 17;
+
+/// "No block": an empty successor slot.
+pub const NO_BLOCK: u32 = u32::MAX;
+
+/// Which successor slot a block's next IP uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edge {
+    /// The direct target of the last instruction.
+    Target,
+    /// The instruction after the last one.
+    FallThrough,
+    /// Any other IP (an indirect branch or return target).
+    Other,
+}
+
+/// One cached block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CachedBlock {
+    /// The first instruction's address.
+    pub ip: Ip,
+    /// The interned address space ([`BlockCache::space_id`]).
+    pub space: u32,
+    /// The execution mode it was decoded in.
+    pub mode: ExecMode,
+    /// How many instructions, the last included (at least one).
+    pub insns: u32,
+    /// The last instruction's address.
+    pub last_ip: Ip,
+    /// The last instruction, decoded, with its bytes.
+    pub last: Cached,
+    /// Successor at the direct target.
+    pub next_target: u32,
+    /// Successor after the last instruction.
+    pub next_fall: u32,
+    /// The last other successor and its IP.
+    pub next_other: u32,
+    /// The IP `next_other` starts at.
+    pub other_ip: Ip,
+}
+
+impl CachedBlock {
+    /// The IP after the last instruction.
+    pub fn end_ip(&self) -> Ip {
+        Ip(self
+            .last_ip
+            .0
+            .wrapping_add(u64::from(self.last.decoded.size)))
+    }
+
+    /// The bytes from the first instruction to the end of the last.
+    pub fn byte_len(&self) -> u64 {
+        self.end_ip().0.wrapping_sub(self.ip.0)
+    }
+
+    /// The class of the last instruction (how the block ends).
+    pub fn end_class(&self) -> InsnClass {
+        self.last.decoded.class
+    }
+
+    /// Which slot leads to `next`, the IP execution went on at.
+    pub fn edge_to(&self, next: Ip) -> Edge {
+        if self.last.decoded.target == Some(next.0) {
+            Edge::Target
+        } else if next == self.end_ip() {
+            Edge::FallThrough
+        } else {
+            Edge::Other
+        }
+    }
+
+    /// The block linked for `next` (may be [`NO_BLOCK`]).
+    pub fn successor(&self, next: Ip) -> u32 {
+        match self.edge_to(next) {
+            Edge::Target => self.next_target,
+            Edge::FallThrough => self.next_fall,
+            Edge::Other if self.other_ip == next => self.next_other,
+            Edge::Other => NO_BLOCK,
+        }
+    }
+}
+
+/// A multiply-rotate hasher for the block keys (SipHash cost more than
+/// the lookups it served).
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Key {
+    ip: u64,
+    space: u32,
+    mode: u8,
+}
+
+const fn mode_key(mode: ExecMode) -> u8 {
+    match mode {
+        ExecMode::Bits16 => 0,
+        ExecMode::Bits32 => 1,
+        ExecMode::Bits64 => 2,
+        ExecMode::Reserved => 3,
+    }
+}
+
+/// The blocks decoded so far, per (address space, mode, IP).
+#[derive(Clone, Debug, Default)]
+pub struct BlockCache {
+    blocks: Vec<CachedBlock>,
+    index: HashMap<Key, u32, BuildHasherDefault<KeyHasher>>,
+    spaces: Vec<AddressSpace>,
+}
+
+impl BlockCache {
+    /// An empty cache.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Forgets every block (the memory behind them changed, or the cache
+    /// is full). Indices handed out before are invalid afterwards.
+    pub fn clear(&mut self) {
+        self.blocks.clear();
+        self.index.clear();
+        self.spaces.clear();
+    }
+
+    /// How many blocks are cached.
+    pub fn len(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// Whether no block is cached.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    /// The small id of an address space (interned on first use).
+    pub fn space_id(&mut self, space: AddressSpace) -> u32 {
+        if let Some(i) = self.spaces.iter().position(|s| *s == space) {
+            return i as u32;
+        }
+        self.spaces.push(space);
+        (self.spaces.len() - 1) as u32
+    }
+
+    /// The block at `idx` (`None` for [`NO_BLOCK`] or an index from
+    /// before the last [`clear`](Self::clear) that is out of range).
+    #[inline]
+    pub fn get(&self, idx: u32) -> Option<&CachedBlock> {
+        self.blocks.get(idx as usize)
+    }
+
+    /// The cached block starting at `ip`, if any.
+    pub fn lookup(&self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
+        self.index
+            .get(&Key {
+                ip: ip.0,
+                space,
+                mode: mode_key(mode),
+            })
+            .copied()
+    }
+
+    /// The block starting at `ip`, decoded with `decode` (which returns
+    /// the instruction at an address) if not cached yet. Fails with the
+    /// first instruction's error if even that cannot be decoded; a later
+    /// instruction that cannot be decoded ends the block before it.
+    ///
+    /// When the cache is full it is cleared first, so every index held
+    /// by the caller must be dropped if `len()` went down.
+    pub fn get_or_build(
+        &mut self,
+        space: u32,
+        mode: ExecMode,
+        ip: Ip,
+        mut decode: impl FnMut(Ip) -> Result<Cached, ErrorKind>,
+    ) -> Result<u32, ErrorKind> {
+        if let Some(idx) = self.lookup(space, mode, ip) {
+            return Ok(idx);
+        }
+        let mut at = ip;
+        let mut last = decode(at)?;
+        let mut insns = 1u32;
+        while matches!(last.decoded.class, InsnClass::Other | InsnClass::Ptwrite)
+            && insns < MAX_CACHED_BLOCK_INSNS
+        {
+            let next = Ip(at.0.wrapping_add(u64::from(last.decoded.size)));
+            let Ok(c) = decode(next) else { break };
+            at = next;
+            last = c;
+            insns += 1;
+        }
+        if self.blocks.len() >= MAX_CACHED_BLOCKS {
+            let spaces = std::mem::take(&mut self.spaces);
+            self.clear();
+            // Space ids stay valid for the caller.
+            self.spaces = spaces;
+        }
+        let idx = self.blocks.len() as u32;
+        self.blocks.push(CachedBlock {
+            ip,
+            space,
+            mode,
+            insns,
+            last_ip: at,
+            last,
+            next_target: NO_BLOCK,
+            next_fall: NO_BLOCK,
+            next_other: NO_BLOCK,
+            other_ip: Ip(0),
+        });
+        self.index.insert(
+            Key {
+                ip: ip.0,
+                space,
+                mode: mode_key(mode),
+            },
+            idx,
+        );
+        Ok(idx)
+    }
+
+    /// Records that execution went from block `from` to block `to`.
+    pub fn link(&mut self, from: u32, to: u32) {
+        let Some(to_ip) = self.blocks.get(to as usize).map(|b| b.ip) else {
+            return;
+        };
+        let Some(b) = self.blocks.get_mut(from as usize) else {
+            return;
+        };
+        match b.edge_to(to_ip) {
+            Edge::Target => b.next_target = to,
+            Edge::FallThrough => b.next_fall = to,
+            Edge::Other => {
+                b.next_other = to;
+                b.other_ip = to_ip;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::classify::{MAX_INSN_SIZE, classify};
+    use super::*;
+    use hwtrace_types::Cr3;
+
+    /// 1000: nop; 1001: nop; 1002: jz 1000; 1004: nop; 1005: ret
+    const CODE: [u8; 6] = [0x90, 0x90, 0x74, 0xfc, 0x90, 0xc3];
+
+    fn blk(c: &BlockCache, idx: u32) -> CachedBlock {
+        *c.get(idx).expect("a block handed out")
+    }
+
+    fn decode(ip: Ip) -> Result<Cached, ErrorKind> {
+        let off = usize::try_from(ip.0.wrapping_sub(0x1000)).map_err(|_| ErrorKind::NoMap)?;
+        let rest = CODE
+            .get(off..)
+            .filter(|r| !r.is_empty())
+            .ok_or(ErrorKind::NoMap)?;
+        let decoded = classify(rest, ip.0, ExecMode::Bits64).map_err(|_| ErrorKind::BadInsn)?;
+        let mut raw = [0u8; MAX_INSN_SIZE];
+        raw[..rest.len()].copy_from_slice(rest);
+        Ok(Cached { decoded, raw })
+    }
+
+    #[test]
+    fn block_runs_to_the_first_branch() {
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        let b = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        let blk = blk(&c, b);
+        assert_eq!(blk.insns, 3);
+        assert_eq!(blk.last_ip, Ip(0x1002));
+        assert_eq!(blk.end_class(), InsnClass::CondJump);
+        assert_eq!(blk.byte_len(), 4);
+        assert_eq!(blk.end_ip(), Ip(0x1004));
+        // Cached: the same index again, without decoding.
+        let again = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), |_| {
+                Err(ErrorKind::Internal)
+            })
+            .unwrap();
+        assert_eq!(again, b);
+    }
+
+    #[test]
+    fn successors_link_taken_and_not_taken() {
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        let head = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        let tail = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1004), decode)
+            .unwrap();
+        assert_eq!(blk(&c, head).successor(Ip(0x1000)), NO_BLOCK);
+        c.link(head, head);
+        c.link(head, tail);
+        assert_eq!(blk(&c, head).successor(Ip(0x1000)), head);
+        assert_eq!(blk(&c, head).successor(Ip(0x1004)), tail);
+        assert_eq!(blk(&c, tail).end_class(), InsnClass::Return);
+        // A return goes anywhere: the last target seen is remembered.
+        c.link(tail, head);
+        assert_eq!(blk(&c, tail).successor(Ip(0x1000)), head);
+        assert_eq!(blk(&c, tail).successor(Ip(0x1004)), NO_BLOCK);
+        assert_eq!(blk(&c, tail).edge_to(Ip(0x1000)), Edge::Other);
+    }
+
+    #[test]
+    fn jump_into_the_middle_starts_its_own_block() {
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        let whole = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        let mid = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1001), decode)
+            .unwrap();
+        assert_ne!(whole, mid);
+        assert_eq!(blk(&c, mid).insns, 2);
+        assert_eq!(blk(&c, mid).last_ip, Ip(0x1002));
+        // The block it landed in is unchanged.
+        assert_eq!(blk(&c, whole).insns, 3);
+        assert_eq!(blk(&c, whole).ip, Ip(0x1000));
+    }
+
+    #[test]
+    fn keyed_by_address_space_and_mode() {
+        let mut c = BlockCache::new();
+        let a = c.space_id(AddressSpace::with_cr3(Cr3(0x1000)));
+        let b = c.space_id(AddressSpace::with_cr3(Cr3(0x2000)));
+        assert_ne!(a, b);
+        assert_eq!(c.space_id(AddressSpace::with_cr3(Cr3(0x1000))), a);
+        let in_a = c
+            .get_or_build(a, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        assert_eq!(c.lookup(a, ExecMode::Bits64, Ip(0x1000)), Some(in_a));
+        assert_eq!(c.lookup(b, ExecMode::Bits64, Ip(0x1000)), None);
+        assert_eq!(c.lookup(a, ExecMode::Bits32, Ip(0x1000)), None);
+        let in_b = c
+            .get_or_build(b, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        assert_ne!(in_a, in_b);
+        assert_eq!(blk(&c, in_b).space, b);
+        c.clear();
+        assert!(c.is_empty());
+        assert_eq!(c.lookup(a, ExecMode::Bits64, Ip(0x1000)), None);
+    }
+
+    #[test]
+    fn undecodable_code_ends_a_block_or_fails_it() {
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        // From 1004: nop; ret — ends at the return.
+        let b = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1004), decode)
+            .unwrap();
+        assert_eq!(blk(&c, b).insns, 2);
+        // Past the end: nothing to decode, so no block.
+        assert_eq!(
+            c.get_or_build(s, ExecMode::Bits64, Ip(0x1006), decode),
+            Err(ErrorKind::NoMap)
+        );
+        // Code that runs off the mapped bytes: the block ends before.
+        let nops = |ip: Ip| {
+            if ip.0 < 0x2003 {
+                decode(Ip(0x1000))
+            } else {
+                Err(ErrorKind::NoMap)
+            }
+        };
+        let b = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x2000), nops)
+            .unwrap();
+        assert_eq!(blk(&c, b).insns, 3);
+        assert_eq!(blk(&c, b).end_class(), InsnClass::Other);
+        assert_eq!(blk(&c, b).end_ip(), Ip(0x2003));
+    }
+}

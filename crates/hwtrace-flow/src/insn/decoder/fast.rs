@@ -1,0 +1,96 @@
+//! The hooks [`FastDecoder`](crate::insn::FastDecoder) runs the instruction
+//! decoder through: a whole cached block in one step when nothing can bind
+//! to the instructions before its last one.
+//!
+//! With no event pending, [`InsnDecoder::next_insn`] on an instruction that
+//! is not a branch only counts it and moves the IP past it: no event can
+//! bind to it (events become pending only when the trace is queried, at a
+//! branch) and nothing is asked of the trace. So the run of such
+//! instructions at the start of a block can be skipped, and the block's
+//! last instruction goes through exactly the code `next_insn` uses
+//! ([`InsnDecoder::proceed`], then the events binding at the new IP). The
+//! decoder state afterwards is the one `next_insn` would have left.
+
+use super::{InsnDecoder, MAX_UNTRACED_INSNS};
+use crate::error::{Error, ErrorKind};
+use crate::event::Status;
+use crate::insn::blockcache::CachedBlock;
+use crate::insn::cache::Cached;
+use crate::insn::decoder::Insn;
+use hwtrace_packet::ExecMode;
+use hwtrace_types::{AddressSpace, Ip, ReadMemory};
+
+impl<M: ReadMemory> InsnDecoder<'_, M> {
+    /// Whether the next instructions may run a block at a time: tracing is
+    /// on, the mode is known, and no event, resync or postponed
+    /// instruction is waiting.
+    #[inline]
+    pub(in crate::insn) fn fast_ready(&self) -> bool {
+        self.enabled
+            && self.mode.is_some()
+            && !self.process_event
+            && !self.status.event_pending
+            && !self.resyncing
+            && self.postponed.is_none()
+            && self.stashed.is_none()
+    }
+
+    /// The execution mode the next instruction runs in.
+    #[inline]
+    pub(in crate::insn) const fn exec_mode(&self) -> Option<ExecMode> {
+        self.mode
+    }
+
+    /// Whether the next instruction runs inside a transaction.
+    #[inline]
+    pub(in crate::insn) const fn speculative(&self) -> bool {
+        self.speculative
+    }
+
+    /// The instruction at `ip` in `space` (through the instruction cache),
+    /// for building blocks and expanding them.
+    pub(in crate::insn) fn decode_insn(
+        &mut self,
+        space: AddressSpace,
+        ip: Ip,
+        mode: ExecMode,
+    ) -> Result<Cached, ErrorKind> {
+        let current = self.space;
+        self.space = space;
+        let r = self.decode_at(ip.0, Some(mode));
+        self.space = current;
+        r
+    }
+
+    /// Runs `block`, which starts at the current IP, as `next_insn` would
+    /// instruction by instruction. Call only when
+    /// [`fast_ready`](Self::fast_ready). `Ok(None)`: not run (the
+    /// no-progress limit falls inside it; step instruction by instruction).
+    /// `Err`: every instruction of the block ran, the last one failed
+    /// (exactly `next_insn`'s error).
+    pub(in crate::insn) fn run_block(
+        &mut self,
+        block: &CachedBlock,
+    ) -> Result<Option<Status>, Error> {
+        let n = u64::from(block.insns);
+        if self.icount.saturating_add(n) > MAX_UNTRACED_INSNS {
+            return Ok(None);
+        }
+        self.icount += n - 1;
+        let d = block.last.decoded;
+        let insn = Insn {
+            ip: block.last_ip.0,
+            size: d.size,
+            mode: self.mode,
+            class: d.class,
+            speculative: self.speculative,
+            target: d.target,
+            raw: block.last.raw,
+        };
+        self.ip = insn.ip;
+        self.proceed(&insn, &d).map_err(|k| self.err(k))?;
+        self.check_ip_event(Some((&insn, &d)))
+            .map(Some)
+            .map_err(|k| self.err(k))
+    }
+}

@@ -1,0 +1,352 @@
+//! [`FastDecoder`]: the instruction flow a block at a time, each block
+//! decoded once ([`BlockCache`]) and followed by its successor links.
+//!
+//! It reports exactly what [`InsnDecoder`] reports — the same
+//! instructions, events, errors and error offsets — but as [`BlockRun`]s:
+//! a start IP and an instruction count for code executed straight through.
+//! Where the trace is quiet (no event pending) a whole cached block is
+//! run in one step: its non-branch instructions are skipped and its last
+//! instruction goes through the instruction decoder's own branch code
+//! (TNT bits, TIPs, the return stack). Anything else — events binding to
+//! instructions, resynchronisation, the first steps after PSB+, code that
+//! cannot be decoded — is stepped one instruction at a time by the
+//! instruction decoder itself, so rare cases cannot differ.
+//!
+//! Same verbs as every decoder of the crate: `sync_forward`, `sync_set`,
+//! `resync`, `offset`, `sync_offset`, `next`. A run's instructions are
+//! contiguous in memory (only its last one may branch); [`FastDecoder::expand`]
+//! gives them one by one when a caller needs them.
+
+use super::blockcache::{BlockCache, NO_BLOCK};
+use super::classify::InsnClass;
+use super::decoder::{Insn, InsnDecoder};
+use crate::config::Config;
+use crate::error::{Error, ErrorKind};
+use crate::event::{Event, Status};
+use hwtrace_packet::ExecMode;
+use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
+
+/// Instructions executed one after the other, in consecutive memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockRun {
+    /// The first instruction's address.
+    pub ip: Ip,
+    /// How many instructions (at least one).
+    pub insns: u32,
+    /// The last instruction's address.
+    pub end_ip: Ip,
+    /// The class of the last instruction (how the run ends).
+    pub end_class: InsnClass,
+    /// The trace offset after the run (of the packet the decoder is at).
+    pub offset: TraceOffset,
+    /// The address space the code ran in.
+    pub space: AddressSpace,
+    /// The execution mode.
+    pub mode: Option<ExecMode>,
+    /// Executed inside a transaction.
+    pub speculative: bool,
+}
+
+/// One step of [`FastDecoder::next`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FastStep {
+    /// Instructions that were executed.
+    Run(BlockRun),
+    /// Something the trace reported, between runs.
+    Event(Event),
+}
+
+/// The instruction flow in [`BlockRun`]s, with hot code decoded once.
+#[derive(Debug)]
+pub struct FastDecoder<'a, M> {
+    dec: InsnDecoder<'a, M>,
+    cache: BlockCache,
+    /// The status of the last step.
+    last: Status,
+    /// An error found after the instructions of the run just returned.
+    pending: Option<Error>,
+    /// The end of the trace was met inside the run just returned.
+    done: bool,
+    /// The block the current IP starts, when known from a successor link.
+    hint: u32,
+    /// The block run last, to link to the next one.
+    from: u32,
+    /// The address space `space_id` interns.
+    space: AddressSpace,
+    space_id: u32,
+}
+
+impl<'a, M: ReadMemory> FastDecoder<'a, M> {
+    /// A decoder over `trace`, reading code from `mem`.
+    pub fn new(trace: &'a [u8], config: Config, mem: M) -> Self {
+        let mut cache = BlockCache::new();
+        let space_id = cache.space_id(AddressSpace::UNKNOWN);
+        Self {
+            dec: InsnDecoder::new(trace, config, mem),
+            cache,
+            last: Status::default(),
+            pending: None,
+            done: false,
+            hint: NO_BLOCK,
+            from: NO_BLOCK,
+            space: AddressSpace::UNKNOWN,
+            space_id,
+        }
+    }
+
+    /// The instruction decoder underneath (its state is the flow's).
+    pub fn insn_decoder(&self) -> &InsnDecoder<'a, M> {
+        &self.dec
+    }
+
+    /// The memory code is read from.
+    pub fn memory(&self) -> &M {
+        self.dec.memory()
+    }
+
+    /// Replaces the memory (a sideband switch); forgets decoded code.
+    pub fn set_memory(&mut self, mem: M) {
+        self.dec.set_memory(mem);
+        self.forget();
+    }
+
+    /// Forgets decoded code (the memory behind it changed).
+    pub fn invalidate(&mut self) {
+        self.dec.invalidate();
+        self.forget();
+    }
+
+    fn forget(&mut self) {
+        self.cache.clear();
+        self.hint = NO_BLOCK;
+        self.from = NO_BLOCK;
+        self.space = AddressSpace::UNKNOWN;
+        self.space_id = self.cache.space_id(AddressSpace::UNKNOWN);
+    }
+
+    /// How many blocks are cached.
+    pub fn cached_blocks(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// The offset of the packet being processed.
+    pub fn offset(&self) -> TraceOffset {
+        self.dec.offset()
+    }
+
+    /// The offset of the last PSB synchronised to.
+    pub fn sync_offset(&self) -> Option<TraceOffset> {
+        self.dec.sync_offset()
+    }
+
+    /// The current IP (where the next instruction is).
+    pub const fn ip(&self) -> u64 {
+        self.dec.ip()
+    }
+
+    /// The address space (CR3, VMCS) last reported.
+    pub const fn address_space(&self) -> AddressSpace {
+        self.dec.address_space()
+    }
+
+    fn restart(&mut self, status: Status) -> Status {
+        self.pending = None;
+        self.done = false;
+        self.hint = NO_BLOCK;
+        self.from = NO_BLOCK;
+        self.last = status;
+        status
+    }
+
+    /// Synchronises at the next PSB.
+    pub fn sync_forward(&mut self) -> Result<Status, Error> {
+        self.pending = None;
+        let status = self.dec.sync_forward()?;
+        Ok(self.restart(status))
+    }
+
+    /// Synchronises at the PSB at `offset`.
+    pub fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error> {
+        self.pending = None;
+        let status = self.dec.sync_set(offset)?;
+        Ok(self.restart(status))
+    }
+
+    /// After an error: goes on at the next IP the trace gives (see
+    /// [`InsnDecoder::resync`]).
+    pub fn resync(&mut self) -> Result<Status, Error> {
+        self.pending = None;
+        let status = self.dec.resync()?;
+        Ok(self.restart(status))
+    }
+
+    /// The next run of instructions or event, in execution order;
+    /// `Ok(None)` at the end of the trace. After an error, call
+    /// [`sync_forward`](Self::sync_forward) (or [`resync`](Self::resync))
+    /// to go on. An instruction that was decoded but whose branch failed
+    /// ends the run returned before the error, as ptxed counts it.
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "the decoder verb of every layer; an Iterator could not report errors with a resync point"
+    )]
+    #[inline]
+    pub fn next(&mut self) -> Result<Option<FastStep>, Error> {
+        if let Some(e) = self.pending.take() {
+            return Err(e);
+        }
+        if self.done {
+            return Ok(None);
+        }
+        if self.last.event_pending {
+            self.hint = NO_BLOCK;
+            self.from = NO_BLOCK;
+            let (ev, status) = self.dec.event()?;
+            self.last = status;
+            return Ok(Some(FastStep::Event(ev)));
+        }
+        if self.last.eos {
+            return Ok(None);
+        }
+        if self.dec.fast_ready() {
+            if let Some(step) = self.fast_step() {
+                return Ok(Some(step));
+            }
+        }
+        self.slow_step()
+    }
+
+    /// The block starting at the current IP, from the successor link or
+    /// the cache (decoding it if new).
+    #[inline]
+    fn current_block(&mut self, mode: ExecMode) -> Option<u32> {
+        let ip = Ip(self.dec.ip());
+        let space = self.dec.address_space();
+        if space != self.space {
+            self.space = space;
+            self.space_id = self.cache.space_id(space);
+            self.hint = NO_BLOCK;
+        }
+        if let Some(b) = self.cache.get(self.hint) {
+            if b.ip == ip && b.mode == mode && b.space == self.space_id {
+                return Some(self.hint);
+            }
+        }
+        let before = self.cache.len();
+        let dec = &mut self.dec;
+        let idx = self
+            .cache
+            .get_or_build(self.space_id, mode, ip, |at| {
+                dec.decode_insn(space, at, mode)
+            })
+            .ok()?;
+        if self.cache.len() < before {
+            // The cache started over: older indices are gone.
+            self.from = NO_BLOCK;
+        }
+        if self.from != NO_BLOCK {
+            self.cache.link(self.from, idx);
+        }
+        Some(idx)
+    }
+
+    /// One block run by the fast path; `None` to step instead.
+    #[inline]
+    fn fast_step(&mut self) -> Option<FastStep> {
+        let mode = self.dec.exec_mode()?;
+        let idx = self.current_block(mode)?;
+        let speculative = self.dec.speculative();
+        let block = *self.cache.get(idx)?;
+        let result = self.dec.run_block(&block);
+        let mut run = BlockRun {
+            ip: block.ip,
+            insns: block.insns,
+            end_ip: block.last_ip,
+            end_class: block.end_class(),
+            offset: TraceOffset(0),
+            space: self.space,
+            mode: Some(mode),
+            speculative,
+        };
+        match result {
+            Ok(Some(status)) => {
+                self.last = status;
+                self.from = idx;
+                self.hint = block.successor(Ip(self.dec.ip()));
+            }
+            Ok(None) => return None,
+            Err(e) => {
+                self.hint = NO_BLOCK;
+                self.from = NO_BLOCK;
+                if e.kind == ErrorKind::Eos {
+                    self.done = true;
+                } else {
+                    self.pending = Some(e);
+                }
+            }
+        }
+        run.offset = self.dec.offset();
+        Some(FastStep::Run(run))
+    }
+
+    /// One instruction through the instruction decoder.
+    fn slow_step(&mut self) -> Result<Option<FastStep>, Error> {
+        self.hint = NO_BLOCK;
+        self.from = NO_BLOCK;
+        let space = self.dec.address_space();
+        let mut insn = Insn::empty(0, None, false);
+        let result = self.dec.next_insn(&mut insn);
+        let run = BlockRun {
+            ip: Ip(insn.ip),
+            insns: 1,
+            end_ip: Ip(insn.ip),
+            end_class: insn.class,
+            offset: self.dec.offset(),
+            space,
+            mode: insn.mode,
+            speculative: insn.speculative,
+        };
+        match result {
+            Ok(status) => {
+                self.last = status;
+                Ok(Some(FastStep::Run(run)))
+            }
+            Err(e) => {
+                let eos = e.kind == ErrorKind::Eos;
+                if insn.class == InsnClass::Unknown {
+                    return if eos { Ok(None) } else { Err(e) };
+                }
+                if eos {
+                    self.done = true;
+                } else {
+                    self.pending = Some(e);
+                }
+                Ok(Some(FastStep::Run(run)))
+            }
+        }
+    }
+
+    /// The instructions of `run`, one by one, to `f` (decoded through the
+    /// instruction cache; `run` must come from this decoder, with the
+    /// memory unchanged since).
+    pub fn expand(&mut self, run: &BlockRun, mut f: impl FnMut(&Insn)) -> Result<(), Error> {
+        let mut ip = run.ip;
+        for _ in 0..run.insns {
+            let mut insn = Insn::empty(ip.0, run.mode, run.speculative);
+            let mode = run.mode.ok_or(ErrorKind::BadInsn);
+            let c = mode
+                .and_then(|m| self.dec.decode_insn(run.space, ip, m))
+                .map_err(|kind| Error {
+                    offset: run.offset,
+                    ip: Some(ip.0),
+                    kind,
+                })?;
+            insn.size = c.decoded.size;
+            insn.class = c.decoded.class;
+            insn.target = c.decoded.target;
+            insn.raw = c.raw;
+            f(&insn);
+            ip = Ip(ip.0.wrapping_add(u64::from(c.decoded.size)));
+        }
+        Ok(())
+    }
+}
