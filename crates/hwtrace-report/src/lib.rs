@@ -7,3 +7,6 @@
 //! BTS and LBR (edges only).
 
 pub mod exec;
+pub mod calls;
+pub mod flame;
+pub mod timeline;
