@@ -4,7 +4,7 @@
 use hwtrace_mem::paging::entry::{G, RW, US, XD};
 use hwtrace_mem::paging::{PageSize, PageTableBuilder, PagingMode};
 use hwtrace_mem::phys::{QemuCpuState, SparseMemory, write_qemu_core};
-use hwtrace_types::{Ip, PhysAddr};
+use hwtrace_types::{Ip, PhysAddr, PhysMemory};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -316,4 +316,80 @@ fn elf_core_supplies_cr3_and_la57() {
     let arg = format!("{}@0x1000", path.display());
     let o = hwtrace(&["mem", "maps", "--dump", &arg]);
     assert_eq!(o.status.code(), Some(1));
+}
+
+/// `mem cr3s` over an ELF core whose vCPU runs in one process: the guest's
+/// kernel half copied into two more top-level tables (one with user code at
+/// another address, one with none) is found, each summarised, the vCPU's
+/// marked; `--short` lists just the CR3s.
+#[test]
+fn cr3s_finds_the_address_spaces_sharing_the_kernel_half() {
+    let mode = PagingMode::Level4;
+    let b = guest(mode, 0x1000);
+    let cr3 = b.cr3().0;
+    let mut mem = b.memory().clone();
+    let top: Vec<u64> = (0..512)
+        .map(|i| mem.read_phys_u64(PhysAddr(cr3 + i * 8)).unwrap())
+        .collect();
+    // Process two at 0x80000: user code at 0x600000 through its own
+    // tables; the kernel half (and the self-map entry in it) copied.
+    let mut p = PageTableBuilder::new(mode, PhysAddr(0x8_0000));
+    let code = PhysAddr(0x9_0000);
+    p.map(Ip(0x60_0000), code, PageSize::Size4K, US).unwrap();
+    for (pa, page) in p.memory().pages() {
+        mem.write(pa, page);
+    }
+    mem.write(code, &[0x90; 16]);
+    // A kernel-only table at 0x70000.
+    mem.add_page(PhysAddr(0x7_0000));
+    for i in 256..512u64 {
+        mem.write_u64(PhysAddr(0x8_0000 + i * 8), top[i as usize]);
+        mem.write_u64(PhysAddr(0x7_0000 + i * 8), top[i as usize]);
+    }
+    let mut cpu = QemuCpuState {
+        version: 1,
+        ..QemuCpuState::default()
+    };
+    cpu.cr[0] = hwtrace_mem::phys::CR0_PG;
+    cpu.cr[3] = cr3;
+    let runs = mem.runs();
+    let runs: Vec<(PhysAddr, &[u8])> = runs.iter().map(|(a, b)| (*a, b.as_slice())).collect();
+    let path = temp("cr3s.elf");
+    std::fs::write(&path, write_qemu_core(&runs, &[cpu])).unwrap();
+
+    let o = hwtrace(&["mem", "cr3s", "--dump", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    let text = stdout(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "0x0000000000001000  process: 1 user entries, 2 user pages (0x2000 bytes), 1 executable ranges, vCPU 0",
+            "    0000000000400000-0000000000401000 0000000000001000 ur-x",
+            "0x0000000000070000  kernel only: 0 user entries, 0 user pages (0x0 bytes), 0 executable ranges",
+            "0x0000000000080000  process: 1 user entries, 1 user pages (0x1000 bytes), 1 executable ranges",
+            "    0000000000600000-0000000000601000 0000000000001000 ur-x",
+            &format!(
+                "3 top-level tables in {} pages (0 with the kernel half rejected as tables)",
+                mem.pages().count()
+            ),
+        ],
+        "{text}"
+    );
+
+    let short = hwtrace(&["mem", "cr3s", "--short", "--dump", path.to_str().unwrap()]);
+    assert_eq!(stdout(&short), "0x1000\n0x70000\n0x80000\n");
+
+    // A CR3 whose table has no kernel half cannot be the reference.
+    let o = hwtrace(&[
+        "mem",
+        "cr3s",
+        "--dump",
+        path.to_str().unwrap(),
+        "--cr3",
+        "0x90000",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("has no kernel half"), "{err}");
 }

@@ -12,6 +12,7 @@ pub mod entry;
 mod error;
 mod level;
 mod maps;
+mod scan;
 mod walk;
 
 #[cfg(test)]
@@ -23,4 +24,8 @@ pub use entry::{Entry, Flags, Perms};
 pub use error::{Step, WalkError, WalkErrorKind};
 pub use level::{Level, PageSize, PagingMode, VaIndices};
 pub use maps::{DEFAULT_MAX_TABLES, Mapping, Mappings, MergeBy, Merged, Range};
+pub use scan::{
+    DEFAULT_MAX_TABLES_FOUND, Scan, ScanError, TopTable, TopTableKind, UserSummary,
+    find_top_tables, region_pages, summarize_user,
+};
 pub use walk::{PageTables, Path, Translation};

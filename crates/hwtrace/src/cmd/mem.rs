@@ -1,10 +1,11 @@
 //! `hwtrace mem`: page tables of a physical memory dump made readable:
 //! translate addresses with the full walk, list the mappings, find the
-//! self-map.
+//! self-map, find the address spaces (CR3s) the dump holds.
 
 use anyhow::{Context, Result, bail};
 use hwtrace_mem::paging::{
-    MergeBy, Merged, PageTables, PagingConfig, PagingMode, VaIndices, WalkError,
+    DEFAULT_MAX_TABLES, DEFAULT_MAX_TABLES_FOUND, MergeBy, Merged, PageTables, PagingConfig,
+    PagingMode, TopTableKind, VaIndices, WalkError, find_top_tables, region_pages, summarize_user,
 };
 use hwtrace_mem::phys::Dump;
 use hwtrace_mem::selfmap::SelfMap;
@@ -13,7 +14,7 @@ use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Page tables of a physical memory dump: translate, maps, selfmap.
+/// Page tables of a physical memory dump: translate, maps, selfmap, cr3s.
 #[derive(Debug, clap::Args)]
 pub struct MemArgs {
     #[command(subcommand)]
@@ -29,6 +30,9 @@ enum MemCommand {
     Maps(MapsArgs),
     /// Find the self-referencing top-level entry and the table bases it gives.
     Selfmap(SelfmapArgs),
+    /// Find the address spaces in the dump: every top-level table sharing
+    /// the kernel half of the known CR3, with what its user half maps.
+    Cr3s(Cr3sArgs),
 }
 
 /// Where the page tables come from.
@@ -78,6 +82,20 @@ struct SelfmapArgs {
     /// Also print where the entries mapping these addresses appear.
     #[arg(long = "va", value_parser = parse_hex)]
     vas: Vec<u64>,
+}
+
+#[derive(Debug, clap::Args)]
+struct Cr3sArgs {
+    /// The dump; `--cr3` names the known table whose kernel half the others
+    /// share (default: vCPU 0's CR3 from an ELF core).
+    #[command(flatten)]
+    space: SpaceArgs,
+    /// One CR3 per line, nothing else.
+    #[arg(long)]
+    short: bool,
+    /// Report at most this many tables.
+    #[arg(long, default_value_t = DEFAULT_MAX_TABLES_FOUND)]
+    max: usize,
 }
 
 /// Parses hex with or without `0x`, ignoring `_` and WinDbg's backtick.
@@ -143,6 +161,7 @@ pub fn run(args: MemArgs) -> Result<ExitCode> {
         MemCommand::Translate(a) => translate(a, &mut out)?,
         MemCommand::Maps(a) => maps(a, &mut out)?,
         MemCommand::Selfmap(a) => selfmap(a, &mut out)?,
+        MemCommand::Cr3s(a) => cr3s(a, &mut out)?,
     };
     out.flush()?;
     Ok(if ok {
@@ -271,4 +290,88 @@ fn selfmap(args: &SelfmapArgs, out: &mut dyn Write) -> Result<bool> {
         }
     }
     Ok(true)
+}
+
+fn cr3s(args: &Cr3sArgs, out: &mut dyn Write) -> Result<bool> {
+    let space = Space::open(&args.space)?;
+    let scan = find_top_tables(
+        &space.dump,
+        region_pages(space.dump.regions()),
+        &space.config,
+        space.cr3,
+        args.max,
+    )
+    .context("scanning the dump for top-level tables")?;
+    let vcpus: Vec<u64> = space
+        .dump
+        .cpus()
+        .iter()
+        .map(|c| space.config.root_table(c.cr3()).0)
+        .collect();
+    let mut all_ok = true;
+    for t in &scan.tables {
+        if args.short {
+            writeln!(out, "{:#x}", t.cr3.0)?;
+            continue;
+        }
+        let tables = PageTables::new(&space.dump, t.cr3, space.config);
+        let summary = summarize_user(&tables, DEFAULT_MAX_TABLES);
+        let kind = match t.kind {
+            TopTableKind::Process => "process".to_owned(),
+            TopTableKind::KernelOnly => "kernel only".to_owned(),
+            TopTableKind::PtiUser { kernel } => format!("PTI user copy of {:#x}", kernel.0),
+        };
+        write!(
+            out,
+            "{:#018x}  {kind}: {} user entries, {} user pages ({:#x} bytes), {} executable ranges",
+            t.cr3.0,
+            t.user_entries,
+            summary.pages,
+            summary.bytes,
+            summary.exec_ranges.len()
+        )?;
+        if summary.supervisor_pages > 0 {
+            write!(
+                out,
+                ", {} supervisor pages below the kernel half",
+                summary.supervisor_pages
+            )?;
+        }
+        for (n, _) in vcpus.iter().enumerate().filter(|(_, c)| **c == t.cr3.0) {
+            write!(out, ", vCPU {n}")?;
+        }
+        writeln!(out)?;
+        for r in &summary.exec_ranges {
+            writeln!(
+                out,
+                "    {:016x}-{:016x} {:016x} {}",
+                r.start,
+                r.end(),
+                r.size,
+                r.perms
+            )?;
+        }
+        for e in &summary.errors {
+            all_ok = false;
+            report(e);
+        }
+    }
+    let totals = format!(
+        "{} top-level tables in {} pages ({} with the kernel half rejected as tables){}",
+        scan.tables.len(),
+        scan.pages_scanned,
+        scan.rejected,
+        if scan.truncated {
+            ", stopped at --max"
+        } else {
+            ""
+        }
+    );
+    if args.short {
+        // stdout stays one CR3 per line.
+        eprintln!("hwtrace mem cr3s: {totals}");
+    } else {
+        writeln!(out, "{totals}")?;
+    }
+    Ok(all_ok && !scan.truncated)
 }
