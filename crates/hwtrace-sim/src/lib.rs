@@ -11,6 +11,9 @@
 //!   branch tracing, with or without return compression, PSB+ every few
 //!   KiB, and optional TSC packets (see [`pt_encoder`] for each rule and
 //!   its SDM section).
+//! * [`walk`] makes up an execution over code in memory (a dump's
+//!   processes, say, which cannot be run again) and the trace of one that
+//!   switches address spaces.
 //!
 //! Decoders are checked against these traces: decoding must give back
 //! exactly the executed instructions (`tests/qemu_roundtrip.rs` does this
@@ -29,6 +32,7 @@ pub mod pt_encoder;
 pub mod qemu_log;
 mod record;
 mod state;
+pub mod walk;
 
 pub use branch::{Branch, BranchError, BranchErrorKind, BranchKind, branches};
 pub use bts::{BtsConfig, BtsPmi, BtsReport, BtsSim, BtsSimError, BtsStep};
