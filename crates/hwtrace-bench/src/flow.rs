@@ -1,5 +1,5 @@
-//! Instruction-flow decoding: hwtrace's instruction decoder (one thread)
-//! against libipt's instruction (`pt_insn_next`) and block (`pt_blk_next`)
+//! Instruction-flow decoding: hwtrace's fast (block-cached) and
+//! instruction decoders (one thread) against libipt's instruction (`pt_insn_next`) and block (`pt_blk_next`)
 //! decoders, on the same bytes over the same code files, in one run.
 //!
 //! Two traces, each repeated (every copy starts at a PSB, so the
@@ -18,7 +18,7 @@
 use crate::corpus::real_dir;
 use crate::stats::{mb_per_s, median};
 use anyhow::{Context, Result, anyhow, ensure};
-use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder};
+use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder};
 use hwtrace_flow::{Config, ErrorKind};
 use hwtrace_mem::image::{Image, RawSpec};
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd};
@@ -92,6 +92,45 @@ fn hwtrace_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
                     if e.kind == ErrorKind::Eos {
                         break 'sync;
                     }
+                    errors += 1;
+                    sync = dec.sync_forward();
+                    continue 'sync;
+                }
+            }
+        }
+    }
+    (insns, errors)
+}
+
+/// `(instructions, errors)` of a decode with hwtrace's fast (block-cached)
+/// decoder, driven the same way; a run's instruction count is all it
+/// needs, so nothing is expanded.
+fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
+    let mut dec = FastDecoder::new(trace, Config::default(), mem);
+    let (mut insns, mut errors) = (0u64, 0u64);
+    let mut last_sync = None;
+    let mut sync = dec.sync_forward();
+    'sync: loop {
+        match sync {
+            Ok(_) => {}
+            Err(e) if e.kind == ErrorKind::Eos => break,
+            Err(_) => {
+                errors += 1;
+                let at = dec.offset();
+                if last_sync.is_some_and(|l| at <= l) {
+                    break;
+                }
+                last_sync = Some(at);
+                sync = dec.sync_forward();
+                continue;
+            }
+        }
+        loop {
+            match dec.next() {
+                Ok(Some(FastStep::Run(run))) => insns += u64::from(run.insns),
+                Ok(Some(FastStep::Event(_))) => {}
+                Ok(None) => break 'sync,
+                Err(_) => {
                     errors += 1;
                     sync = dec.sync_forward();
                     continue 'sync;
@@ -242,6 +281,11 @@ fn bench(case: &Case, runs: usize) -> Result<()> {
     let cfg = hwtrace_libipt::Config::default();
 
     let (ours_t, ours) = median(runs, || hwtrace_count(trace, &image));
+    let (fast_t, fast) = median(runs, || hwtrace_fast_count(trace, &image));
+    ensure!(
+        fast == ours,
+        "hwtrace's fast decoder decoded {fast:?} (instructions, errors), its instruction decoder {ours:?}"
+    );
     let (insn_t, insn) = median(runs, || {
         hwtrace_libipt::count_insns(trace, &cfg, &ipt_image)
     });
@@ -266,6 +310,7 @@ fn bench(case: &Case, runs: usize) -> Result<()> {
         "decoder", "MB/s", "instructions", "Minsn/s", "errors"
     );
     let rows = [
+        ("hwtrace FastDecoder (1 thread)", fast_t),
         ("hwtrace InsnDecoder (1 thread)", ours_t),
         ("libipt pt_insn_next (2.0.5)", insn_t),
         ("libipt pt_blk_next (2.0.5)", blk_t),
@@ -279,12 +324,18 @@ fn bench(case: &Case, runs: usize) -> Result<()> {
             ours.1
         );
     }
-    let ratio = |t: Duration| t.as_secs_f64() / ours_t.as_secs_f64();
+    let ratio = |t: Duration, ours: Duration| t.as_secs_f64() / ours.as_secs_f64();
     println!(
-        "  ratio hwtrace / libipt insn: {:.2}x, hwtrace / libipt block: {:.2}x ({} blocks)",
-        ratio(insn_t),
-        ratio(blk_t),
+        "  ratio hwtrace InsnDecoder / libipt insn: {:.2}x, / libipt block: {:.2}x ({} blocks)",
+        ratio(insn_t, ours_t),
+        ratio(blk_t, ours_t),
         blk.blocks
+    );
+    println!(
+        "  ratio hwtrace FastDecoder / libipt insn: {:.2}x, / libipt block: {:.2}x, / InsnDecoder: {:.2}x",
+        ratio(insn_t, fast_t),
+        ratio(blk_t, fast_t),
+        ratio(ours_t, fast_t)
     );
     Ok(())
 }
