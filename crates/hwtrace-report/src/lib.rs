@@ -9,4 +9,5 @@
 pub mod exec;
 pub mod calls;
 pub mod flame;
+pub mod symbols;
 pub mod timeline;

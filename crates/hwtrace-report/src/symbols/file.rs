@@ -1,0 +1,309 @@
+//! One executable file's symbol information: where its bytes load
+//! (ELF `PT_LOAD` segments, PE sections), its function symbols (ELF
+//! `.symtab`/`.dynsym`, COFF symbols, PE exports), sorted for binary
+//! search, and the DWARF it carries or points at (loaded on first use).
+
+use super::SymbolError;
+use super::dwarf::Dwarf;
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
+use std::cell::OnceCell;
+use std::path::{Path, PathBuf};
+
+/// Which kind of file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileFormat {
+    /// ELF.
+    Elf,
+    /// PE (COFF with an optional header).
+    Pe,
+    /// Anything else `object` reads (Mach-O, plain COFF, ...).
+    Other,
+}
+
+/// A range of the file loaded at a link-time address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// File offset of its first byte.
+    pub offset: u64,
+    /// Bytes of it in the file.
+    pub file_size: u64,
+    /// Its link-time address.
+    pub vaddr: u64,
+    /// Its size in memory.
+    pub mem_size: u64,
+}
+
+/// A function symbol at its link-time address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Func {
+    /// Link-time address.
+    pub addr: u64,
+    /// Size in bytes (0: it covers its own address only).
+    pub size: u64,
+    /// Its name as the symbol table has it.
+    pub name: Box<str>,
+}
+
+/// What one file says about the code in it.
+pub struct ObjectInfo {
+    path: PathBuf,
+    format: FileFormat,
+    segments: Vec<Segment>,
+    /// The lowest loaded link-time address (ELF: lowest `PT_LOAD`
+    /// `p_vaddr`; PE: `ImageBase`): where the image's base is.
+    lowest: u64,
+    /// By address; at one address, global symbols first, then by name.
+    funcs: Vec<Func>,
+    /// `reach[i]`: the highest end of the symbols `funcs[..=i]`, so a
+    /// lookup stops scanning back as soon as nothing below can cover.
+    reach: Vec<u64>,
+    /// The GNU build id note, for finding separate debug info.
+    build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`'s file name.
+    debuglink: Option<String>,
+    dwarf: OnceCell<Option<Dwarf>>,
+}
+
+impl std::fmt::Debug for ObjectInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectInfo")
+            .field("path", &self.path)
+            .field("format", &self.format)
+            .field("segments", &self.segments.len())
+            .field("funcs", &self.funcs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectInfo {
+    /// Reads `path`'s headers and symbols (not its DWARF: that waits for
+    /// the first line or frame lookup).
+    pub fn load(path: &Path) -> Result<Self, SymbolError> {
+        let data = std::fs::read(path).map_err(|e| SymbolError::Read {
+            path: path.to_path_buf(),
+            error: e.to_string(),
+        })?;
+        Self::parse(path, &data)
+    }
+
+    /// Reads the headers and symbols of `data`, the bytes of `path`.
+    pub fn parse(path: &Path, data: &[u8]) -> Result<Self, SymbolError> {
+        let bad = |error: object::Error| SymbolError::Parse {
+            path: path.to_path_buf(),
+            error: error.to_string(),
+        };
+        let file = object::File::parse(data).map_err(bad)?;
+        let format = match file.format() {
+            object::BinaryFormat::Elf => FileFormat::Elf,
+            object::BinaryFormat::Pe => FileFormat::Pe,
+            _ => FileFormat::Other,
+        };
+        let segments: Vec<Segment> = if format == FileFormat::Pe {
+            // PE sections are what the loader maps, at ImageBase + RVA.
+            file.sections()
+                .filter(|s| s.size() > 0)
+                .map(|s| {
+                    let (offset, file_size) = s.file_range().unwrap_or((0, 0));
+                    Segment {
+                        offset,
+                        file_size,
+                        vaddr: s.address(),
+                        mem_size: s.size(),
+                    }
+                })
+                .collect()
+        } else {
+            // For ELF, `segments()` are the PT_LOAD program headers.
+            file.segments()
+                .map(|s| {
+                    let (offset, file_size) = s.file_range();
+                    Segment {
+                        offset,
+                        file_size,
+                        vaddr: s.address(),
+                        mem_size: s.size(),
+                    }
+                })
+                .collect()
+        };
+        let lowest = if format == FileFormat::Pe {
+            file.relative_address_base()
+        } else {
+            segments.iter().map(|s| s.vaddr).min().unwrap_or(0)
+        };
+        let funcs = functions(&file, &segments, format);
+        let reach = funcs
+            .iter()
+            .scan(0u64, |top, f| {
+                *top = (*top).max(f.addr.saturating_add(f.size.max(1)));
+                Some(*top)
+            })
+            .collect();
+        let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
+        let debuglink = file
+            .gnu_debuglink()
+            .ok()
+            .flatten()
+            .map(|(name, _)| String::from_utf8_lossy(name).into_owned());
+        Ok(Self {
+            path: path.to_path_buf(),
+            format,
+            segments,
+            lowest,
+            funcs,
+            reach,
+            build_id,
+            debuglink,
+            dwarf: OnceCell::new(),
+        })
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its format.
+    pub fn format(&self) -> FileFormat {
+        self.format
+    }
+
+    /// Its loaded ranges.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The lowest loaded link-time address (the image base).
+    pub fn lowest(&self) -> u64 {
+        self.lowest
+    }
+
+    /// The link-time address the byte at file offset `offset` loads at.
+    pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
+        self.segments
+            .iter()
+            .find(|s| offset.wrapping_sub(s.offset) < s.file_size)
+            .map(|s| s.vaddr + (offset - s.offset))
+    }
+
+    /// The function symbol covering link-time address `addr`: the first
+    /// symbol at the highest address at or below it whose size reaches it
+    /// (a symbol of size 0 covers its own address only).
+    pub fn func(&self, addr: u64) -> Option<&Func> {
+        let end = self.funcs.partition_point(|f| f.addr <= addr);
+        let covers = |f: &Func| addr - f.addr < f.size.max(1);
+        let nearest = (0..end)
+            .rev()
+            .take_while(|&i| self.reach[i] > addr)
+            .find(|&i| covers(&self.funcs[i]))?;
+        let at = self.funcs[nearest].addr;
+        let first = self.funcs[..=nearest].partition_point(|f| f.addr < at);
+        self.funcs[first..=nearest].iter().find(|f| covers(f))
+    }
+
+    /// Function symbols by address.
+    pub fn funcs(&self) -> &[Func] {
+        &self.funcs
+    }
+
+    /// The file's DWARF (or its separate debug file's), loaded the first
+    /// time; `None` when there is none.
+    pub fn dwarf(&self) -> Option<&Dwarf> {
+        self.dwarf
+            .get_or_init(|| {
+                for candidate in self.debug_files() {
+                    if let Ok(Some(d)) = Dwarf::load(&candidate) {
+                        return Some(d);
+                    }
+                }
+                None
+            })
+            .as_ref()
+    }
+
+    /// Where DWARF may be: the file itself, then the debug files the GNU
+    /// tools look for (by build id, then by `.gnu_debuglink`).
+    fn debug_files(&self) -> Vec<PathBuf> {
+        let mut out = vec![self.path.clone()];
+        if let Some(id) = self.build_id.as_deref().filter(|id| id.len() > 1) {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            out.push(PathBuf::from(format!(
+                "/usr/lib/debug/.build-id/{}/{}.debug",
+                &hex[..2],
+                &hex[2..]
+            )));
+        }
+        if let Some(link) = &self.debuglink {
+            let dir = self.path.parent().unwrap_or(Path::new("/"));
+            out.push(dir.join(link));
+            out.push(dir.join(".debug").join(link));
+            let rel = dir.strip_prefix("/").unwrap_or(dir);
+            out.push(Path::new("/usr/lib/debug").join(rel).join(link));
+        }
+        out
+    }
+}
+
+/// The defined function symbols of `file` (PE: with its exports), sorted
+/// and without duplicates. Sizeless PE exports reach the next symbol (or
+/// their section's end): PE export tables give no sizes.
+fn functions(file: &object::File<'_>, segments: &[Segment], format: FileFormat) -> Vec<Func> {
+    let mut funcs: Vec<(bool, Func)> = Vec::new();
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Text || !sym.is_definition() {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        funcs.push((
+            sym.is_global(),
+            Func {
+                addr: sym.address(),
+                size: sym.size(),
+                name: name.into(),
+            },
+        ));
+    }
+    if format == FileFormat::Pe
+        && let Ok(exports) = file.exports()
+    {
+        for e in exports {
+            funcs.push((
+                true,
+                Func {
+                    addr: e.address(),
+                    size: 0,
+                    name: String::from_utf8_lossy(e.name()).into(),
+                },
+            ));
+        }
+    }
+    funcs.sort_by(|(ga, a), (gb, b)| {
+        (a.addr, !ga, &a.name, a.size).cmp(&(b.addr, !gb, &b.name, b.size))
+    });
+    let mut funcs: Vec<Func> = funcs.into_iter().map(|(_, f)| f).collect();
+    // The same symbol from .symtab and .dynsym (or a COFF symbol and an export).
+    funcs.dedup_by(|b, a| a.addr == b.addr && a.name == b.name);
+    if format == FileFormat::Pe {
+        let starts: Vec<u64> = funcs.iter().map(|f| f.addr).collect();
+        for f in funcs.iter_mut().filter(|f| f.size == 0) {
+            let next = starts[starts.partition_point(|&a| a <= f.addr)..]
+                .first()
+                .copied();
+            let section_end = segments
+                .iter()
+                .find(|s| f.addr.wrapping_sub(s.vaddr) < s.mem_size)
+                .map(|s| s.vaddr + s.mem_size);
+            let end = match (next, section_end) {
+                (Some(n), Some(e)) => n.min(e),
+                (Some(n), None) => n,
+                (None, Some(e)) => e,
+                (None, None) => f.addr + 1,
+            };
+            f.size = end.saturating_sub(f.addr).max(1);
+        }
+    }
+    funcs
+}
