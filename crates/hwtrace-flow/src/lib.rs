@@ -60,6 +60,7 @@ pub mod errata;
 pub mod error;
 pub mod event;
 pub mod insn;
+pub mod parallel;
 pub mod time;
 
 pub use config::{AddrFilter, Config};

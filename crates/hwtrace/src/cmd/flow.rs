@@ -8,6 +8,7 @@ use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_flow::parallel::{self, FlowItem, ParallelConfig};
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
@@ -49,6 +50,14 @@ pub struct FlowArgs {
     /// libipt's `--cpu` does.
     #[arg(long, value_name = "F/M[/S]", value_parser = parse_cpu)]
     cpu: Option<Cpu>,
+    /// Decode on N threads, the trace split at its PSBs (default: every
+    /// core; 1: one thread, no splitting). The output is the same.
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    jobs: Option<u64>,
+    /// The least trace bytes a parallel work unit covers (tests use tiny
+    /// units to put seams everywhere).
+    #[arg(long, value_name = "BYTES", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    unit_bytes: Option<u64>,
 }
 
 pub(crate) fn parse_cpu(text: &str) -> Result<Cpu, String> {
@@ -198,11 +207,50 @@ fn memory(args: &FlowArgs) -> Result<FlowMemory> {
 pub fn run(args: FlowArgs) -> Result<ExitCode> {
     let trace = MappedFile::open(&args.trace)?;
     let mem = memory(&args)?;
-    let dec = InsnDecoder::new(trace.bytes(), decoder_config(args.cpu), mem);
+    let config = decoder_config(args.cpu);
+    let bytes = trace.bytes();
+    let jobs = match args.jobs {
+        Some(n) => usize::try_from(n).unwrap_or(1),
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    if jobs <= 1 {
+        let items = Items::new(InsnDecoder::new(bytes, config, mem));
+        return output(&args, bytes.len() as u64, items);
+    }
+    let mut parallel = ParallelConfig::new(jobs);
+    if let Some(unit) = args.unit_bytes {
+        parallel.unit_bytes = unit;
+    }
+    let mem = &mem;
+    std::thread::scope(|scope| {
+        // The decode and merge run beside the printing; batches of items
+        // cross in a bounded channel, so memory stays bounded when
+        // printing is the slower side.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FlowItem>>(parallel.window);
+        let decoder = scope.spawn(move || {
+            parallel::decode(
+                bytes,
+                &parallel,
+                || InsnDecoder::new(bytes, config, mem),
+                |batch| tx.send(batch),
+            )
+        });
+        let items = rx.iter().flatten().map(Item::from);
+        let code = output(&args, bytes.len() as u64, items);
+        // A failed output drops the receiver, which stops the decode.
+        match decoder.join() {
+            Ok(_) => code,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// Writes `items` as `args` ask: exit code 2 when the trace had errors.
+fn output(args: &FlowArgs, len: u64, items: impl Iterator<Item = Item>) -> Result<ExitCode> {
     // Instructions are counted as decoded: --blocks and --branches fold
     // them into other items.
     let insns = std::cell::Cell::new(0u64);
-    let mut items = Items::new(dec).inspect(|item| {
+    let mut items = items.inspect(|item| {
         if let Item::Insn { .. } = item {
             insns.set(insns.get() + 1);
         }
@@ -216,7 +264,6 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
     };
     let mut printer = Printer::new(format, !args.no_disasm);
     let mut stats = Stats::default();
-    let len = trace.bytes().len() as u64;
     let mut emit = |item: Item| -> Result<()> {
         stats.count(&item, len);
         if !args.quiet {

@@ -2,9 +2,10 @@
 //! [`Item`] at a time.
 
 use super::shape::{Block, Branch};
-use hwtrace_flow::event::{Event, Status};
-use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder};
-use hwtrace_flow::{Error, ErrorKind};
+use hwtrace_flow::Error;
+use hwtrace_flow::event::Event;
+use hwtrace_flow::insn::{Insn, InsnDecoder};
+use hwtrace_flow::parallel::{Flow, FlowItem};
 use hwtrace_types::ReadMemory;
 
 /// One thing the trace says happened, in trace order.
@@ -35,124 +36,53 @@ pub enum Item {
     Stuck { offset: u64, ip: u64, insns: u64 },
 }
 
-/// How many instructions may follow each other without the trace offset
-/// moving. Only a cycle of direct jumps and calls decodes on without
-/// trace; any real run without a conditional or indirect branch is
-/// bounded by the size of straight-line code, far below this.
-pub const MAX_STALL: u64 = 1 << 24;
-
-#[derive(Clone, Copy, Debug)]
-enum State {
-    /// Synchronise at the next PSB; `after_error` is the offset of the
-    /// error that made it necessary.
-    Sync { after_error: Option<u64> },
-    /// Synchronised: decode on.
-    Run(Status),
-    /// The end of the trace.
-    Done,
+impl From<FlowItem> for Item {
+    fn from(item: FlowItem) -> Self {
+        match item {
+            FlowItem::Insn { offset, insn } => Item::Insn {
+                offset: offset.0,
+                insn,
+            },
+            FlowItem::Event { offset, event } => Item::Event {
+                offset: offset.0,
+                event,
+            },
+            FlowItem::Error(e) => Item::Error(e),
+            FlowItem::Resync { from, to } => Item::Resync {
+                from: from.0,
+                to: to.map(|t| t.0),
+            },
+            FlowItem::Stuck { offset, ip, insns } => Item::Stuck {
+                offset: offset.0,
+                ip: ip.0,
+                insns,
+            },
+        }
+    }
 }
 
 /// The instruction decoder driven as ptxed drives it, as an iterator of
-/// instructions, events, errors and resynchronisations.
+/// instructions, events, errors and resynchronisations: hwtrace-flow's
+/// [`Flow`], the sequential decode the parallel one reproduces.
 #[derive(Debug)]
 pub struct Items<'a, M> {
-    dec: InsnDecoder<'a, M>,
-    state: State,
-    /// An item to hand out before decoding on (the error after a
-    /// partially decoded instruction).
-    queued: Option<Item>,
-    /// The offset of the last PSB synchronised to, or of the last failed
-    /// attempt: synchronisation must move forward.
-    last_sync: Option<u64>,
-    /// The trace offset at the last instruction, and how many instructions
-    /// in a row were decoded there.
-    stall_offset: u64,
-    stall: u64,
-    max_stall: u64,
+    flow: Flow<InsnDecoder<'a, M>>,
 }
 
 impl<'a, M: ReadMemory> Items<'a, M> {
     /// Decodes `dec`'s trace from its first PSB.
     pub fn new(dec: InsnDecoder<'a, M>) -> Self {
         Self {
-            dec,
-            state: State::Sync { after_error: None },
-            queued: None,
-            last_sync: None,
-            stall_offset: u64::MAX,
-            stall: 0,
-            max_stall: MAX_STALL,
+            flow: Flow::new(dec),
         }
     }
 
     /// Gives up after `max` instructions without trace instead of
-    /// [`MAX_STALL`].
+    /// [`hwtrace_flow::parallel::MAX_STALL`].
     #[cfg(test)]
     fn with_max_stall(mut self, max: u64) -> Self {
-        self.max_stall = max;
+        self.flow = self.flow.with_max_stall(max);
         self
-    }
-
-    /// Counts an instruction decoded at trace `offset`; `Some` when too
-    /// many came without trace.
-    fn stalled(&mut self, offset: u64, ip: u64) -> Option<Item> {
-        if offset != self.stall_offset {
-            self.stall_offset = offset;
-            self.stall = 0;
-        }
-        self.stall += 1;
-        if self.stall < self.max_stall {
-            return None;
-        }
-        let insns = std::mem::take(&mut self.stall);
-        self.stall_offset = u64::MAX;
-        self.state = State::Sync {
-            after_error: Some(offset),
-        };
-        Some(Item::Stuck { offset, ip, insns })
-    }
-
-    /// Reports `e` and arranges to resynchronise at the next PSB.
-    fn fail(&mut self, e: Error) -> Item {
-        self.state = State::Sync {
-            after_error: Some(e.offset.0),
-        };
-        Item::Error(e)
-    }
-
-    /// One synchronisation attempt; `None` when there is nothing to report
-    /// and decoding goes on.
-    fn sync(&mut self, after_error: Option<u64>) -> Option<Item> {
-        match self.dec.sync_forward() {
-            Ok(status) => {
-                let to = self.dec.sync_offset().map(|o| o.0);
-                if to.is_some() && to <= self.last_sync {
-                    // The same PSB again: a decoder that cannot move on.
-                    self.state = State::Done;
-                    return after_error.map(|from| Item::Resync { from, to: None });
-                }
-                self.last_sync = to;
-                self.state = State::Run(status);
-                after_error.map(|from| Item::Resync { from, to })
-            }
-            Err(e) if e.kind == ErrorKind::Eos => {
-                self.state = State::Done;
-                after_error.map(|from| Item::Resync { from, to: None })
-            }
-            Err(e) => {
-                // PSB+ itself is bad: report it and try the PSB after it.
-                let at = Some(e.offset.0);
-                if at <= self.last_sync {
-                    self.state = State::Done;
-                } else {
-                    self.last_sync = at;
-                    self.state = State::Sync {
-                        after_error: after_error.or(at),
-                    };
-                }
-                Some(Item::Error(e))
-            }
-        }
     }
 }
 
@@ -160,65 +90,7 @@ impl<M: ReadMemory> Iterator for Items<'_, M> {
     type Item = Item;
 
     fn next(&mut self) -> Option<Item> {
-        if let Some(item) = self.queued.take() {
-            return Some(item);
-        }
-        loop {
-            let status = match self.state {
-                State::Done => return None,
-                State::Sync { after_error } => {
-                    if let Some(item) = self.sync(after_error) {
-                        return Some(item);
-                    }
-                    continue;
-                }
-                State::Run(status) => status,
-            };
-            if status.event_pending {
-                let offset = self.dec.offset().0;
-                match self.dec.event() {
-                    Ok((event, status)) => {
-                        self.state = State::Run(status);
-                        // PSB+ status reports (`event.status_update`) are
-                        // items too: they end blocks, as in libipt, though
-                        // printers do not show them (ptxed does not).
-                        return Some(Item::Event { offset, event });
-                    }
-                    Err(e) => return Some(self.fail(e)),
-                }
-            }
-            if status.eos {
-                self.state = State::Done;
-                return None;
-            }
-            let offset = self.dec.offset().0;
-            let mut insn = Insn::empty(0, None, false);
-            match self.dec.next_insn(&mut insn) {
-                Ok(status) => {
-                    self.state = State::Run(status);
-                    self.queued = self.stalled(offset, insn.ip);
-                    return Some(Item::Insn { offset, insn });
-                }
-                Err(e) => {
-                    let error = if e.kind == ErrorKind::Eos {
-                        // The trace ended where more was needed: as in
-                        // ptxed, the end, not an error.
-                        self.state = State::Done;
-                        None
-                    } else {
-                        Some(self.fail(e))
-                    };
-                    // An instruction decoded before the error was executed.
-                    if insn.class != InsnClass::Unknown {
-                        self.queued = error;
-                        return Some(Item::Insn { offset, insn });
-                    }
-                    if error.is_some() {
-                        return error;
-                    }
-                }
-            }
-        }
+        self.flow.next().map(Item::from)
     }
 }
 

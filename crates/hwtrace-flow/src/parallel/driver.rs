@@ -1,0 +1,309 @@
+//! [`Flow`]: a step source driven to the end of the trace as libipt's
+//! ptxed drives its decoder, one [`FlowItem`] at a time. This is the
+//! sequential decode the parallel one must reproduce exactly.
+
+use super::StepSource;
+use crate::event::{Event, Status};
+use crate::insn::{Insn, InsnClass};
+use crate::{Error, ErrorKind};
+use hwtrace_types::{Ip, TraceOffset};
+
+/// One thing the trace says happened, in trace order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowItem {
+    /// An executed instruction; `offset` is that of the packet being
+    /// processed when it was decoded.
+    Insn { offset: TraceOffset, insn: Insn },
+    /// An event between instructions, at the offset of the packet that
+    /// reported it; PSB+ status reports have `event.status_update` set.
+    Event { offset: TraceOffset, event: Event },
+    /// Decoding failed; it goes on at the next PSB (a
+    /// [`FlowItem::Resync`] follows).
+    Error(Error),
+    /// Decoding resumed after an error: the bytes from `from` to `to`
+    /// (the PSB synchronised to; `None`: none was left) were skipped.
+    Resync {
+        from: TraceOffset,
+        to: Option<TraceOffset>,
+    },
+    /// `insns` instructions in a row decoded without reading any trace (at
+    /// `offset`, the last at `ip`): an endless loop the trace cannot be
+    /// describing. Decoding goes on at the next PSB.
+    Stuck {
+        offset: TraceOffset,
+        ip: Ip,
+        insns: u64,
+    },
+}
+
+/// How many instructions may follow each other without the trace offset
+/// moving. Only a cycle of direct jumps and calls decodes on without
+/// trace; any real run without a conditional or indirect branch is
+/// bounded by the size of straight-line code, far below this.
+pub const MAX_STALL: u64 = 1 << 24;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    /// Synchronise at the next PSB (`after_error`: the offset of the error
+    /// that made it necessary).
+    Sync { after_error: Option<TraceOffset> },
+    /// Synchronise at the PSB at this offset (a worker's first sync).
+    SyncAt(TraceOffset),
+    /// Synchronised: decode on.
+    Run(Status),
+    /// The end of the trace.
+    Done,
+}
+
+/// What a [`Flow`] looks like between two items, as far as anything that
+/// decides later items can be seen from outside: two flows over the same
+/// trace whose seams are equal produce the same items from there on (the
+/// return stack aside, see [`super`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seam {
+    /// The item just produced.
+    pub item: FlowItem,
+    /// The source's position and state after it.
+    pub offset: TraceOffset,
+    pub probe: super::Probe,
+    status: Status,
+    stall_offset: TraceOffset,
+    stall: u64,
+}
+
+/// The step source `S` driven as an iterator of [`FlowItem`]s:
+/// synchronise, drain pending events before each instruction, report an
+/// error and resynchronise at the next PSB.
+#[derive(Debug)]
+pub struct Flow<S> {
+    src: S,
+    state: State,
+    /// An item to hand out before decoding on (the error after a
+    /// partially decoded instruction).
+    queued: Option<FlowItem>,
+    /// The last PSB synchronised to, or the last failed attempt:
+    /// synchronisation must move forward.
+    last_sync: Option<TraceOffset>,
+    /// The trace offset at the last instruction, and how many instructions
+    /// in a row were decoded there.
+    stall_offset: TraceOffset,
+    stall: u64,
+    max_stall: u64,
+}
+
+impl<S> Flow<S> {
+    /// The step source.
+    pub fn source(&self) -> &S {
+        &self.src
+    }
+
+    /// The step source back, for reuse (its code cache stays warm).
+    pub fn into_source(self) -> S {
+        self.src
+    }
+}
+
+impl<S: StepSource> Flow<S> {
+    /// Decodes `src`'s trace from its first PSB.
+    pub fn new(src: S) -> Self {
+        Self::with_state(src, State::Sync { after_error: None })
+    }
+
+    /// Decodes `src`'s trace from the PSB at `psb` (what a worker decoding
+    /// a later stretch does; the items before the stretch's first
+    /// instruction may differ from a decode from the start, see
+    /// [`super`]).
+    pub fn at(src: S, psb: TraceOffset) -> Self {
+        Self::with_state(src, State::SyncAt(psb))
+    }
+
+    fn with_state(src: S, state: State) -> Self {
+        Self {
+            src,
+            state,
+            queued: None,
+            last_sync: None,
+            stall_offset: TraceOffset(u64::MAX),
+            stall: 0,
+            max_stall: MAX_STALL,
+        }
+    }
+
+    /// Gives up after `max` instructions without trace instead of
+    /// [`MAX_STALL`].
+    pub fn with_max_stall(mut self, max: u64) -> Self {
+        self.max_stall = max;
+        self
+    }
+
+    /// The state after `item` (just produced by this flow), or `None`
+    /// when the flow is not between instructions in the plain decoding
+    /// state, where no seam is taken.
+    pub fn seam(&self, item: &FlowItem) -> Option<Seam> {
+        let State::Run(status) = self.state else {
+            return None;
+        };
+        if self.queued.is_some() || !matches!(item, FlowItem::Insn { .. }) {
+            return None;
+        }
+        Some(Seam {
+            item: *item,
+            offset: self.src.offset(),
+            probe: self.src.probe(),
+            status,
+            stall_offset: self.stall_offset,
+            stall: self.stall,
+        })
+    }
+
+    /// Whether the flow is done.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done && self.queued.is_none()
+    }
+
+    /// Counts an instruction decoded at trace `offset`; `Some` when too
+    /// many came without trace.
+    fn stalled(&mut self, offset: TraceOffset, ip: u64) -> Option<FlowItem> {
+        if offset != self.stall_offset {
+            self.stall_offset = offset;
+            self.stall = 0;
+        }
+        self.stall += 1;
+        if self.stall < self.max_stall {
+            return None;
+        }
+        let insns = std::mem::take(&mut self.stall);
+        self.stall_offset = TraceOffset(u64::MAX);
+        self.state = State::Sync {
+            after_error: Some(offset),
+        };
+        Some(FlowItem::Stuck {
+            offset,
+            ip: Ip(ip),
+            insns,
+        })
+    }
+
+    /// Reports `e` and arranges to resynchronise at the next PSB.
+    fn fail(&mut self, e: Error) -> FlowItem {
+        self.state = State::Sync {
+            after_error: Some(e.offset),
+        };
+        FlowItem::Error(e)
+    }
+
+    /// One synchronisation attempt; `None` when there is nothing to report
+    /// and decoding goes on.
+    fn sync(
+        &mut self,
+        after_error: Option<TraceOffset>,
+        at: Option<TraceOffset>,
+    ) -> Option<FlowItem> {
+        let r = match at {
+            Some(psb) => self.src.sync_set(psb),
+            None => self.src.sync_forward(),
+        };
+        match r {
+            Ok(status) => {
+                let to = match at {
+                    Some(psb) => Some(psb),
+                    None => self.src.sync_offset(),
+                };
+                if to.is_some() && to <= self.last_sync {
+                    // The same PSB again: a decoder that cannot move on.
+                    self.state = State::Done;
+                    return after_error.map(|from| FlowItem::Resync { from, to: None });
+                }
+                self.last_sync = to;
+                self.state = State::Run(status);
+                after_error.map(|from| FlowItem::Resync { from, to })
+            }
+            Err(e) if e.kind == ErrorKind::Eos => {
+                self.state = State::Done;
+                after_error.map(|from| FlowItem::Resync { from, to: None })
+            }
+            Err(e) => {
+                // PSB+ itself is bad: report it and try the PSB after it.
+                let failed = Some(e.offset);
+                if failed <= self.last_sync {
+                    self.state = State::Done;
+                } else {
+                    self.last_sync = failed;
+                    self.state = State::Sync {
+                        after_error: after_error.or(failed),
+                    };
+                }
+                Some(FlowItem::Error(e))
+            }
+        }
+    }
+}
+
+impl<S: StepSource> Iterator for Flow<S> {
+    type Item = FlowItem;
+
+    fn next(&mut self) -> Option<FlowItem> {
+        if let Some(item) = self.queued.take() {
+            return Some(item);
+        }
+        loop {
+            let status = match self.state {
+                State::Done => return None,
+                State::Sync { after_error } => {
+                    if let Some(item) = self.sync(after_error, None) {
+                        return Some(item);
+                    }
+                    continue;
+                }
+                State::SyncAt(psb) => {
+                    if let Some(item) = self.sync(None, Some(psb)) {
+                        return Some(item);
+                    }
+                    continue;
+                }
+                State::Run(status) => status,
+            };
+            if status.event_pending {
+                let offset = self.src.offset();
+                match self.src.event() {
+                    Ok((event, status)) => {
+                        self.state = State::Run(status);
+                        return Some(FlowItem::Event { offset, event });
+                    }
+                    Err(e) => return Some(self.fail(e)),
+                }
+            }
+            if status.eos {
+                self.state = State::Done;
+                return None;
+            }
+            let offset = self.src.offset();
+            let mut insn = Insn::empty(0, None, false);
+            match self.src.next_insn(&mut insn) {
+                Ok(status) => {
+                    self.state = State::Run(status);
+                    self.queued = self.stalled(offset, insn.ip);
+                    return Some(FlowItem::Insn { offset, insn });
+                }
+                Err(e) => {
+                    let error = if e.kind == ErrorKind::Eos {
+                        // The trace ended where more was needed: as in
+                        // ptxed, the end, not an error.
+                        self.state = State::Done;
+                        None
+                    } else {
+                        Some(self.fail(e))
+                    };
+                    // An instruction decoded before the error was executed.
+                    if insn.class != InsnClass::Unknown {
+                        self.queued = error;
+                        return Some(FlowItem::Insn { offset, insn });
+                    }
+                    if error.is_some() {
+                        return error;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,461 @@
+//! The parallel decode: workers on a rayon pool, seams, and the in-order
+//! merge with its sequential fallback.
+
+use super::StepSource;
+use super::driver::{Flow, FlowItem, Seam};
+use super::segment::{Unit, units};
+use hwtrace_types::TraceOffset;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+
+/// How a parallel decode is split and run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParallelConfig {
+    /// Worker threads (at least 1).
+    pub threads: usize,
+    /// The least trace bytes a work unit covers (units start at PSBs).
+    pub unit_bytes: u64,
+    /// The most units decoded ahead of the one being handed out: bounds
+    /// memory (each holds its unit's items).
+    pub window: usize,
+    /// Instructions without trace before a flow gives up
+    /// ([`super::MAX_STALL`]).
+    pub max_stall: u64,
+    /// Items handed out per batch by the merging thread's own decoding.
+    pub batch: usize,
+}
+
+impl ParallelConfig {
+    /// `threads` workers, units of 16 KiB (a PSB period perf uses by
+    /// default), four units in flight per worker.
+    pub fn new(threads: usize) -> Self {
+        let threads = threads.max(1);
+        Self {
+            threads,
+            unit_bytes: 16 << 10,
+            window: 4 * threads,
+            max_stall: super::MAX_STALL,
+            batch: 1 << 12,
+        }
+    }
+}
+
+/// How a parallel decode went: how many units were spliced on at their
+/// seams, and how many the decode from the start had to go through on
+/// the merging thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ParallelStats {
+    /// Work units the trace was split into.
+    pub units: usize,
+    /// Units whose own decode was spliced on at their anchor.
+    pub spliced: usize,
+    /// Units the merging thread decoded through (no seam found).
+    pub continued: usize,
+}
+
+/// How a worker's decode ended.
+enum End<S> {
+    /// The trace (or the decode from the start) ended.
+    Done,
+    /// The next unit's anchor was reached: its items follow, unless that
+    /// unit turns out untrusted, when `tail` (positioned just after the
+    /// anchor) goes on.
+    Spliced { seam: Seam, tail: Flow<S> },
+    /// No seam: `flow` goes on after the items given.
+    Open(Flow<S>),
+    /// Nothing to continue (an untrusted or anchorless unit): the source,
+    /// for reuse.
+    Free(S),
+}
+
+/// A worker's result for one unit.
+struct Decoded<S> {
+    unit: Unit,
+    /// The state after the unit's first instruction (`None`: the unit's
+    /// own decode found no instruction, or is not trusted).
+    anchor: Option<Seam>,
+    /// The items after the anchor (for the first unit: all), through the
+    /// next unit's anchor when `end` is [`End::Spliced`].
+    items: Vec<FlowItem>,
+    end: End<S>,
+}
+
+/// Decodes `trace` on `config.threads` threads and hands the items to
+/// `emit` in trace order, in batches, exactly as [`Flow::new`] over one
+/// source would produce them. `make` creates a step source over `trace`
+/// (called once per worker and per unit in flight at most).
+///
+/// An error from `emit` stops the decode (workers in flight finish their
+/// unit) and is returned.
+pub fn decode<S, F, E>(
+    trace: &[u8],
+    config: &ParallelConfig,
+    make: F,
+    mut emit: impl FnMut(Vec<FlowItem>) -> Result<(), E>,
+) -> Result<ParallelStats, E>
+where
+    S: StepSource + Send,
+    F: Fn() -> S + Sync,
+{
+    let units = units(trace, config.unit_bytes);
+    let pool = match rayon::ThreadPoolBuilder::new()
+        .num_threads(config.threads.max(1))
+        .thread_name(|i| format!("hwtrace-flow-{i}"))
+        .build()
+    {
+        Ok(pool) if units.len() > 1 => pool,
+        // One unit, or no threads to be had: the sequential decode is the
+        // answer.
+        _ => {
+            let mut merge = Merge::new(config, &mut emit);
+            merge.finish_open(Flow::new(make()).with_max_stall(config.max_stall))?;
+            merge.stats.units = units.len();
+            merge.stats.continued = units.len();
+            return Ok(merge.stats);
+        }
+    };
+    let sources: Mutex<Vec<S>> = Mutex::new(Vec::new());
+    let cancel = AtomicBool::new(false);
+    let window = config.window.max(1);
+    let max_stall = config.max_stall;
+    pool.in_place_scope(|scope| {
+        let (tx, rx) = mpsc::channel::<(usize, std::thread::Result<Decoded<S>>)>();
+        let mut ready: BTreeMap<usize, Decoded<S>> = BTreeMap::new();
+        let mut spawned = 0;
+        let mut merge = Merge::new(config, &mut emit);
+        let (units, sources, cancel, make) = (&units, &sources, &cancel, &make);
+        let mut result = Ok(());
+        for i in 0..units.len() {
+            while spawned < units.len() && spawned < i + window {
+                let tx = tx.clone();
+                let at = spawned;
+                scope.spawn(move |_| {
+                    if cancel.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        work(units, at, take_source(sources, make), make, max_stall)
+                    }));
+                    // The receiver only goes away once all is merged.
+                    let _ = tx.send((at, decoded));
+                });
+                spawned += 1;
+            }
+            let decoded = loop {
+                if let Some(d) = ready.remove(&i) {
+                    break d;
+                }
+                match rx.recv() {
+                    Ok((at, Ok(d))) => {
+                        ready.insert(at, d);
+                    }
+                    Ok((_, Err(panic))) => {
+                        cancel.store(true, Ordering::Relaxed);
+                        std::panic::resume_unwind(panic);
+                    }
+                    // Every sender gone without unit `i`: cannot happen
+                    // (each job sends), but never wait forever.
+                    Err(_) => {
+                        break Decoded {
+                            unit: units[i],
+                            anchor: None,
+                            items: Vec::new(),
+                            end: End::Done,
+                        };
+                    }
+                }
+            };
+            if let Err(e) = merge.unit(i, decoded, sources) {
+                result = Err(e);
+                break;
+            }
+        }
+        if result.is_ok() {
+            result = merge.flush();
+        }
+        cancel.store(true, Ordering::Relaxed);
+        merge.stats.units = units.len();
+        result.map(|()| merge.stats)
+    })
+}
+
+fn take_source<S>(sources: &Mutex<Vec<S>>, make: &(impl Fn() -> S + Sync)) -> S {
+    let reused = sources.lock().ok().and_then(|mut v| v.pop());
+    reused.unwrap_or_else(make)
+}
+
+fn give_back<S>(sources: &Mutex<Vec<S>>, src: S) {
+    if let Ok(mut v) = sources.lock() {
+        v.push(src);
+    }
+}
+
+/// Whether `item` reports something wrong.
+fn is_failure(item: &FlowItem) -> bool {
+    matches!(item, FlowItem::Error(_) | FlowItem::Stuck { .. })
+}
+
+/// The state after the first instruction a decode from `unit.start`
+/// produces, or `None` if it produces none before the unit's end.
+fn anchor<S: StepSource>(flow: &mut Flow<S>, unit: Unit) -> Option<Seam> {
+    while let Some(item) = flow.next() {
+        if is_failure(&item) {
+            return None;
+        }
+        if let Some(seam) = flow.seam(&item) {
+            return Some(seam);
+        }
+        if flow.source().offset() >= unit.end {
+            return None;
+        }
+    }
+    None
+}
+
+/// One worker's job: unit `i` from its PSB, then on to the next unit's
+/// anchor.
+fn work<S: StepSource>(
+    units: &[Unit],
+    i: usize,
+    src: S,
+    make: &(impl Fn() -> S + Sync),
+    max_stall: u64,
+) -> Decoded<S> {
+    let unit = units[i];
+    let next = units.get(i + 1).copied();
+    // The next unit's anchor, found as its own worker will find it.
+    let (next_anchor, src) = match next {
+        Some(n) => {
+            let mut flow = Flow::at(src, n.start).with_max_stall(max_stall);
+            (anchor(&mut flow, n), flow.into_source())
+        }
+        None => (None, src),
+    };
+    let mut own = None;
+    let mut flow = if i == 0 {
+        // From the trace's first PSB, as the sequential decode goes: a
+        // new source, whose synchronisation starts at the beginning.
+        drop(src);
+        Flow::new(make()).with_max_stall(max_stall)
+    } else {
+        let mut flow = Flow::at(src, unit.start).with_max_stall(max_stall);
+        own = anchor(&mut flow, unit);
+        if own.is_none() {
+            return Decoded {
+                unit,
+                anchor: None,
+                items: Vec::new(),
+                end: End::Free(flow.into_source()),
+            };
+        }
+        flow
+    };
+    let mut items = Vec::new();
+    while let Some(item) = flow.next() {
+        if i > 0 && is_failure(&item) {
+            // Perhaps state from before the unit was missing: the decode
+            // from the start goes through this unit instead.
+            return Decoded {
+                unit,
+                anchor: None,
+                items: Vec::new(),
+                end: End::Free(flow.into_source()),
+            };
+        }
+        items.push(item);
+        let Some(n) = next else { continue };
+        match next_anchor {
+            Some(a) => {
+                if let Some(seam) = flow.seam(&item) {
+                    if seam == a {
+                        return Decoded {
+                            unit,
+                            anchor: own,
+                            items,
+                            end: End::Spliced { seam, tail: flow },
+                        };
+                    }
+                    if seam.offset > a.offset {
+                        break;
+                    }
+                }
+            }
+            None => {
+                if flow.source().offset() > n.start {
+                    break;
+                }
+            }
+        }
+    }
+    let end = if flow.is_done() {
+        End::Done
+    } else {
+        End::Open(flow)
+    };
+    Decoded {
+        unit,
+        anchor: own,
+        items,
+        end,
+    }
+}
+
+/// What the merge carries from one unit to the next.
+enum Carry<S> {
+    /// Before the first unit.
+    Start,
+    /// The last unit ended at the next one's anchor.
+    Spliced { seam: Seam, tail: Flow<S> },
+    /// The decode from the start goes on here.
+    Open(Flow<S>),
+    /// The trace is done.
+    Done,
+}
+
+/// The in-order merge on the calling thread.
+struct Merge<'e, S, E, G: FnMut(Vec<FlowItem>) -> Result<(), E>> {
+    emit: &'e mut G,
+    carry: Carry<S>,
+    batch: Vec<FlowItem>,
+    batch_len: usize,
+    stats: ParallelStats,
+}
+
+impl<'e, S: StepSource, E, G: FnMut(Vec<FlowItem>) -> Result<(), E>> Merge<'e, S, E, G> {
+    fn new(config: &ParallelConfig, emit: &'e mut G) -> Self {
+        Self {
+            emit,
+            carry: Carry::Start,
+            batch: Vec::new(),
+            batch_len: config.batch.max(1),
+            stats: ParallelStats::default(),
+        }
+    }
+
+    fn push(&mut self, item: FlowItem) -> Result<(), E> {
+        self.batch.push(item);
+        if self.batch.len() >= self.batch_len {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), E> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_len));
+        (self.emit)(batch)
+    }
+
+    /// Hands out a worker's items (after whatever the merge decoded
+    /// itself).
+    fn hand_out(&mut self, items: Vec<FlowItem>) -> Result<(), E> {
+        self.flush()?;
+        if items.is_empty() {
+            return Ok(());
+        }
+        (self.emit)(items)
+    }
+
+    /// Decodes `flow` to the end of the trace.
+    fn finish_open(&mut self, flow: Flow<S>) -> Result<(), E> {
+        for item in flow {
+            self.push(item)?;
+        }
+        self.carry = Carry::Done;
+        self.flush()
+    }
+
+    /// Merges unit `i`'s result.
+    fn unit(&mut self, i: usize, d: Decoded<S>, sources: &Mutex<Vec<S>>) -> Result<(), E> {
+        match std::mem::replace(&mut self.carry, Carry::Done) {
+            Carry::Start if i == 0 => {
+                self.stats.spliced += 1;
+                self.hand_out(d.items)?;
+                self.carry = carry(d.end, sources);
+                Ok(())
+            }
+            Carry::Spliced { seam, tail } if d.anchor == Some(seam) => {
+                self.stats.spliced += 1;
+                give_back(sources, tail.into_source());
+                self.hand_out(d.items)?;
+                self.carry = carry(d.end, sources);
+                Ok(())
+            }
+            Carry::Spliced { tail: flow, .. } | Carry::Open(flow) => {
+                self.carry = self.go_on(flow, d, sources)?;
+                Ok(())
+            }
+            Carry::Start | Carry::Done => {
+                release(d.end, sources);
+                Ok(())
+            }
+        }
+    }
+
+    /// The decode from the start, `flow`, goes on into `d`'s unit: up to
+    /// its anchor, where `d`'s items take over, or through the unit.
+    fn go_on(
+        &mut self,
+        mut flow: Flow<S>,
+        d: Decoded<S>,
+        sources: &Mutex<Vec<S>>,
+    ) -> Result<Carry<S>, E> {
+        if let Some(a) = d.anchor {
+            while let Some(item) = flow.next() {
+                self.push(item)?;
+                if let Some(seam) = flow.seam(&item) {
+                    if seam == a {
+                        self.stats.spliced += 1;
+                        give_back(sources, flow.into_source());
+                        self.hand_out(d.items)?;
+                        return Ok(carry(d.end, sources));
+                    }
+                    if seam.offset > a.offset {
+                        break;
+                    }
+                }
+            }
+        }
+        self.stats.continued += 1;
+        release(d.end, sources);
+        // Through the unit: up to the next unit's start.
+        let end: TraceOffset = d.unit.end;
+        if flow.source().offset() <= end {
+            while let Some(item) = flow.next() {
+                self.push(item)?;
+                if flow.source().offset() > end {
+                    break;
+                }
+            }
+        }
+        Ok(if flow.is_done() {
+            Carry::Done
+        } else {
+            Carry::Open(flow)
+        })
+    }
+}
+
+fn carry<S>(end: End<S>, sources: &Mutex<Vec<S>>) -> Carry<S> {
+    match end {
+        End::Done => Carry::Done,
+        End::Spliced { seam, tail } => Carry::Spliced { seam, tail },
+        End::Open(flow) => Carry::Open(flow),
+        End::Free(src) => {
+            give_back(sources, src);
+            Carry::Done
+        }
+    }
+}
+
+fn release<S>(end: End<S>, sources: &Mutex<Vec<S>>) {
+    match end {
+        End::Done => {}
+        End::Spliced { tail: flow, .. } | End::Open(flow) => give_back(sources, flow.into_source()),
+        End::Free(src) => give_back(sources, src),
+    }
+}

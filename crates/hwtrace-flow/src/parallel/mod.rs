@@ -1,0 +1,120 @@
+//! Parallel decoding by PSB segment, with output identical to a
+//! sequential decode, instruction for instruction and event for event.
+//!
+//! A PSB+ restates most of the decoder's state (IP, execution mode, CR3,
+//! TSX state, time), so a decode can start at any PSB. It does not
+//! restate everything a decode from the start knows there, though:
+//!
+//! - the return stack: the SDM lets the processor compress only returns
+//!   whose call it saw since the last PSB, so a conforming trace never
+//!   needs an entry from before; a decode that does need one fails with an
+//!   empty return stack, where the decode from the start would go on;
+//! - the instructions between the last branch before a PSB and the IP the
+//!   PSB+ reports, TNT bits and events still pending there, an overflow or
+//!   an error just before it, tracing disabled across it (no IP in PSB+),
+//!   a CR3 no PIP restates: all of these only exist in the decode from the
+//!   start;
+//! - whether a PSB+ mode report is news, and the first items after a
+//!   resynchronisation.
+//!
+//! So nothing is assumed. The trace is split at PSBs into [`Unit`]s. Each
+//! worker decodes its unit from the unit's PSB ([`Flow::at`]); the state
+//! after the first instruction it decodes is the unit's *anchor*
+//! ([`Seam`]). Then it decodes on past the end of its unit, as the decode
+//! from the start would, until its state after an instruction equals the
+//! next unit's anchor (same item, trace position, IP, address space, time,
+//! status and stall count): from there the two decoders read the same
+//! trace in the same state and produce the same items, so the next unit's
+//! items after its anchor are spliced on. The return stack cannot be
+//! compared, but (as above) a unit decode that differs because of it
+//! reports an error first, so a unit whose own decode reports any error is
+//! not trusted. Where a seam is not found (the state never coincides, a
+//! unit without any instruction, an untrusted unit) the decode that came
+//! from the start simply goes on through the next unit, on the thread
+//! that merges the results, until a later seam is found: correctness
+//! first, speed where the trace allows.
+//!
+//! Results are merged in trace order while workers run ahead; at most a
+//! window of units is decoded but not yet handed out, so memory is
+//! bounded whatever the trace's size.
+//!
+//! The engine is generic over its step source ([`StepSource`]): the
+//! instruction decoder today, any decoder with the same verbs tomorrow.
+
+mod driver;
+mod engine;
+mod segment;
+
+pub use driver::{Flow, FlowItem, MAX_STALL, Seam};
+pub use engine::{ParallelConfig, ParallelStats, decode};
+pub use segment::{Unit, psb_offsets, units};
+
+use crate::Error;
+use crate::event::{Event, Status};
+use crate::insn::{Insn, InsnDecoder};
+use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
+
+/// What of a decoder's state can be seen from outside, compared at seams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Where the next instruction is.
+    pub ip: Ip,
+    /// The address space (CR3, VMCS) code is read in.
+    pub space: AddressSpace,
+    /// The estimated TSC at the last query, and whether it is wall-clock
+    /// time.
+    pub time: (u64, bool),
+}
+
+/// A decoder [`Flow`] can drive: the verbs of
+/// [`InsnDecoder`], which implements it.
+pub trait StepSource {
+    /// Synchronises at the next PSB.
+    fn sync_forward(&mut self) -> Result<Status, Error>;
+    /// Synchronises at the PSB at `offset`.
+    fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error>;
+    /// The offset of the packet being processed.
+    fn offset(&self) -> TraceOffset;
+    /// The offset of the last PSB synchronised to.
+    fn sync_offset(&self) -> Option<TraceOffset>;
+    /// The pending event, applied.
+    fn event(&mut self) -> Result<(Event, Status), Error>;
+    /// The next instruction (filled in even when an error follows it).
+    fn next_insn(&mut self, insn: &mut Insn) -> Result<Status, Error>;
+    /// The state seams compare.
+    fn probe(&self) -> Probe;
+}
+
+impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
+    fn sync_forward(&mut self) -> Result<Status, Error> {
+        InsnDecoder::sync_forward(self)
+    }
+
+    fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error> {
+        InsnDecoder::sync_set(self, offset)
+    }
+
+    fn offset(&self) -> TraceOffset {
+        InsnDecoder::offset(self)
+    }
+
+    fn sync_offset(&self) -> Option<TraceOffset> {
+        InsnDecoder::sync_offset(self)
+    }
+
+    fn event(&mut self) -> Result<(Event, Status), Error> {
+        InsnDecoder::event(self)
+    }
+
+    fn next_insn(&mut self, insn: &mut Insn) -> Result<Status, Error> {
+        InsnDecoder::next_insn(self, insn)
+    }
+
+    fn probe(&self) -> Probe {
+        Probe {
+            ip: Ip(self.ip()),
+            space: self.address_space(),
+            time: self.time(),
+        }
+    }
+}
