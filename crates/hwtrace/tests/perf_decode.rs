@@ -798,17 +798,6 @@ fn the_vdso_comes_from_the_vdso_option() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-#[test]
-fn kernel_images_are_refused_with_a_clear_message() {
-    let out = hwtrace(&["perf", "decode", "--kcore", "/proc/kcore", "perf.data"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("--kcore/--kallsyms") && stderr.contains("not supported yet"),
-        "{stderr}"
-    );
-}
-
 /// `(from, to)` of perf's `--itrace=b` lines:
 /// `comm pid 1 branches:u: FROM sym (dso) => TO sym (dso)`.
 fn perf_branches(text: &str) -> Vec<(u64, u64)> {
@@ -899,5 +888,398 @@ fn branches_match_perf_script_itrace_b() {
         .collect();
     assert_eq!(known(&from_json), ours);
     assert!(objs.iter().all(|v| v["tid"] == PID && v["cpu"].is_null()));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+// ---- intel_bts -------------------------------------------------------------
+
+/// The intel_bts PMU type the hand-built files use.
+const BTS_PMU: u32 = 9;
+
+/// `hwtrace record --portable FLAG -o DIR/NAME -- PROGRAM...`.
+fn record_portable(dir: &Path, flag: &str, name: &str, program: &[&str]) -> PathBuf {
+    let file = dir.join(name);
+    let mut args = vec![
+        "record",
+        "--portable",
+        flag,
+        "-o",
+        file.to_str().unwrap(),
+        "--",
+    ];
+    args.extend_from_slice(program);
+    let out = hwtrace(&args);
+    assert!(
+        out.status.success(),
+        "hwtrace record (qemu-user is installed by scripts/setup.sh): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    file
+}
+
+/// `perf script ARGS` of `file`, which must succeed.
+fn perf_script(file: &Path, args: &[&str]) -> String {
+    let perf = Command::new("perf")
+        .args(["script", "-f", "-i"])
+        .arg(file)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("`perf` cannot run (scripts/setup.sh installs it): {e}"));
+    assert!(
+        perf.status.success(),
+        "perf script {args:?}: {}",
+        String::from_utf8_lossy(&perf.stderr)
+    );
+    String::from_utf8_lossy(&perf.stdout).into_owned()
+}
+
+/// `(tid, from, to, kind)` of `tid cpu from -> to kind` lines.
+fn bts_lines(out: &Output) -> Vec<(String, u64, u64, String)> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert!(
+                f.len() >= 6 && f[3] == "->",
+                "not `tid cpu from -> to kind`: {l:?}"
+            );
+            let hex = |s: &str| u64::from_str_radix(s, 16).unwrap_or_else(|e| panic!("{l:?}: {e}"));
+            (f[0].to_string(), hex(f[2]), hex(f[4]), f[5..].join(" "))
+        })
+        .collect()
+}
+
+/// The kind hwtrace names a branch of the simulator's class.
+fn kind_name(k: hwtrace_sim::BranchKind) -> &'static str {
+    use hwtrace_sim::BranchKind as K;
+    match k {
+        K::Jcc => "jcc",
+        K::NearRelJmp | K::NearIndJmp => "jmp",
+        K::NearRelCall | K::NearIndCall => "call",
+        K::NearRet => "return",
+        K::FarJmp => "far jmp",
+        K::FarCall | K::SystemCall => "far call",
+        K::FarRet | K::Iret => "far return",
+        _ => "interrupt",
+    }
+}
+
+#[test]
+fn bts_branches_are_the_executed_ones_and_perf_scripts() {
+    let dir = scratch("bts");
+    let file = record_portable(&dir, "--bts", "bts.data", &["/bin/true"]);
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let ours = bts_lines(&out);
+
+    // Every branch /bin/true took, in order, of the kind its code says.
+    let taken = hwtrace_sim::branches(&recorded().execution).unwrap();
+    assert!(taken.len() > 1000, "{} branches", taken.len());
+    let pairs: Vec<(u64, u64)> = ours.iter().map(|b| (b.1, b.2)).collect();
+    let want: Vec<(u64, u64)> = taken.iter().map(|b| (b.from.0, b.to.0)).collect();
+    assert!(
+        pairs == want,
+        "{} branches decoded, {} taken",
+        pairs.len(),
+        want.len()
+    );
+    for (b, t) in ours.iter().zip(&taken) {
+        assert_eq!(b.3, kind_name(t.kind), "{:#x} -> {:#x}", b.1, b.2);
+    }
+
+    // perf's intel-bts decoder: the same branches of the same thread, but
+    // for the last record of each AUXTRACE buffer, which its loop
+    // (`for (; sz > bsz; ...)` in intel_bts_process_buffer) never reports.
+    let bytes = std::fs::read(&file).unwrap();
+    let data = PerfData::parse(&bytes).unwrap();
+    let streams = hwtrace_perf::data::AuxStreams::collect(&data);
+    let mut last_of_buffer = std::collections::BTreeSet::new();
+    let mut n = 0;
+    for c in streams.queues.values().flat_map(|q| &q.chunks) {
+        n += c.data.len() / 24;
+        last_of_buffer.insert(n - 1);
+    }
+    assert_eq!(n, ours.len(), "one branch per record");
+    let script = perf_script(&file, &["--itrace=b"]);
+    let theirs = perf_branches(&script);
+    let ours_but_last: Vec<(u64, u64)> = pairs
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !last_of_buffer.contains(i))
+        .map(|(_, p)| *p)
+        .collect();
+    assert!(
+        theirs == ours_but_last,
+        "perf {} branches, hwtrace {} ({} buffers)",
+        theirs.len(),
+        ours.len(),
+        last_of_buffer.len()
+    );
+    let perf_tids: std::collections::BTreeSet<&str> = script
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    let our_tids: std::collections::BTreeSet<&str> = ours.iter().map(|b| b.0.as_str()).collect();
+    assert_eq!(perf_tids, our_tids);
+
+    // --sym names the dynamic loader's code after its file (it is
+    // stripped) and --json carries the predicted bit.
+    let out = hwtrace(&["perf", "decode", "--sym", "--json", file.to_str().unwrap()]);
+    assert!(out.status.success());
+    let first: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert!(
+        first["from_sym"].as_str().unwrap().contains("+0x"),
+        "{first}"
+    );
+    assert!(first["predicted"].is_boolean(), "{first}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A 64-bit BTS record.
+fn bts_record(from: u64, to: u64) -> Vec<u8> {
+    [from, to, 0x10]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect()
+}
+
+/// An intel_bts perf.data of thread [`PID`] with `buffers` as AUXTRACE
+/// buffers at the given AUX offsets, the mappings of /bin/true (and
+/// `extra_maps`), and an AUX record flagged TRUNCATED when `truncated`.
+fn write_bts_data(
+    dir: &Path,
+    buffers: &[(u64, Vec<u8>)],
+    extra_maps: &[(u32, u64, u64, &str)],
+    truncated: bool,
+) -> PathBuf {
+    let mut attr = intel_pt_attr(BTS_PMU, 0);
+    attr.sample_type &= !sample::TIME;
+    attr.set(flag::MMAP2, true);
+    attr.set(flag::COMM, true);
+    let attrs = [EventAttr { attr, ids: vec![1] }];
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    w.auxtrace_info_bts(&hwtrace_perf::data::IntelBtsInfo {
+        pmu_type: BTS_PMU,
+        ..Default::default()
+    })
+    .unwrap();
+    let sid = SampleId {
+        pid_tid: Some((PID, PID)),
+        cpu: Some(0),
+        identifier: Some(1),
+        ..SampleId::default()
+    };
+    w.comm(PID, PID, "true", true, &sid).unwrap();
+    for m in &recorded().maps {
+        w.mmap2(2, PID, PID, m.addr, m.len, m.pgoff, 5, 2, &m.path, &sid)
+            .unwrap();
+    }
+    for &(pid, addr, len, name) in extra_maps {
+        w.mmap2(1, pid, pid, addr, len, addr, 5, 2, name, &sid)
+            .unwrap();
+    }
+    w.itrace_start(PID, PID, &sid).unwrap();
+    let mut end = 0;
+    for (offset, data) in buffers {
+        w.auxtrace(data, *offset, 0, 0, PID, u32::MAX).unwrap();
+        end = offset + data.len() as u64;
+    }
+    let flags = if truncated { aux_flag::TRUNCATED } else { 0 };
+    w.aux(0, end, flags, &sid).unwrap();
+    w.finished_round().unwrap();
+    let bytes = w.finish(&FeatureData::default()).unwrap().into_inner();
+    let file = dir.join("bts.data");
+    std::fs::write(&file, bytes).unwrap();
+    file
+}
+
+#[test]
+fn bts_gaps_cut_records_and_padding_are_reported_with_where_and_how_much() {
+    let dir = scratch("bts-lost");
+    let taken = hwtrace_sim::branches(&recorded().execution).unwrap();
+    let rec = |i: usize| bts_record(taken[i].from.0, taken[i].to.0);
+    // Buffer 1: records 0..10, then 8 bytes of record 10 (the rest lost).
+    let mut first: Vec<u8> = (0..10).flat_map(rec).collect();
+    first.extend_from_slice(&rec(10)[..8]);
+    // Buffer 2, 232 bytes later in the AUX area: a padding record, records
+    // 20..30.
+    let mut second = vec![0u8; 24];
+    second.extend((20..30).flat_map(rec));
+    let lost = 16 + 9 * 24;
+    let file = write_bts_data(
+        &dir,
+        &[(0, first.clone()), (first.len() as u64 + lost, second)],
+        &[],
+        true,
+    );
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let got: Vec<(u64, u64)> = bts_lines(&out).iter().map(|b| (b.1, b.2)).collect();
+    let want: Vec<(u64, u64)> = (0..10)
+        .chain(20..30)
+        .map(|i| (taken[i].from.0, taken[i].to.0))
+        .collect();
+    assert_eq!(got, want);
+    assert!(
+        stderr.contains(&format!(
+            "lost {lost} bytes of BTS records (9 records) at stream offset 0xf8"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("a BTS record cut short: 8 of its 24 bytes at stream offset 0xf0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("says the hardware lost trace"), "{stderr}");
+    let out = hwtrace(&["perf", "decode", "--stats", file.to_str().unwrap()]);
+    let stats = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stats.contains(&format!("({lost} bytes lost), 20 branches (0 of unknown kind), 1 padding records, 8 bytes of cut records")),
+        "{stats}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+// ---- kernel code: --kcore, --kallsyms ---------------------------------------
+
+const KTEXT: u64 = 0xffff_ffff_8100_0000;
+
+/// An x86-64 ELF core with one PT_LOAD of `code` at `vaddr`, laid out as
+/// /proc/kcore is (written byte by byte: the workspace's `object` cannot
+/// write).
+fn elf_core(vaddr: u64, code: &[u8]) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"\x7fELF\x02\x01\x01");
+    b.resize(16, 0);
+    b.extend_from_slice(&4u16.to_le_bytes()); // ET_CORE
+    b.extend_from_slice(&62u16.to_le_bytes()); // EM_X86_64
+    b.extend_from_slice(&1u32.to_le_bytes());
+    for v in [0u64, 64, 0] {
+        b.extend_from_slice(&v.to_le_bytes()); // entry, phoff, shoff
+    }
+    b.extend_from_slice(&0u32.to_le_bytes());
+    for v in [64u16, 56, 1, 0, 0, 0] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(&1u32.to_le_bytes()); // PT_LOAD
+    b.extend_from_slice(&7u32.to_le_bytes());
+    let size = code.len() as u64;
+    for v in [120u64, vaddr, 0, size, size, 0x1000] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.extend_from_slice(code);
+    b
+}
+
+#[test]
+fn kernel_branches_read_kcore_code_and_kallsyms_names() {
+    let dir = scratch("kernel");
+    // start_kernel: call helper; ...; helper: ret.
+    let mut code = vec![0x90u8; 0x1000];
+    code[..5].copy_from_slice(&[0xe8, 0xfb, 0x00, 0x00, 0x00]);
+    code[0x100] = 0xc3;
+    let kcore_dir = dir.join("kcore_dir");
+    std::fs::create_dir_all(&kcore_dir).unwrap();
+    std::fs::write(kcore_dir.join("kcore"), elf_core(KTEXT, &code)).unwrap();
+    let kallsyms = "ffffffff81000000 T _stext\nffffffff81000000 T start_kernel\n\
+                    ffffffff81000100 t helper\nffffffff81001000 T _etext\n";
+    let branches = [(KTEXT, KTEXT + 0x100), (KTEXT + 0x100, KTEXT + 5)];
+    let data: Vec<u8> = branches
+        .iter()
+        .flat_map(|&(f, t)| bts_record(f, t))
+        .collect();
+    let file = write_bts_data(
+        &dir,
+        &[(0, data)],
+        &[(u32::MAX, KTEXT, 0x1000, "[kernel.kallsyms]_text")],
+        false,
+    );
+    let f = file.to_str().unwrap();
+
+    // Without --kcore: the branches, kind unknown, the kernel named as
+    // missing with what it cost.
+    let out = hwtrace(&["perf", "decode", f]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let kinds: Vec<String> = bts_lines(&out).into_iter().map(|b| b.3).collect();
+    assert_eq!(kinds, ["?", "?"]);
+    assert!(
+        stderr.contains("[kernel.kallsyms]_text")
+            && stderr.contains("give --kcore")
+            && stderr.contains("the kind of 2 branches from it is shown as ?"),
+        "{stderr}"
+    );
+
+    // With perf's kcore_dir and a kallsyms file: kinds and names.
+    let ksyms = dir.join("kallsyms.txt");
+    std::fs::write(&ksyms, kallsyms).unwrap();
+    let args = [
+        "perf",
+        "decode",
+        "--sym",
+        "--kcore",
+        kcore_dir.to_str().unwrap(),
+        "--kallsyms",
+        ksyms.to_str().unwrap(),
+        f,
+    ];
+    let out = hwtrace(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!(
+                "{PID} - ffffffff81000000 (start_kernel+0x0) -> ffffffff81000100 (helper+0x0) call"
+            ),
+            format!(
+                "{PID} - ffffffff81000100 (helper+0x0) -> ffffffff81000005 (start_kernel+0x5) return"
+            ),
+        ]
+    );
+
+    // kcore_dir/kallsyms is read when --kallsyms is not given, as perf
+    // record --kcore leaves it; a plain ELF core file works too.
+    std::fs::write(kcore_dir.join("kallsyms"), kallsyms).unwrap();
+    let core = kcore_dir.join("kcore");
+    for kcore in [kcore_dir.to_str().unwrap(), core.to_str().unwrap()] {
+        let out = hwtrace(&[
+            "perf",
+            "decode",
+            "--sym",
+            "--kcore",
+            kcore,
+            "--kallsyms",
+            ksyms.to_str().unwrap(),
+            f,
+        ]);
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), text);
+    }
+    let out = hwtrace(&[
+        "perf",
+        "decode",
+        "--sym",
+        "--kcore",
+        kcore_dir.to_str().unwrap(),
+        f,
+    ]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), text);
+
+    // A kcore that is not one is refused, naming it.
+    let bad = dir.join("bad-kcore");
+    std::fs::write(&bad, b"not an ELF core file, just some text of some length").unwrap();
+    let out = hwtrace(&["perf", "decode", "--kcore", bad.to_str().unwrap(), f]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("--kcore") && stderr.contains("not a kcore file"),
+        "{stderr}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -47,10 +47,12 @@ enum PerfCommand {
         #[arg(short = 'o', long)]
         output: PathBuf,
     },
-    /// Decode every Intel PT AUX stream: one `tid cpu ip` line per
-    /// instruction, over the files the MMAP2 records name. Missing code and
-    /// lost trace are reported on stderr with where and how much (exit code
-    /// 2).
+    /// Decode every Intel PT AUX stream (one `tid cpu ip` line per
+    /// instruction, over the files the MMAP2 records name), every intel_bts
+    /// stream (one `tid cpu from -> to kind` line per branch) and every LBR
+    /// sample (one `tid cpu ip ENTRY...` line, entries as perf's brstack).
+    /// Missing code and lost trace are reported on stderr with where and
+    /// how much (exit code 2).
     Decode(DecodeArgs),
 }
 
@@ -66,12 +68,19 @@ struct DecodeArgs {
     /// A dump of the traced process's vDSO, mapped where `[vdso]` was.
     #[arg(long, value_name = "FILE")]
     vdso: Option<PathBuf>,
-    /// Kernel code from /proc/kcore (not supported yet).
-    #[arg(long, value_name = "FILE")]
+    /// Kernel code: `perf record --kcore`'s directory (its `kcore`, and its
+    /// `kallsyms` unless --kallsyms is given), or an ELF core whose
+    /// segments are kernel virtual addresses, like /proc/kcore.
+    #[arg(long, value_name = "DIR|FILE")]
     kcore: Option<PathBuf>,
-    /// Kernel symbols (not supported yet).
+    /// Kernel symbols (/proc/kallsyms text) for kernel addresses (--sym).
     #[arg(long, value_name = "FILE")]
     kallsyms: Option<PathBuf>,
+    /// Name addresses `symbol+0xoff` after the mapped files' symbols (and
+    /// --kallsyms for kernel addresses): `ip (sym)`, `from (sym) -> to
+    /// (sym)`, brstacksym-style LBR entries.
+    #[arg(long)]
+    sym: bool,
     /// Taken branches (`from -> to kind`), like `perf script --itrace=b`.
     #[arg(long, conflicts_with = "stats")]
     branches: bool,
@@ -460,15 +469,13 @@ fn dump_aux(path: &Path, cpu: Option<u32>, tid: Option<u32>, output: &Path) -> R
 }
 
 fn decode(args: &DecodeArgs) -> Result<ExitCode> {
+    use crate::perfdecode::bts::BtsDecoder;
+    use crate::perfdecode::kernel::Kernel;
     use crate::perfdecode::stream::{PtSettings, QueueDecoder};
-    use crate::perfdecode::{Format, ImageOptions, Options, sideband::Sideband};
+    use crate::perfdecode::symbols::Names;
+    use crate::perfdecode::{Format, ImageOptions, Options, image, lbr, sideband::Sideband};
+    use hwtrace_types::Ip;
 
-    if args.kcore.is_some() || args.kallsyms.is_some() {
-        bail!(
-            "--kcore/--kallsyms: decoding kernel code is not supported yet; \
-             without them kernel addresses are reported as missing code"
-        );
-    }
     let path = &args.file;
     let map = MappedFile::open(path)?;
     let file = PerfData::parse(map.bytes()).with_context(|| format!("{}", path.display()))?;
@@ -486,24 +493,24 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
             }
         }
     }
-    let Some(info) = pt else {
-        if bts {
-            bail!(
-                "{}: an intel_bts recording: decoding BTS from perf.data is not supported yet",
-                path.display()
-            );
-        }
-        bail!(
-            "{}: no intel_pt AUXTRACE_INFO record: not an Intel PT recording",
-            path.display()
-        );
-    };
-    let event_config = records
+    let branch_stacks = records
         .attrs()
         .iter()
-        .find(|a| a.attr.kind == info.pmu_type)
-        .map(|a| a.attr.config);
-    let settings = PtSettings::new(&info, event_config);
+        .any(|a| a.attr.sample_type & sample::BRANCH_STACK != 0);
+    if pt.is_none() && !bts && !branch_stacks {
+        bail!(
+            "{}: nothing to decode: no intel_pt or intel_bts AUXTRACE_INFO record and no event samples branch stacks (LBR)",
+            path.display()
+        );
+    }
+    let settings = pt.as_ref().map(|info| {
+        let event_config = records
+            .attrs()
+            .iter()
+            .find(|a| a.attr.kind == info.pmu_type)
+            .map(|a| a.attr.config);
+        PtSettings::new(info, event_config)
+    });
     let opts = Options {
         image: ImageOptions {
             sysroot: args.sysroot.clone(),
@@ -519,6 +526,18 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
         json: args.json,
     };
     let sb = Sideband::collect(&file);
+    let kernel_maps: Vec<(Ip, Ip)> = sb
+        .mappings
+        .iter()
+        .filter(|m| image::is_kernel(m) && m.len > 0)
+        .map(|m| (Ip(m.addr), Ip(m.addr.saturating_add(m.len - 1))))
+        .collect();
+    let kernel = Kernel::open(
+        args.kcore.as_deref(),
+        args.kallsyms.as_deref(),
+        &kernel_maps,
+    )?;
+    let mut names = args.sym.then(|| Names::new(&sb, &opts.image, &kernel));
     let streams = AuxStreams::collect(&file);
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
@@ -549,31 +568,69 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
         problems += 1;
         writeln!(diag, "hwtrace perf decode: {}: {e}", path.display())?;
     }
-    if streams.queues.is_empty() {
+    if (pt.is_some() || bts) && streams.queues.is_empty() {
         writeln!(diag, "hwtrace perf decode: {}: no AUX data", path.display())?;
     }
     let mut said = std::collections::BTreeSet::new();
+    let mut say_missing = |diag: &mut dyn Write, m: &image::Missing| -> Result<()> {
+        if said.insert(m.mapping.record_offset) {
+            writeln!(
+                diag,
+                "hwtrace perf decode: not loaded: {} (pid {}, {:#x}-{:#x}): {}",
+                m.path,
+                m.mapping.pid,
+                m.mapping.addr,
+                m.mapping.addr.wrapping_add(m.mapping.len),
+                m.reason
+            )?;
+        }
+        Ok(())
+    };
     let mut build_ids = Default::default();
     for (key, queue) in &streams.queues {
-        let dec = QueueDecoder::new(*key, &sb, settings, &opts, &mut build_ids, &mut diag)?;
-        for m in dec.missing() {
-            if said.insert(m.mapping.record_offset) {
-                writeln!(
-                    diag,
-                    "hwtrace perf decode: not loaded: {} (pid {}, {:#x}-{:#x}): {}",
-                    m.path,
-                    m.mapping.pid,
-                    m.mapping.addr,
-                    m.mapping.addr.wrapping_add(m.mapping.len),
-                    m.reason
-                )?;
+        let report = if let Some(settings) = settings {
+            let dec = QueueDecoder::new(
+                *key,
+                &sb,
+                settings,
+                &opts,
+                &kernel,
+                &mut build_ids,
+                &mut diag,
+            )?;
+            for m in dec.missing() {
+                say_missing(&mut diag, m)?;
             }
-        }
-        let report = dec.run(queue, &mut out, &mut diag)?;
+            dec.run(queue, names.as_mut(), &mut out, &mut diag)?
+        } else {
+            let dec = BtsDecoder::new(*key, &sb, &opts, &kernel, &mut build_ids, &mut diag)?;
+            for m in dec.missing() {
+                say_missing(&mut diag, m)?;
+            }
+            dec.run(queue, names.as_mut(), &mut out, &mut diag)?
+        };
         problems += report.problems;
         if args.stats {
-            let s = json_or_text_stats(*key, queue, &report, &settings, args.json);
+            let s = match &settings {
+                Some(settings) => json_or_text_stats(*key, queue, &report, settings, args.json),
+                None => bts_stats(*key, queue, &report, args.json),
+            };
             writeln!(out, "{s}")?;
+        }
+    }
+    if branch_stacks {
+        let r = lbr::decode(&file, names.as_mut(), args.json, !args.stats, &mut out)?;
+        if args.stats {
+            if args.json {
+                let v = serde_json::json!({"lbr_samples": r.samples, "lbr_entries": r.entries});
+                writeln!(out, "{v}")?;
+            } else {
+                writeln!(
+                    out,
+                    "LBR: {} samples with branch stacks, {} entries",
+                    r.samples, r.entries
+                )?;
+            }
         }
     }
     out.flush()?;
@@ -582,6 +639,36 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(2)
     })
+}
+
+fn bts_stats(
+    key: QueueKey,
+    queue: &hwtrace_perf::data::AuxQueue<'_>,
+    r: &crate::perfdecode::stream::QueueReport,
+    json: bool,
+) -> String {
+    if json {
+        serde_json::json!({
+            "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
+            "tid": (key.tid != u32::MAX).then_some(key.tid),
+            "bytes": queue.len(), "buffers": queue.chunks.len(), "gaps": queue.gaps.len(),
+            "lost_bytes": r.lost_bytes, "branches": r.branches, "unclassified": r.errors,
+            "padding_records": r.padding_records, "skipped_bytes": r.skipped_bytes,
+        })
+        .to_string()
+    } else {
+        format!(
+            "{key}: intel_bts, {} bytes in {} buffers, {} gaps ({} bytes lost), {} branches ({} of unknown kind), {} padding records, {} bytes of cut records",
+            queue.len(),
+            queue.chunks.len(),
+            queue.gaps.len(),
+            r.lost_bytes,
+            r.branches,
+            r.errors,
+            r.padding_records,
+            r.skipped_bytes
+        )
+    }
 }
 
 fn json_or_text_stats(

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use hwtrace_mem::image::{Image, RawSpec};
 use hwtrace_types::Ip;
 
+use super::kernel::{Kernel, is_kernel_addr};
 use super::sideband::{Mapping, Sideband};
 
 /// Where to find the mapped files.
@@ -38,7 +39,7 @@ pub enum MissingReason {
     },
     /// `[vdso]` without `--vdso`.
     NoVdso,
-    /// Kernel code (`--kcore`/`--kallsyms` are not supported yet).
+    /// Kernel code without `--kcore`.
     Kernel,
     /// The file is shorter than the mapping says, or similar.
     Unusable(String),
@@ -57,7 +58,7 @@ impl std::fmt::Display for MissingReason {
             Self::NoVdso => write!(f, "vDSO not available: pass a dump of it with --vdso FILE"),
             Self::Kernel => write!(
                 f,
-                "kernel code: decoding kernel addresses (--kcore/--kallsyms) is not supported yet"
+                "kernel code: give --kcore DIR|FILE (perf record --kcore's directory, or /proc/kcore)"
             ),
             Self::Unusable(e) => write!(f, "{e}"),
         }
@@ -95,25 +96,45 @@ fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-/// Kernel addresses: the upper half of the canonical address space.
-fn is_kernel(m: &Mapping) -> bool {
-    m.addr >= 0xffff_8000_0000_0000 || m.filename.starts_with("[kernel")
+/// Kernel mappings: in the upper half of the canonical address space, or
+/// named so by perf.
+pub fn is_kernel(m: &Mapping) -> bool {
+    is_kernel_addr(m.addr) || m.filename.starts_with("[kernel")
 }
 
 /// The GNU build id of each file already read (`None`: it has none), so
 /// that each file is read once however many streams map it.
 pub type BuildIdCache = std::collections::HashMap<PathBuf, Option<Vec<u8>>>;
 
-/// Builds the image of the mappings `pids` owns (`None`: every process's).
+/// Builds the image of the mappings `pids` owns (`None`: every process's),
+/// without kernel code (kernel mappings are [`MissingReason::Kernel`]).
 pub fn build(
     sb: &Sideband,
     pids: Option<&BTreeSet<u32>>,
     opts: &ImageOptions,
     cache: &mut BuildIdCache,
 ) -> ProcessImage {
+    // Without --kcore nothing is added that could fail.
+    build_with_kernel(sb, pids, opts, &Kernel::default(), cache).unwrap_or_default()
+}
+
+/// [`build`], with the kernel's code when `--kcore` gave it (adding it
+/// can fail: a kcore range that cannot be read).
+pub fn build_with_kernel(
+    sb: &Sideband,
+    pids: Option<&BTreeSet<u32>>,
+    opts: &ImageOptions,
+    kernel: &Kernel,
+    cache: &mut BuildIdCache,
+) -> anyhow::Result<ProcessImage> {
     let mut out = ProcessImage::default();
+    // Kernel code first: the process's own mappings override it.
+    kernel.add_to(&mut out.image)?;
     for m in &sb.mappings {
         if pids.is_some_and(|p| !p.contains(&m.pid)) && !is_kernel(m) {
+            continue;
+        }
+        if is_kernel(m) && kernel.has_code() {
             continue;
         }
         let (path, reason) = add_mapping(&mut out.image, sb, m, opts, cache);
@@ -125,7 +146,7 @@ pub fn build(
             });
         }
     }
-    out
+    Ok(out)
 }
 
 /// Adds one mapping; returns the path tried and, when it failed, why.

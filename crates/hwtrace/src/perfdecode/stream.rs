@@ -4,18 +4,22 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
+use std::rc::Rc;
 
 use anyhow::Result;
 use hwtrace_flow::insn::InsnDecoder;
 use hwtrace_flow::{Config, ErrorKind};
-use hwtrace_perf::data::{AuxQueue, IntelPtInfo, QueueKey, TscConversion};
+use hwtrace_perf::data::{AuxQueue, FileOffset, IntelPtInfo, QueueKey, TscConversion};
 use serde_json::json;
 
+use super::drive::{Driver, Switcher};
 use super::image::{self, ImageOptions, ProcessImage};
+use super::kernel::Kernel;
 use super::sideband::Sideband;
-use crate::flow::{Branches, Item, Items};
+use super::symbols::Names;
+use crate::flow::{Branches, Item};
 
 /// Contiguous AUXTRACE buffers are joined (a packet may straddle two) up to
 /// this many bytes; a longer run is decoded in pieces of this size, each
@@ -102,12 +106,14 @@ pub struct QueueReport {
     pub lost_bytes: u64,
     /// Anything the user should know went wrong.
     pub problems: u64,
+    /// BTS: all-zero records skipped (the kernel's padding).
+    pub padding_records: u64,
 }
 
 /// A thread or CPU as printed: the number, `?` when unknown, `-` for
 /// perf's -1 ("none"); no allocation per line.
 #[derive(Clone, Copy)]
-enum Shown {
+pub(super) enum Shown {
     Num(u32),
     Unknown,
     NoneSet,
@@ -123,7 +129,7 @@ impl std::fmt::Display for Shown {
     }
 }
 
-fn show(v: u32) -> Shown {
+pub(super) fn show(v: u32) -> Shown {
     if v == u32::MAX {
         Shown::NoneSet
     } else {
@@ -132,36 +138,81 @@ fn show(v: u32) -> Shown {
 }
 
 /// Per missing mapping: decoding stops inside it and trace bytes skipped.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Blame {
+    missing: image::Missing,
     stops: u64,
     skipped: u64,
+}
+
+/// The thread and image at each timed event of a per-CPU queue, from the
+/// CPU's switch records: the thread switched in last at the event's perf
+/// time runs, with its process's image.
+struct Timeline<'s> {
+    sb: &'s Sideband,
+    cpu: u32,
+    tsc: TscConversion,
+    /// Image index per process.
+    image_of_pid: BTreeMap<u32, usize>,
+    tid: Rc<Cell<Option<u32>>>,
+    current: Rc<Cell<usize>>,
+}
+
+impl Switcher for Timeline<'_> {
+    fn at_tsc(&mut self, tsc: u64) -> Option<usize> {
+        let time = perf_time(&self.tsc, tsc);
+        let tid = self.sb.thread_at(self.cpu, time)?;
+        self.tid.set(Some(tid));
+        let pid = self.sb.pid_of.get(&tid)?;
+        let i = *self.image_of_pid.get(pid)?;
+        (i != self.current.get()).then(|| {
+            self.current.set(i);
+            i
+        })
+    }
+}
+
+/// No timeline (a queue with one thread, or none known): nothing
+/// switches.
+impl Switcher for Option<Timeline<'_>> {
+    fn at_tsc(&mut self, tsc: u64) -> Option<usize> {
+        self.as_mut()?.at_tsc(tsc)
+    }
 }
 
 /// Decodes one queue.
 pub struct QueueDecoder<'s> {
     key: QueueKey,
-    tid: Option<u32>,
+    /// The thread running (changed by the timeline at timed events).
+    tid: Rc<Cell<Option<u32>>>,
     /// Per-CPU queues with timed switch records: the CPU's switches, used
-    /// to pick the thread at the time of each event.
+    /// to pick the thread and its process's image at each timed event.
     timeline: Option<&'s Sideband>,
-    image: ProcessImage,
+    /// Image 0 holds every process's code (the fallback before the first
+    /// switch and for threads of unknown process); with a timeline, image
+    /// `i > 0` holds one process's.
+    images: Vec<ProcessImage>,
+    image_of_pid: BTreeMap<u32, usize>,
+    /// The image decoding uses now.
+    current: Rc<Cell<usize>>,
     settings: PtSettings,
     opts: &'s Options,
-    blame: Vec<Blame>,
+    /// Per missing mapping (by MMAP record offset).
+    blame: BTreeMap<FileOffset, Blame>,
     /// The missing mapping the last error fell in.
-    last_blamed: Option<usize>,
+    last_blamed: Option<FileOffset>,
     report: QueueReport,
 }
 
 impl<'s> QueueDecoder<'s> {
-    /// Works out the thread and builds the image (file build ids read
+    /// Works out the thread and builds the images (file build ids read
     /// through `build_ids`); `diag` hears how instructions are attributed.
     pub fn new(
         key: QueueKey,
         sb: &'s Sideband,
         settings: PtSettings,
         opts: &'s Options,
+        kernel: &Kernel,
         build_ids: &mut image::BuildIdCache,
         diag: &mut dyn Write,
     ) -> Result<Self> {
@@ -184,50 +235,79 @@ impl<'s> QueueDecoder<'s> {
         } else {
             None
         };
-        // The code of every process that ran here (one image: where two
-        // processes map different code at one address, the later wins).
-        let pids: Option<BTreeSet<u32>> = if timed {
-            let tids = sb
+        let mut images = Vec::new();
+        let mut image_of_pid = BTreeMap::new();
+        if timed {
+            // The processes switched in on this CPU, one image each, and
+            // every process's code for the stretch before the first switch.
+            let pids: BTreeSet<u32> = sb
                 .switches
                 .get(&key.cpu)
                 .into_iter()
                 .flatten()
-                .map(|&(_, t)| t);
-            tids.filter(|&t| t != 0)
-                .map(|t| sb.pid_of.get(&t).copied())
-                .collect()
+                .filter(|&&(_, t)| t != 0)
+                .filter_map(|&(_, t)| sb.pid_of.get(&t).copied())
+                .collect();
+            images.push(image::build_with_kernel(
+                sb,
+                Some(&pids),
+                &opts.image,
+                kernel,
+                build_ids,
+            )?);
+            for pid in pids {
+                let one = BTreeSet::from([pid]);
+                image_of_pid.insert(pid, images.len());
+                images.push(image::build_with_kernel(
+                    sb,
+                    Some(&one),
+                    &opts.image,
+                    kernel,
+                    build_ids,
+                )?);
+            }
         } else {
-            tid.and_then(|t| sb.pid_of.get(&t))
-                .map(|&p| BTreeSet::from([p]))
-        };
-        let image = image::build(sb, pids.as_ref(), &opts.image, build_ids);
-        let blame = vec![Blame::default(); image.missing.len()];
+            let pids = tid
+                .and_then(|t| sb.pid_of.get(&t))
+                .map(|&p| BTreeSet::from([p]));
+            images.push(image::build_with_kernel(
+                sb,
+                pids.as_ref(),
+                &opts.image,
+                kernel,
+                build_ids,
+            )?);
+        }
         Ok(Self {
             key,
-            tid,
+            tid: Rc::new(Cell::new(tid)),
             timeline: timed.then_some(sb),
-            image,
+            images,
+            image_of_pid,
+            current: Rc::new(Cell::new(0)),
             settings,
             opts,
-            blame,
+            blame: BTreeMap::new(),
             last_blamed: None,
             report: QueueReport::default(),
         })
     }
 
     fn tid_text(&self) -> Shown {
-        self.tid.map_or(Shown::Unknown, Shown::Num)
+        self.tid.get().map_or(Shown::Unknown, Shown::Num)
     }
 
     /// Decodes the queue's buffers, writing instructions or branches to
-    /// `out` and diagnostics to `diag`.
+    /// `out` and diagnostics to `diag`; `names` names addresses (`--sym`).
     pub fn run(
         mut self,
         queue: &AuxQueue<'_>,
+        names: Option<&mut Names<'_>>,
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<QueueReport> {
         let key = self.key;
+        let mut names = names;
         for g in &queue.gaps {
             self.report.lost_bytes += g.lost_bytes();
             self.report.problems += 1;
@@ -252,7 +332,7 @@ impl<'s> QueueDecoder<'s> {
                 }
                 Cow::Owned(v)
             };
-            self.decode_run(&trace, start, out, diag)?;
+            self.decode_run(&trace, start, names.as_deref_mut(), out, diag)?;
         }
         self.report_missing(diag)?;
         Ok(self.report)
@@ -262,41 +342,51 @@ impl<'s> QueueDecoder<'s> {
         &mut self,
         trace: &[u8],
         start: u64,
+        names: Option<&mut Names<'_>>,
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<()> {
-        // The image leaves `self` while the decoder borrows it.
-        let image = std::mem::take(&mut self.image.image);
-        let result = self.decode_over(&image, trace, start, out, diag);
-        self.image.image = image;
+        // The images leave `self` while the decoder borrows them.
+        let images: Vec<ProcessImage> = std::mem::take(&mut self.images);
+        let result = self.decode_over(&images, trace, start, names, out, diag);
+        self.images = images;
         result
     }
 
     fn decode_over(
         &mut self,
-        image: &hwtrace_mem::image::Image,
+        images: &[ProcessImage],
         trace: &[u8],
         start: u64,
+        mut names: Option<&mut Names<'_>>,
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<()> {
-        // The TSC of the last timed event (PSB+, enable, ...): with
-        // `--branches` events are consumed on the way, so it is taken here.
-        let last_tsc = Cell::new(None);
-        let dec = InsnDecoder::new(trace, self.settings.config, image);
-        let items = Items::new(dec).inspect(|item| {
-            if let Item::Event { event, .. } = item
-                && event.has_tsc
-            {
-                last_tsc.set(Some(event.tsc));
-            }
-        });
+        let refs: Vec<&hwtrace_mem::image::Image> = images.iter().map(|p| &p.image).collect();
+        // Each run starts over with the image of every process that ran
+        // here, until a timed event says which one runs.
+        self.current.set(0);
+        let dec = InsnDecoder::new(trace, self.settings.config, refs[0]);
         let branches = self.opts.format == Format::Branches;
+        let timeline = self.timeline.map(|sb| Timeline {
+            sb,
+            cpu: self.key.cpu,
+            tsc: self.settings.tsc,
+            image_of_pid: self.image_of_pid.clone(),
+            tid: Rc::clone(&self.tid),
+            current: Rc::clone(&self.current),
+        });
+        let items = Driver::new(dec, &refs, timeline);
         let mut each = |item: Item| {
-            if let Some(tsc) = last_tsc.take() {
-                self.at_tsc(tsc);
-            }
-            self.item(item, start, trace.len() as u64, out, diag)
+            self.item(
+                item,
+                images,
+                start,
+                trace.len() as u64,
+                names.as_deref_mut(),
+                out,
+                diag,
+            )
         };
         if branches {
             Branches::new(items).try_for_each(&mut each)
@@ -305,49 +395,74 @@ impl<'s> QueueDecoder<'s> {
         }
     }
 
-    /// Time passed: on a per-CPU queue, the thread switched in by then runs.
-    fn at_tsc(&mut self, tsc: u64) {
-        if let Some(sb) = self.timeline {
-            let time = perf_time(&self.settings.tsc, tsc);
-            if let Some(tid) = sb.thread_at(self.key.cpu, time) {
-                self.tid = Some(tid);
-            }
-        }
-    }
-
+    #[allow(clippy::too_many_arguments)]
     fn item(
         &mut self,
         item: Item,
+        images: &[ProcessImage],
         start: u64,
         len: u64,
+        names: Option<&mut Names<'_>>,
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<()> {
         let key = self.key;
+        let tid = self.tid.get();
         match item {
             Item::Insn { insn, .. } => {
                 self.report.insns += 1;
                 if self.opts.format != Format::Insns {
                     return Ok(());
                 }
+                let sym = names.map(|n| {
+                    let pid = n.pid_of(tid);
+                    n.name(pid, insn.ip)
+                });
                 if self.opts.json {
-                    let v = json!({"tid": self.tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu), "ip": format!("{:#x}", insn.ip)});
+                    let mut v = json!({"tid": tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu), "ip": format!("{:#x}", insn.ip)});
+                    if let Some(sym) = sym {
+                        v["sym"] = json!(sym);
+                    }
                     writeln!(out, "{v}")?;
                 } else {
-                    writeln!(out, "{} {} {:x}", self.tid_text(), show(key.cpu), insn.ip)?;
+                    let sym = sym.map(|s| format!(" ({})", s.as_deref().unwrap_or("?")));
+                    writeln!(
+                        out,
+                        "{} {} {:x}{}",
+                        self.tid_text(),
+                        show(key.cpu),
+                        insn.ip,
+                        sym.as_deref().unwrap_or("")
+                    )?;
                 }
             }
             Item::Branch(b) => {
                 self.report.branches += 1;
                 let hex = |v: Option<u64>| v.map_or("0".into(), |v| format!("{v:x}"));
+                let syms = names.map(|n| {
+                    let pid = n.pid_of(tid);
+                    let mut name = |a: Option<u64>| a.and_then(|a| n.name(pid, a));
+                    (name(b.from), name(b.to))
+                });
                 if self.opts.json {
-                    let v = json!({"tid": self.tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
+                    let mut v = json!({"tid": tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
                         "from": b.from.map(|v| format!("{v:#x}")), "to": b.to.map(|v| format!("{v:#x}")), "kind": b.kind.name()});
+                    if let Some((f, t)) = syms {
+                        v["from_sym"] = json!(f);
+                        v["to_sym"] = json!(t);
+                    }
                     writeln!(out, "{v}")?;
                 } else {
+                    let (fs, ts) = match &syms {
+                        Some((f, t)) => (
+                            format!(" ({})", f.as_deref().unwrap_or("?")),
+                            format!(" ({})", t.as_deref().unwrap_or("?")),
+                        ),
+                        None => (String::new(), String::new()),
+                    };
                     writeln!(
                         out,
-                        "{} {} {} -> {} {}",
+                        "{} {} {}{fs} -> {}{ts} {}",
                         self.tid_text(),
                         show(key.cpu),
                         hex(b.from),
@@ -359,14 +474,24 @@ impl<'s> QueueDecoder<'s> {
             Item::Error(e) => {
                 self.report.errors += 1;
                 self.last_blamed = None;
+                let image = &images[self.current.get().min(images.len() - 1)];
                 let missing = match (e.kind, e.ip) {
-                    (ErrorKind::NoMap | ErrorKind::BadInsn, Some(ip)) => self.image.missing_at(ip),
+                    (ErrorKind::NoMap | ErrorKind::BadInsn, Some(ip)) => image.missing_at(ip),
                     _ => None,
                 };
                 if let Some(i) = missing {
                     // Said once per mapping, with totals, at the end.
-                    self.blame[i].stops += 1;
-                    self.last_blamed = Some(i);
+                    let m = &image.missing[i];
+                    let at = m.mapping.record_offset;
+                    self.blame
+                        .entry(at)
+                        .or_insert_with(|| Blame {
+                            missing: m.clone(),
+                            stops: 0,
+                            skipped: 0,
+                        })
+                        .stops += 1;
+                    self.last_blamed = Some(at);
                 } else {
                     self.report.problems += 1;
                     writeln!(
@@ -381,8 +506,12 @@ impl<'s> QueueDecoder<'s> {
             Item::Resync { from, to } => {
                 let skipped = to.unwrap_or(len).saturating_sub(from);
                 self.report.skipped_bytes += skipped;
-                if let Some(i) = self.last_blamed.take() {
-                    self.blame[i].skipped += skipped;
+                if let Some(b) = self
+                    .last_blamed
+                    .take()
+                    .and_then(|at| self.blame.get_mut(&at))
+                {
+                    b.skipped += skipped;
                 } else {
                     writeln!(
                         diag,
@@ -406,15 +535,13 @@ impl<'s> QueueDecoder<'s> {
 
     fn report_missing(&mut self, diag: &mut dyn Write) -> Result<()> {
         let key = self.key;
-        for (m, b) in self.image.missing.iter().zip(&self.blame) {
-            if b.stops == 0 {
-                continue;
-            }
+        for b in self.blame.values() {
+            let m = &b.missing;
             self.report.problems += 1;
             writeln!(
                 diag,
-                "hwtrace perf decode: {key}, thread {}: cannot decode code of {} mapped at {:#x}-{:#x} (MMAP record at file offset {}): {}; its instructions could not be decoded: decoding stopped {} times inside it and {} trace bytes were skipped (to the next PSB or the end)",
-                self.tid_text(),
+                "hwtrace perf decode: {key}, pid {}: cannot decode code of {} mapped at {:#x}-{:#x} (MMAP record at file offset {}): {}; its instructions could not be decoded: decoding stopped {} times inside it and {} trace bytes were skipped (to the next PSB or the end)",
+                m.mapping.pid,
                 m.path,
                 m.mapping.addr,
                 m.mapping.addr.wrapping_add(m.mapping.len),
@@ -427,10 +554,10 @@ impl<'s> QueueDecoder<'s> {
         Ok(())
     }
 
-    /// The mappings that could not be loaded (reported by the caller before
-    /// decoding).
-    pub fn missing(&self) -> &[image::Missing] {
-        &self.image.missing
+    /// The mappings that could not be loaded, over all images (reported by
+    /// the caller before decoding; the same mapping may be listed twice).
+    pub fn missing(&self) -> impl Iterator<Item = &image::Missing> {
+        self.images.iter().flat_map(|i| &i.missing)
     }
 }
 
@@ -458,7 +585,7 @@ fn runs(queue: &AuxQueue<'_>) -> Vec<std::ops::Range<usize>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hwtrace_perf::data::{AuxChunk, AuxGap, FileOffset};
+    use hwtrace_perf::data::{AuxChunk, AuxGap};
 
     #[test]
     fn perf_time_is_perfs_tsc_conversion() {

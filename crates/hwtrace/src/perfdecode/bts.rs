@@ -1,0 +1,283 @@
+//! intel_bts AUX data: the 64-bit BTS records the hardware wrote (branch
+//! from, branch to, flags with bit 4 "predicted"; SDM Vol. 3B §18.4.9,
+//! read with [`hwtrace_regs::BtsRecord`]), 24 bytes each, one after the
+//! other in the AUX stream.
+//!
+//! Each record is one taken branch (or interrupt) of the queue's thread.
+//! Its kind is read from the code at `from` in the process's image, as
+//! perf's intel-bts decoder does; where that code is missing the kind is
+//! `?` and the mapping is blamed, with a count, at the end. All-zero
+//! records are the kernel's padding between buffer halves and are skipped
+//! (perf skips them too). A record cut by a gap between AUXTRACE buffers,
+//! or by the end of the stream, is reported with its offset and size.
+//!
+//! Unlike perf (`intel_bts_process_buffer` loops while more than one
+//! record is left in a buffer, so it never reports a buffer's last
+//! record), every complete record is reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+
+use anyhow::Result;
+use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
+use hwtrace_packet::ExecMode;
+use hwtrace_perf::data::{AuxQueue, FileOffset, QueueKey};
+use hwtrace_regs::bts::BtsRecord;
+use hwtrace_regs::ds::DsFormat;
+use hwtrace_types::{AddressSpace, Ip, ReadMemory};
+use serde_json::json;
+
+use super::image::{self, ProcessImage};
+use super::kernel::Kernel;
+use super::sideband::Sideband;
+use super::stream::{Options, QueueReport, Shown, show};
+use super::symbols::Names;
+
+/// Bytes per record (the 64-bit DS layout).
+pub const RECORD: usize = 24;
+
+/// The kind of the branch at `from`, as `hwtrace perf decode --branches`
+/// names PT branches; `None` when the code cannot be read.
+fn kind_at(image: &ProcessImage, from: u64) -> Option<&'static str> {
+    let mut raw = [0u8; MAX_INSN_SIZE];
+    let n = image
+        .image
+        .read_memory(AddressSpace::UNKNOWN, Ip(from), &mut raw)
+        .ok()?;
+    let d = classify(&raw[..n], from, ExecMode::Bits64).ok()?;
+    Some(match d.class {
+        InsnClass::Call => "call",
+        InsnClass::Return => "return",
+        InsnClass::Jump => "jmp",
+        InsnClass::CondJump => "jcc",
+        InsnClass::FarCall => "far call",
+        InsnClass::FarReturn => "far return",
+        InsnClass::FarJump => "far jmp",
+        // Not a branch: the record is an interrupt or exception taken
+        // at this instruction.
+        InsnClass::Other | InsnClass::Ptwrite => "interrupt",
+        InsnClass::Unknown => return None,
+    })
+}
+
+/// Decodes one intel_bts queue.
+pub struct BtsDecoder<'s> {
+    key: QueueKey,
+    tid: Option<u32>,
+    pid: Option<u32>,
+    image: ProcessImage,
+    opts: &'s Options,
+    /// Per missing mapping (MMAP record offset): branches not classified.
+    blame: BTreeMap<FileOffset, u64>,
+    /// Branches whose code is in no mapping at all.
+    unmapped: u64,
+    report: QueueReport,
+}
+
+impl<'s> BtsDecoder<'s> {
+    /// Works out the thread and builds its process's image.
+    pub fn new(
+        key: QueueKey,
+        sb: &'s Sideband,
+        opts: &'s Options,
+        kernel: &Kernel,
+        build_ids: &mut image::BuildIdCache,
+        diag: &mut dyn Write,
+    ) -> Result<Self> {
+        let tid = if key.tid != u32::MAX {
+            Some(key.tid)
+        } else {
+            let t = sb.only_thread_on(key.cpu);
+            if t.is_none() {
+                writeln!(
+                    diag,
+                    "hwtrace perf decode: {key}: {} threads ran on this CPU and BTS records carry no time: its branches are shown with tid ?",
+                    sb.thread_count_on(key.cpu)
+                )?;
+            }
+            t
+        };
+        let pid = tid.and_then(|t| sb.pid_of.get(&t).copied());
+        let pids = pid.map(|p| BTreeSet::from([p]));
+        let image = image::build_with_kernel(sb, pids.as_ref(), &opts.image, kernel, build_ids)?;
+        Ok(Self {
+            key,
+            tid,
+            pid,
+            image,
+            opts,
+            blame: BTreeMap::new(),
+            unmapped: 0,
+            report: QueueReport::default(),
+        })
+    }
+
+    /// The mappings that could not be loaded.
+    pub fn missing(&self) -> &[image::Missing] {
+        &self.image.missing
+    }
+
+    /// Decodes every record of `queue`.
+    pub fn run(
+        mut self,
+        queue: &AuxQueue<'_>,
+        mut names: Option<&mut Names<'_>>,
+        out: &mut dyn Write,
+        diag: &mut dyn Write,
+    ) -> Result<QueueReport> {
+        let key = self.key;
+        let gap_at: BTreeMap<FileOffset, u64> = queue
+            .gaps
+            .iter()
+            .map(|g| (g.record_offset, g.lost_bytes()))
+            .collect();
+        // A record split across two AUXTRACE buffers is put together here.
+        let mut carry: Vec<u8> = Vec::with_capacity(RECORD);
+        let mut carry_at = 0u64;
+        for c in &queue.chunks {
+            if let Some(&lost) = gap_at.get(&c.record_offset) {
+                self.report.lost_bytes += lost;
+                self.report.problems += 1;
+                writeln!(
+                    diag,
+                    "hwtrace perf decode: {key}: lost {lost} bytes of BTS records ({} records) at stream offset {:#x} (before the AUXTRACE record at file offset {})",
+                    lost / RECORD as u64,
+                    c.stream_offset,
+                    c.record_offset
+                )?;
+                self.cut(&mut carry, carry_at, diag)?;
+            }
+            let mut data = c.data;
+            let mut at = c.stream_offset;
+            if !carry.is_empty() {
+                let need = (RECORD - carry.len()).min(data.len());
+                carry.extend_from_slice(&data[..need]);
+                data = &data[need..];
+                at += need as u64;
+                if carry.len() == RECORD {
+                    let rec = std::mem::take(&mut carry);
+                    self.record(&rec, names.as_deref_mut(), out)?;
+                }
+            }
+            let mut records = data.chunks_exact(RECORD);
+            for rec in &mut records {
+                self.record(rec, names.as_deref_mut(), out)?;
+                at += RECORD as u64;
+            }
+            let rest = records.remainder();
+            if !rest.is_empty() {
+                carry_at = at;
+                carry.extend_from_slice(rest);
+            }
+        }
+        self.cut(&mut carry, carry_at, diag)?;
+        self.report_missing(diag)?;
+        Ok(self.report)
+    }
+
+    /// A partial record that no more bytes complete.
+    fn cut(&mut self, carry: &mut Vec<u8>, at: u64, diag: &mut dyn Write) -> Result<()> {
+        if carry.is_empty() {
+            return Ok(());
+        }
+        self.report.skipped_bytes += carry.len() as u64;
+        self.report.problems += 1;
+        writeln!(
+            diag,
+            "hwtrace perf decode: {}: a BTS record cut short: {} of its {RECORD} bytes at stream offset {at:#x}, not decoded",
+            self.key,
+            carry.len()
+        )?;
+        carry.clear();
+        Ok(())
+    }
+
+    fn record(
+        &mut self,
+        rec: &[u8],
+        names: Option<&mut Names<'_>>,
+        out: &mut dyn Write,
+    ) -> Result<()> {
+        let Ok(r) = BtsRecord::parse(rec, DsFormat::Bits64) else {
+            return Ok(());
+        };
+        let (from, to) = (r.from.0, r.to.0);
+        if from == 0 && to == 0 {
+            self.report.padding_records += 1;
+            return Ok(());
+        }
+        self.report.branches += 1;
+        let kind = kind_at(&self.image, from);
+        if kind.is_none() {
+            self.report.errors += 1;
+            match self.image.missing_at(from) {
+                Some(i) => {
+                    *self
+                        .blame
+                        .entry(self.image.missing[i].mapping.record_offset)
+                        .or_default() += 1
+                }
+                None => self.unmapped += 1,
+            }
+        }
+        if self.opts.format == super::Format::Stats {
+            return Ok(());
+        }
+        let kind = kind.unwrap_or("?");
+        let syms = names.map(|n| (n.name(self.pid, from), n.name(self.pid, to)));
+        let key = self.key;
+        if self.opts.json {
+            let mut v = json!({"tid": self.tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
+                "from": format!("{from:#x}"), "to": format!("{to:#x}"), "kind": kind,
+                "predicted": r.predicted});
+            if let Some((f, t)) = syms {
+                v["from_sym"] = json!(f);
+                v["to_sym"] = json!(t);
+            }
+            writeln!(out, "{v}")?;
+        } else {
+            let paren = |s: &Option<String>| format!(" ({})", s.as_deref().unwrap_or("?"));
+            let (fs, ts) = syms
+                .as_ref()
+                .map_or((String::new(), String::new()), |(f, t)| {
+                    (paren(f), paren(t))
+                });
+            let tid = self.tid.map_or(Shown::Unknown, Shown::Num);
+            writeln!(
+                out,
+                "{tid} {} {from:x}{fs} -> {to:x}{ts} {kind}",
+                show(key.cpu)
+            )?;
+        }
+        Ok(())
+    }
+
+    fn report_missing(&mut self, diag: &mut dyn Write) -> Result<()> {
+        let key = self.key;
+        for m in &self.image.missing {
+            let Some(&n) = self.blame.get(&m.mapping.record_offset) else {
+                continue;
+            };
+            self.report.problems += 1;
+            writeln!(
+                diag,
+                "hwtrace perf decode: {key}, pid {}: cannot read code of {} mapped at {:#x}-{:#x} (MMAP record at file offset {}): {}; the kind of {n} branches from it is shown as ?",
+                m.mapping.pid,
+                m.path,
+                m.mapping.addr,
+                m.mapping.addr.wrapping_add(m.mapping.len),
+                m.mapping.record_offset,
+                m.reason
+            )?;
+        }
+        if self.unmapped > 0 {
+            self.report.problems += 1;
+            writeln!(
+                diag,
+                "hwtrace perf decode: {key}: {} branches from addresses no MMAP record maps: their kind is shown as ?",
+                self.unmapped
+            )?;
+        }
+        Ok(())
+    }
+}
