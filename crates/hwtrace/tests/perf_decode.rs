@@ -1283,3 +1283,203 @@ fn kernel_branches_read_kcore_code_and_kallsyms_names() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+// ---- LBR samples -----------------------------------------------------------
+
+/// `(ip, entries)` of `tid cpu ip [hw_idx=N] ENTRY...` lines, and the
+/// `hw_idx` words.
+fn lbr_lines(out: &Output) -> Vec<(String, Option<String>, Vec<String>)> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let mut f = l.split_whitespace().skip(2);
+            let ip = f.next().unwrap_or_else(|| panic!("{l:?}")).to_string();
+            let mut rest: Vec<String> = f.map(str::to_string).collect();
+            let hw =
+                (rest.first().is_some_and(|w| w.starts_with("hw_idx="))).then(|| rest.remove(0));
+            (ip, hw, rest)
+        })
+        .collect()
+}
+
+/// `(ip, entries)` of `perf script -F ip,brstack`.
+fn perf_brstack(file: &Path) -> Vec<(String, Vec<String>)> {
+    perf_script(file, &["-F", "ip,brstack"])
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let mut f = l.split_whitespace();
+            let ip = f.next().unwrap().to_string();
+            (ip, f.map(str::to_string).collect())
+        })
+        .collect()
+}
+
+#[test]
+fn lbr_samples_read_like_perf_script_brstack() {
+    let dir = scratch("lbr");
+    let file = record_portable(&dir, "--lbr", "lbr.data", &["/bin/true"]);
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let ours: Vec<(String, Vec<String>)> = lbr_lines(&out)
+        .into_iter()
+        .map(|(ip, hw, e)| {
+            assert_eq!(hw, None, "the portable capture asks for no hw_idx");
+            (ip, e)
+        })
+        .collect();
+    let theirs = perf_brstack(&file);
+    assert!(ours.len() >= 5, "{} samples", ours.len());
+    assert!(ours.iter().all(|(_, e)| e.len() == 32), "Skylake's 32 LBRs");
+    assert_eq!(ours, theirs);
+    // Every thread column is the traced process.
+    let tids: std::collections::BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap().to_string())
+        .collect();
+    let perf_tids: std::collections::BTreeSet<String> = perf_script(&file, &["-F", "tid"])
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(tids, perf_tids);
+    let out = hwtrace(&["perf", "decode", "--stats", file.to_str().unwrap()]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!(
+            "LBR: {} samples with branch stacks, {} entries",
+            ours.len(),
+            ours.len() * 32
+        )
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A branch entry's flags word from its fields.
+fn lbr_flags(
+    mispred: bool,
+    predicted: bool,
+    in_tx: bool,
+    abort: bool,
+    cycles: u16,
+    kind: u64,
+) -> u64 {
+    u64::from(mispred)
+        | u64::from(predicted) << 1
+        | u64::from(in_tx) << 2
+        | u64::from(abort) << 3
+        | u64::from(cycles) << 4
+        | kind << 20
+}
+
+#[test]
+fn lbr_flags_types_and_hw_idx_read_like_perf() {
+    use hwtrace_perf::data::BranchEntry;
+    use hwtrace_perf::data::attr::{Attr, attr_type, branch};
+    use hwtrace_perf::data::write::SampleData;
+    let dir = scratch("lbr-flags");
+    let mut attr = Attr {
+        kind: attr_type::HARDWARE,
+        config: 1,
+        sample_period: 1000,
+        sample_type: sample::IP
+            | sample::TID
+            | sample::TIME
+            | sample::CPU
+            | sample::ID
+            | sample::BRANCH_STACK,
+        branch_sample_type: branch::ANY | branch::USER | branch::HW_INDEX | (1 << 16),
+        ..Attr::default()
+    };
+    attr.set(flag::SAMPLE_ID_ALL, true);
+    let attrs = [EventAttr { attr, ids: vec![1] }];
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    // Every flag alone and together, cycle counts, and every PERF_BR_*
+    // type perf names.
+    let mut entries = vec![
+        lbr_flags(false, false, false, false, 0, 0),
+        lbr_flags(true, false, false, false, 0, 1),
+        lbr_flags(false, true, false, false, 1, 2),
+        lbr_flags(false, false, true, false, 0x1234, 3),
+        lbr_flags(false, false, false, true, 0xffff, 4),
+        lbr_flags(true, false, true, true, 7, 5),
+    ];
+    entries.extend((6..15).map(|t| lbr_flags(false, true, false, false, t as u16, t)));
+    let entries: Vec<BranchEntry> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, &flags)| BranchEntry {
+            from: 0x401000 + 0x10 * i as u64,
+            to: 0x402000 + 0x20 * i as u64,
+            flags,
+        })
+        .collect();
+    // In time order: perf sorts samples by time.
+    for (i, (n, hw_idx)) in [(entries.len(), 5u64), (3, 31), (0, u64::MAX)]
+        .into_iter()
+        .enumerate()
+    {
+        let s = SampleData {
+            ip: 0x401234 + n as u64,
+            pid_tid: (PID, PID + 1),
+            time: 1_000 + i as u64,
+            cpu: 3,
+            id: 1,
+            branches: &entries[..n],
+            hw_idx,
+            ..SampleData::default()
+        };
+        w.sample(&attrs[0].attr, 2, &s).unwrap();
+    }
+    w.finished_round().unwrap();
+    let bytes = w.finish(&FeatureData::default()).unwrap().into_inner();
+    let file = dir.join("lbr.data");
+    std::fs::write(&file, bytes).unwrap();
+
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let ours = lbr_lines(&out);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .all(|l| l.starts_with(&format!("{} 3 ", PID + 1))),
+        "{text}"
+    );
+    let hw: Vec<Option<String>> = ours.iter().map(|l| l.1.clone()).collect();
+    assert_eq!(
+        hw,
+        [
+            Some("hw_idx=5".into()),
+            Some("hw_idx=31".into()),
+            Some("hw_idx=-1".into())
+        ]
+    );
+    let theirs = perf_brstack(&file);
+    let ours: Vec<(String, Vec<String>)> = ours.into_iter().map(|(ip, _, e)| (ip, e)).collect();
+    assert_eq!(ours, theirs);
+    assert!(
+        ours[0].1.iter().any(|e| e.ends_with("/M/X/A/7/IND_CALL")),
+        "{:?}",
+        ours[0]
+    );
+
+    // JSON: every field of every entry.
+    let out = hwtrace(&["perf", "decode", "--json", file.to_str().unwrap()]);
+    let first: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().next().unwrap()).unwrap();
+    assert_eq!(first["hw_idx"], 5);
+    assert_eq!(first["cpu"], 3);
+    assert_eq!(first["time"], 1_000);
+    let e = &first["entries"][4];
+    assert_eq!(
+        (
+            e["abort"].as_bool(),
+            e["in_tx"].as_bool(),
+            e["cycles"].as_u64(),
+            e["type_name"].as_str()
+        ),
+        (Some(true), Some(false), Some(0xffff), Some("CALL"))
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
