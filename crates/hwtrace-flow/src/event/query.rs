@@ -155,6 +155,26 @@ impl<'a> QueryDecoder<'a> {
         }
     }
 
+    /// The next TNT bit if one is already cached, without using it: the
+    /// block decoder's fast path, which needs no packet decoded.
+    #[inline]
+    pub const fn peek_cached_tnt(&self) -> Option<bool> {
+        self.tnt.peek()
+    }
+
+    /// Uses up the cached TNT bit [`peek_cached_tnt`](Self::peek_cached_tnt)
+    /// showed; the status is what [`cond_branch`](Self::cond_branch) would
+    /// have returned with it.
+    #[inline]
+    pub fn take_cached_tnt(&mut self) -> Status {
+        self.tnt.take();
+        if self.tnt.is_empty() {
+            self.status()
+        } else {
+            Status::default()
+        }
+    }
+
     fn cache_tnt(&mut self) -> Result<(), ErrorKind> {
         let ev = self.event.as_ref().map_err(|e| *e)?;
         if let EventKind::Tnt { bits, size } = ev.kind {

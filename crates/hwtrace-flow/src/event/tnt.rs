@@ -33,6 +33,16 @@ impl TntCache {
         self.left = tnt.len.min(64);
     }
 
+    /// The next branch without using it up: `Some(true)` if taken;
+    /// `None` when empty.
+    #[inline]
+    pub const fn peek(&self) -> Option<bool> {
+        if self.left == 0 {
+            return None;
+        }
+        Some((self.bits >> (self.left - 1)) & 1 != 0)
+    }
+
     /// The next branch: `Some(true)` if taken; `None` when empty.
     pub fn take(&mut self) -> Option<bool> {
         if self.left == 0 {
@@ -56,9 +66,12 @@ mod tests {
             len: 3,
             long: false,
         });
+        assert_eq!(c.peek(), Some(true));
         assert_eq!(c.take(), Some(true));
         assert_eq!(c.take(), Some(true));
+        assert_eq!(c.peek(), Some(false));
         assert_eq!(c.take(), Some(false));
+        assert_eq!(c.peek(), None);
         assert_eq!(c.take(), None);
         assert!(c.is_empty());
     }

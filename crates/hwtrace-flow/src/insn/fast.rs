@@ -255,8 +255,9 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         let mode = self.dec.exec_mode()?;
         let idx = self.current_block(mode)?;
         let speculative = self.dec.speculative();
-        let block = *self.cache.get(idx)?;
-        let result = self.dec.run_block(&block);
+        let block = self.cache.get(idx)?;
+        let result = self.dec.run_block(block);
+        let successor = block.successor(Ip(self.dec.ip()));
         let mut run = BlockRun {
             ip: block.ip,
             insns: block.insns,
@@ -271,7 +272,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             Ok(Some(status)) => {
                 self.last = status;
                 self.from = idx;
-                self.hint = block.successor(Ip(self.dec.ip()));
+                self.hint = successor;
             }
             Ok(None) => return None,
             Err(e) => {

@@ -16,6 +16,7 @@ use crate::error::{Error, ErrorKind};
 use crate::event::Status;
 use crate::insn::blockcache::CachedBlock;
 use crate::insn::cache::Cached;
+use crate::insn::classify::InsnClass;
 use crate::insn::decoder::Insn;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory};
@@ -76,9 +77,60 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         if self.icount.saturating_add(n) > MAX_UNTRACED_INSNS {
             return Ok(None);
         }
-        self.icount += n - 1;
         let d = block.last.decoded;
-        let insn = Insn {
+        let next = block.last_ip.0.wrapping_add(u64::from(d.size));
+        // What `proceed` does for the branches that need no packet decoded
+        // (direct calls and jumps, and conditional branches and compressed
+        // returns whose TNT bit is already cached), inline.
+        match (d.class, d.target) {
+            (InsnClass::Other | InsnClass::Ptwrite, _) => {
+                self.icount += n;
+                self.ip = next;
+                return Ok(Some(self.insn_status(false)));
+            }
+            (InsnClass::Jump, Some(target)) => {
+                self.icount += n;
+                self.ip = target;
+                return Ok(Some(self.insn_status(false)));
+            }
+            (InsnClass::Call, Some(target)) => {
+                self.icount += n;
+                if target != next {
+                    self.retstack.push(next);
+                }
+                self.ip = target;
+                return Ok(Some(self.insn_status(false)));
+            }
+            (InsnClass::CondJump, Some(target)) if !self.query.config().tick_events => {
+                if let Some(taken) = self.query.peek_cached_tnt() {
+                    self.ip = if taken { target } else { next };
+                    return self.took_cached_tnt(block).map(Some);
+                }
+            }
+            (InsnClass::Return, _)
+                if !self.query.config().tick_events
+                    && self.query.peek_cached_tnt() == Some(true) =>
+            {
+                if let Some(to) = self.retstack.pop() {
+                    self.ip = to;
+                    return self.took_cached_tnt(block).map(Some);
+                }
+            }
+            _ => {}
+        }
+        self.icount += n - 1;
+        let insn = self.last_insn(block);
+        self.ip = insn.ip;
+        self.proceed(&insn, &d).map_err(|k| self.err(k))?;
+        self.check_ip_event(Some((&insn, &d)))
+            .map(Some)
+            .map_err(|k| self.err(k))
+    }
+
+    /// The block's last instruction as `next_insn` reports it.
+    fn last_insn(&self, block: &CachedBlock) -> Insn {
+        let d = block.last.decoded;
+        Insn {
             ip: block.last_ip.0,
             size: d.size,
             mode: self.mode,
@@ -86,11 +138,21 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             speculative: self.speculative,
             target: d.target,
             raw: block.last.raw,
-        };
-        self.ip = insn.ip;
-        self.proceed(&insn, &d).map_err(|k| self.err(k))?;
+        }
+    }
+
+    /// After the block's last instruction used the cached TNT bit (the IP
+    /// is already where it went): as `cond_branch` and `check_ip_event`.
+    #[inline]
+    fn took_cached_tnt(&mut self, block: &CachedBlock) -> Result<Status, Error> {
+        self.icount = 0;
+        self.status = self.query.take_cached_tnt();
+        if !self.status.event_pending {
+            return Ok(self.insn_status(false));
+        }
+        let insn = self.last_insn(block);
+        let d = block.last.decoded;
         self.check_ip_event(Some((&insn, &d)))
-            .map(Some)
             .map_err(|k| self.err(k))
     }
 }
