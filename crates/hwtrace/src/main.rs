@@ -9,6 +9,7 @@ mod flow;
 mod image_args;
 mod input;
 mod perfdecode;
+mod progress;
 mod ptdump;
 mod ptxed;
 mod symbols;

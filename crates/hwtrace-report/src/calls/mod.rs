@@ -36,12 +36,14 @@
 
 mod folded;
 mod functions;
+mod json;
 mod profile;
 pub(crate) mod tracker;
 mod tree;
 
 pub use folded::FoldedStacks;
 pub use functions::{CodeAddr, FuncId, FunctionName, Functions, HexNames, Symbolize};
+pub use json::JsonLines;
 pub use profile::{FunctionStats, Profile, ThreadStats};
 pub use tracker::{
     CallSink, CallTracker, Context, ExitHow, Frame, FrameKind, MAX_DEPTH, Sinks, Stamp, ThreadKey,

@@ -233,6 +233,10 @@ enum Pending {
     None,
     Call(Ip),
     Return,
+    /// Tracing was disabled: if it resumes at a frame's return address,
+    /// that frame returned while it was off (a call out of the traced
+    /// range, or into the kernel, that came back).
+    Resume,
 }
 
 #[derive(Debug)]
@@ -347,6 +351,7 @@ impl CallTracker {
             Pending::Call(ret) if ret == insn.ip => {}
             Pending::Call(ret) => self.push(t, cr3, insn.ip, RetAddr::Exact(ret), sink)?,
             Pending::Return => self.ret(t, cr3, insn.ip, sink)?,
+            Pending::Resume => self.resume(t, insn.ip, sink)?,
         }
         if self.threads[t].stack.is_empty() {
             self.begin(t, cr3, insn.ip, sink)?;
@@ -394,8 +399,9 @@ impl CallTracker {
         sink: &mut dyn CallSink,
     ) -> io::Result<()> {
         let t = self.current(sink)?;
-        self.threads[t].pending = Pending::None;
-        if why != GapKind::Disabled {
+        if why == GapKind::Disabled {
+            self.threads[t].pending = Pending::Resume;
+        } else {
             self.unwind_all(t, ExitHow::Gap(why), sink)?;
         }
         sink.gap(&self.cx(t), offset, why)
@@ -489,6 +495,18 @@ impl CallTracker {
             // Returned somewhere no frame expects: a jump.
             _ => Ok(()),
         }
+    }
+
+    /// Tracing resumed at `at` after being disabled: returns that happened
+    /// meanwhile end the frames they left.
+    fn resume(&mut self, t: usize, at: Ip, sink: &mut dyn CallSink) -> io::Result<()> {
+        let stack = &self.threads[t].stack;
+        if let Some(k) = stack.iter().rposition(|f| f.ret.matches(at)) {
+            while self.threads[t].stack.len() > k {
+                self.pop(t, ExitHow::Return, sink)?;
+            }
+        }
+        Ok(())
     }
 
     fn pop(&mut self, t: usize, how: ExitHow, sink: &mut dyn CallSink) -> io::Result<()> {
@@ -718,6 +736,31 @@ pub(crate) mod tests {
                 "enter 0x200 d2",
                 "exit 0x200 Return total 3 self 3",
                 "exit 0x100 End total 5 self 2",
+            ]
+        );
+    }
+
+    #[test]
+    fn returns_while_tracing_is_off_end_their_frames() {
+        // main calls a stub (0x300) that jumps out of the traced range;
+        // tracing resumes at the stub's return address.
+        let flow = Flow::default()
+            .call(0x100)
+            .jmp(0x300)
+            .gap(GapKind::Disabled)
+            .run(0x105, 1)
+            .ret(0x106)
+            .run(0x900, 1);
+        assert_eq!(
+            events(flow),
+            [
+                "begin 0x100",
+                "enter 0x300 d2",
+                "gap 0x40 Disabled",
+                "exit 0x300 Return total 1 self 1",
+                "exit 0x100 Return total 4 self 3",
+                "caller 0x900",
+                "exit 0x900 End total 5 self 1",
             ]
         );
     }

@@ -138,14 +138,11 @@ impl<W: Write> TimelineWriter<W> {
         })
     }
 
-    /// How many events were written (metadata included).
-    pub fn events(&self) -> u64 {
-        self.events
-    }
-
-    /// Writes what is held back, the metadata, and closes the document.
-    pub fn finish(mut self) -> io::Result<W> {
-        self.choose(false);
+    /// Writes what is held back, the metadata, and closes the document;
+    /// returns the output and how many events it holds (metadata
+    /// included).
+    pub fn finish(mut self) -> io::Result<(W, u64)> {
+        self.choose(true);
         self.release()?;
         let axis = self.axis.unwrap_or(Axis::Insns);
         self.out
@@ -163,7 +160,7 @@ impl<W: Write> TimelineWriter<W> {
         self.out
             .write_all(b",\"writer\":\"hwtrace timeline\"}}\n")?;
         self.out.flush()?;
-        Ok(self.out)
+        Ok((self.out, self.events))
     }
 
     fn clock_words(&self, axis: Axis) -> String {
@@ -182,17 +179,15 @@ impl<W: Write> TimelineWriter<W> {
     }
 
     /// Chooses the clock in [`Clock::Auto`]: TSC as soon as one is known,
-    /// instructions when `force` and none is.
-    fn choose(&mut self, force_wait_over: bool) {
+    /// instructions when none is and the waiting is over (`ending`, or
+    /// [`AUTO_WINDOW`] events held).
+    fn choose(&mut self, ending: bool) {
         if self.axis.is_none() {
             if self.first_tsc.is_some() {
                 self.axis = Some(Axis::Tsc);
-            } else if force_wait_over || self.held.len() >= AUTO_WINDOW {
+            } else if ending || self.held.len() >= AUTO_WINDOW {
                 self.axis = Some(Axis::Insns);
             }
-        }
-        if self.axis.is_none() && force_wait_over {
-            self.axis = Some(Axis::Insns);
         }
     }
 
@@ -365,6 +360,7 @@ mod tests {
     use super::*;
     use crate::calls::tracker::tests::Flow;
     use crate::calls::{CallTracker, HexNames};
+    use crate::exec::Exec;
 
     fn timeline(flow: Flow, clock: Clock) -> serde_json::Value {
         let mut tracker = CallTracker::new(Box::new(HexNames));
@@ -378,8 +374,10 @@ mod tests {
             tracker.feed(e, &mut w).unwrap();
         }
         tracker.finish(&mut w).unwrap();
-        let bytes = w.finish().unwrap();
-        serde_json::from_slice(&bytes).unwrap()
+        let (bytes, events) = w.finish().unwrap();
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(doc["traceEvents"].as_array().unwrap().len() as u64, events);
+        doc
     }
 
     fn frames(doc: &serde_json::Value) -> Vec<(String, f64, f64)> {
@@ -437,7 +435,11 @@ mod tests {
 
     #[test]
     fn without_timestamps_instructions_are_the_clock() {
+        let mut untimed = flow();
+        untimed.0.retain(|e| !matches!(e, Exec::Time(_)));
+        let auto = timeline(untimed, Clock::Auto);
         let doc = timeline(flow(), Clock::Instructions);
+        assert_eq!(frames(&auto), frames(&doc));
         assert_eq!(
             frames(&doc),
             [

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 mod bts;
+mod calls;
 mod cpuid;
 mod dump;
 pub(crate) mod flow;
@@ -12,7 +13,9 @@ mod ptdump;
 mod ptxed;
 mod record;
 mod record_portable;
+mod report;
 mod sim;
+mod timeline;
 
 use std::process::ExitCode;
 
@@ -45,6 +48,12 @@ pub enum Command {
     Perf(perf::PerfArgs),
     /// Simulate the trace hardware on a real program recorded with qemu-user: PT (with ToPA/single-range output), BTS, LBR.
     Sim(sim::SimArgs),
+    /// Rebuild calls and returns: indented call trace, folded stacks, SVG flame graph.
+    Calls(calls::CallsArgs),
+    /// Function calls on a time axis as Chrome trace JSON (opens in Perfetto).
+    Timeline(timeline::TimelineArgs),
+    /// Summarise a trace: top functions, images, threads, trace health.
+    Report(report::ReportArgs),
 }
 
 /// Runs one subcommand.
@@ -62,5 +71,8 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Record(args) => record::run(args),
         Command::Perf(args) => perf::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Calls(args) => calls::run(args),
+        Command::Timeline(args) => timeline::run(args),
+        Command::Report(args) => report::run(args),
     }
 }
