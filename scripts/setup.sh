@@ -7,11 +7,13 @@
 #   qemu-user            `qemu-x86_64`, an independent recorder of real executions
 #   binutils             objdump/readelf for fixtures
 #   time                 /usr/bin/time, to measure peak memory in tests
+#   chromium             headless Chromium renders flame graphs and timeline pages
+#                        (crates/hwtrace/tests/calls_render.rs)
 # Idempotent and fast when everything is present: `dpkg -s` is checked before
 # any `apt-get update`.
 set -euo pipefail
 
-packages=(libipt-dev libipt2 linux-perf qemu-user binutils time)
+packages=(libipt-dev libipt2 linux-perf qemu-user binutils time chromium)
 
 missing=()
 for pkg in "${packages[@]}"; do
