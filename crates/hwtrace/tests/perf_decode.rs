@@ -1695,3 +1695,123 @@ fn a_per_cpu_stream_decodes_each_process_over_its_own_image() {
     // for the whole stream. The executed instructions are the oracle.
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn kernel_instructions_of_a_pt_trace_decode_over_kcore() {
+    use hwtrace_sim::CodeImageBuilder;
+    use hwtrace_types::Ip;
+    let dir = scratch("kernel-pt");
+    // start_kernel: call helper; jmp far_away. helper: ret. far_away: nop.
+    let mut code = vec![0x90u8; 0x1000];
+    code[..5].copy_from_slice(&[0xe8, 0xfb, 0x00, 0x00, 0x00]);
+    code[5..10].copy_from_slice(&[0xe9, 0xf6, 0x01, 0x00, 0x00]);
+    code[0x100] = 0xc3;
+    let insns: Vec<u64> = [0, 0x100, 5, 0x200, 0x201]
+        .iter()
+        .map(|o| KTEXT + o)
+        .collect();
+    let mut mem = CodeImageBuilder::new();
+    mem.add(Ip(KTEXT), &code).unwrap();
+    let execution = Execution::from_parts(
+        insns.iter().map(|&a| Ip(a)).collect(),
+        hwtrace_packet::ExecMode::Bits64,
+        mem.build().unwrap(),
+        None,
+    );
+    let config = PtConfig {
+        psb_period: 1024,
+        ..PtConfig::default()
+    };
+    let pt = PtEncoder::new(config).encode(&execution).unwrap().bytes;
+
+    let kcore_dir = dir.join("kcore_dir");
+    std::fs::create_dir_all(&kcore_dir).unwrap();
+    std::fs::write(kcore_dir.join("kcore"), elf_core(KTEXT, &code)).unwrap();
+    std::fs::write(
+        kcore_dir.join("kallsyms"),
+        "ffffffff81000000 T _stext\nffffffff81000000 T start_kernel\n\
+         ffffffff81000100 t helper\nffffffff81000200 t far_away\nffffffff81001000 T _etext\n",
+    )
+    .unwrap();
+
+    let mut attr = intel_pt_attr(8, 1 | 1 << 13);
+    attr.sample_type &= !sample::TIME;
+    attr.set(flag::MMAP2, true);
+    attr.set(flag::COMM, true);
+    let attrs = [EventAttr { attr, ids: vec![1] }];
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    w.auxtrace_info_pt(&IntelPtInfo {
+        pmu_type: 8,
+        noretcomp_bit: 1 << 11,
+        ..IntelPtInfo::default()
+    })
+    .unwrap();
+    let sid = SampleId {
+        pid_tid: Some((PID, PID)),
+        cpu: Some(0),
+        identifier: Some(1),
+        ..SampleId::default()
+    };
+    w.comm(PID, PID, "kthread", false, &sid).unwrap();
+    w.mmap2(
+        1,
+        u32::MAX,
+        u32::MAX,
+        KTEXT,
+        0x1000,
+        KTEXT,
+        5,
+        2,
+        "[kernel.kallsyms]_text",
+        &sid,
+    )
+    .unwrap();
+    w.auxtrace(&pt, 0, 0, 0, PID, u32::MAX).unwrap();
+    w.finished_round().unwrap();
+    let bytes = w.finish(&FeatureData::default()).unwrap().into_inner();
+    let file = dir.join("kernel.data");
+    std::fs::write(&file, bytes).unwrap();
+    let f = file.to_str().unwrap();
+
+    // Without --kcore: nothing decodes, and the kernel mapping is blamed.
+    let out = hwtrace(&["perf", "decode", f]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(decoded(&out).is_empty());
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("[kernel.kallsyms]_text") && l.contains("decoding stopped"))
+        .unwrap_or_else(|| panic!("no kernel report: {stderr}"));
+    assert!(line.contains("give --kcore"), "{line}");
+
+    // With perf's kcore_dir: exactly the executed kernel instructions, named.
+    let out = hwtrace(&["perf", "decode", "--kcore", kcore_dir.to_str().unwrap(), f]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let ips: Vec<u64> = decoded(&out).iter().map(|l| l.2).collect();
+    assert_eq!(ips, insns);
+    let out = hwtrace(&[
+        "perf",
+        "decode",
+        "--sym",
+        "--kcore",
+        kcore_dir.to_str().unwrap(),
+        f,
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let syms: Vec<&str> = text
+        .lines()
+        .map(|l| l.rsplit_once(' ').unwrap().1)
+        .collect();
+    assert_eq!(
+        syms,
+        [
+            "(start_kernel+0x0)",
+            "(helper+0x0)",
+            "(start_kernel+0x5)",
+            "(far_away+0x0)",
+            "(far_away+0x1)"
+        ]
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
