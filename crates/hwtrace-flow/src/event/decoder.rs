@@ -315,7 +315,6 @@ impl<'a> EventDecoder<'a> {
                 Ok(()) => Ok(Step::More),
             };
         };
-        let cfg = self.config;
         match p.packet {
             Packet::Pad | Packet::Bbp(_) | Packet::Bip { .. } | Packet::Bep { .. } => {
                 Ok(Step::More)
@@ -331,12 +330,15 @@ impl<'a> EventDecoder<'a> {
                 self.fetch_packet();
                 Ok(Step::Event)
             }
-            Packet::Tsc(t) => self.clock.tsc(t, false, &cfg).map(|_| Step::More),
-            Packet::Tma(t) => self.clock.tma(t.ctc, t.fc, &cfg).map(|_| Step::More),
-            Packet::Mtc(m) => self.clock.mtc(m, &cfg).map(|_| Step::More),
-            Packet::Cyc(c) => self.clock.cyc(c, &cfg).map(|_| Step::More),
+            Packet::Tsc(t) => self.clock.tsc(t, false, &self.config).map(|_| Step::More),
+            Packet::Tma(t) => self
+                .clock
+                .tma(t.ctc, t.fc, &self.config)
+                .map(|_| Step::More),
+            Packet::Mtc(m) => self.clock.mtc(m, &self.config).map(|_| Step::More),
+            Packet::Cyc(c) => self.clock.cyc(c, &self.config).map(|_| Step::More),
             Packet::Cbr(r) => {
-                self.clock.cbr(r, false, &cfg)?;
+                self.clock.cbr(r, false, &self.config)?;
                 self.standalone(EventKind::Cbr { ratio: r });
                 self.fetch_packet();
                 Ok(Step::Event)
@@ -354,7 +356,7 @@ impl<'a> EventDecoder<'a> {
                     ip: 0,
                 });
                 self.enqueue(binding, ev)?;
-                if cfg.iflags_events {
+                if self.config.iflags_events {
                     let ev = Event::new(EventKind::Iflags {
                         iflag: m.iflag,
                         ip: 0,

@@ -48,10 +48,12 @@ pub fn next_packet(
         let Some(mut p) = pkt.next_packet()? else {
             return Ok(None);
         };
-        let bytes = pkt.bytes(&p);
         let offset = p.offset.0;
         match p.packet {
-            Packet::Tma(_) if tma_reserved(bytes) => {
+            // Most packets need no second look: return them before
+            // slicing their bytes.
+            Packet::Pad | Packet::Tnt(_) | Packet::Tip(_) | Packet::Fup(_) => return Ok(Some(p)),
+            Packet::Tma(_) if tma_reserved(pkt.bytes(&p)) => {
                 if !errata.skz84 {
                     return Err(DecodeError {
                         offset: p.offset,
@@ -69,7 +71,8 @@ pub fn next_packet(
             }
             Packet::Cyc(_)
                 if errata.skd007
-                    && usize::try_from(offset).is_ok_and(|o| skd007_ovf(bytes, pkt.data(), o)) =>
+                    && usize::try_from(offset)
+                        .is_ok_and(|o| skd007_ovf(pkt.bytes(&p), pkt.data(), o)) =>
             {
                 let resume = TraceOffset(offset + 3);
                 if pkt.set_offset(resume).is_err() {
@@ -80,7 +83,7 @@ pub fn next_packet(
                 return Ok(Some(p));
             }
             Packet::Pwre(mut pwre) => {
-                let hw = pwre_hw(bytes);
+                let hw = pwre_hw(pkt.bytes(&p));
                 pwre.raw = (pwre.raw & !0x80) | if hw { 0x80 } else { 0 };
                 p.packet = Packet::Pwre(pwre);
                 return Ok(Some(p));
