@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# Every test hwtrace has: installs the test-only system packages, runs the
-# workspace's tests (unit, property, corpus and CLI tests, and the libipt
-# cross-checks), then checks the page-table walker against a real Linux guest
-# booted under QEMU. Ends with one summary line.
+# Every test hwtrace has: installs the test-only system packages, checks the
+# page-table walker against a real Linux guest booted under QEMU, then runs
+# the workspace's tests (unit, property, corpus and CLI tests, the libipt
+# cross-checks, and the PIP trace over the guest's dump, which reuses the dump
+# the guest check left in target/guest). Ends with one summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-cargo test --workspace --locked 2>&1 | tee "$log"
-
 # Real guest (issue 6): boot Debian's kernel under TCG, dump it, compare
 # `hwtrace mem translate/maps` with QEMU's own answers, in 4- and 5-level
-# paging. SAMPLES addresses per paging mode.
+# paging. SAMPLES addresses per paging mode. First, so that
+# crates/hwtrace/tests/pip_guest.rs finds the dumps instead of booting again.
 guest=0
 if SAMPLES=${SAMPLES:-6000} bash scripts/guest-dump.sh target/guest; then guest=1; else
     echo "guest check FAILED" >&2
     exit 1
 fi
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
 
 read -r passed failed < <(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } } END { print p + 0, f + 0 }' "$log")
 echo "total: $((passed + guest)) passed, $failed failed"

@@ -48,10 +48,11 @@ use crate::{CodeConflict, Execution};
 pub struct WalkConfig {
     /// The seed of the generator that picks branch outcomes and targets.
     pub seed: u64,
-    /// Instructions per stretch before switching to the next address space.
-    pub stretch_len: usize,
-    /// How many stretches in all.
-    pub stretches: usize,
+    /// Instructions per time slice: how many a space runs before the walk
+    /// switches to the next one.
+    pub slice_len: usize,
+    /// How many time slices in all.
+    pub slices: usize,
     /// How many times in a row a space may fail to make progress from its
     /// known code before the walk gives up.
     pub max_restarts: usize,
@@ -61,8 +62,8 @@ impl Default for WalkConfig {
     fn default() -> Self {
         Self {
             seed: 1,
-            stretch_len: 200,
-            stretches: 6,
+            slice_len: 200,
+            slices: 6,
             max_restarts: 64,
         }
     }
@@ -389,8 +390,10 @@ impl<M: ReadMemory> CodeWalker<M> {
     }
 }
 
-/// A stretch of a walk: the instructions run in one address space between
-/// two switches.
+/// A stretch of a walk: instructions run in one address space without a
+/// break. A time slice is one or more stretches of one space: where the
+/// walk had to stop and start over (see [`CodeWalker::walk`]) a new
+/// stretch begins, as after a system call or a signal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stretch {
     /// The address space.
@@ -400,9 +403,9 @@ pub struct Stretch {
 }
 
 /// Walks the address spaces of `starts` (each a CR3 and its start points)
-/// in turn, `config.stretch_len` instructions at a time, `config.stretches`
-/// stretches in all. Each space keeps its own place and shadow stack
-/// between its stretches, as a process does between time slices.
+/// in turn, `config.slice_len` instructions at a time (a time slice, in
+/// one or more stretches), `config.slices` slices in all. Each space keeps
+/// its own place and shadow stack between its slices, as a process does.
 pub fn walk_spaces<M: ReadMemory + Copy>(
     mem: M,
     starts: &[(Cr3, Vec<Ip>)],
@@ -415,18 +418,24 @@ pub fn walk_spaces<M: ReadMemory + Copy>(
             CodeWalker::new(mem, *cr3, s, config.seed.wrapping_add(i as u64 * 0x1_0000))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let mut out = Vec::with_capacity(config.stretches);
+    let mut out = Vec::with_capacity(config.slices);
     if walkers.is_empty() {
         return Ok(out);
     }
-    for n in 0..config.stretches {
+    for n in 0..config.slices {
         let i = n % walkers.len();
         let w = &mut walkers[i];
-        let execution = w.walk(config.stretch_len, config.max_restarts)?;
-        out.push(Stretch {
-            cr3: w.cr3(),
-            execution,
-        });
+        let mut ran = 0;
+        // Each stretch runs at least one instruction (or the walk fails),
+        // so a slice ends.
+        while ran < config.slice_len {
+            let execution = w.walk(config.slice_len - ran, config.max_restarts)?;
+            ran += execution.len();
+            out.push(Stretch {
+                cr3: w.cr3(),
+                execution,
+            });
+        }
     }
     Ok(out)
 }
@@ -463,16 +472,20 @@ pub struct SwitchTrace {
     pub bytes: Vec<u8>,
     /// PSBs written.
     pub psbs: usize,
-    /// PIPs written between stretches (the switches).
+    /// PIPs written between stretches (the switches: one wherever the
+    /// next stretch runs in another address space).
     pub switch_pips: usize,
+    /// Returns written as one taken TNT bit (return compression).
+    pub compressed_returns: u64,
 }
 
 /// Encodes `stretches` as one trace (see the module documentation): each
 /// by a [`PtEncoder`] with `config` (its CR3 filter set to the stretch's
 /// CR3, which makes every PSB+ carry that CR3 in a PIP, as `OS = 1`
 /// does), joined by FUP and TIP.PGD (the encoder's ending for an
-/// execution cut short), a PIP with the next CR3, and the next stretch's
-/// MODE.Exec and TIP.PGE. The next stretch's opening PSB+ is left out:
+/// execution cut short), a PIP with the next CR3 if it changes, and the
+/// next stretch's MODE.Exec and TIP.PGE. The next stretch's opening PSB+
+/// is left out:
 /// the hardware writes none at a switch, so the decoder must take the
 /// new address space from the switch's PIP. `kernel_entry`, if given, is
 /// the interrupt handler's address the TIP.PGD carries (with `OS = 1` and
@@ -488,6 +501,7 @@ pub fn encode_switches(
     let mut out = TraceBuilder::new();
     let mut psbs = 0;
     let mut switch_pips = 0;
+    let mut compressed_returns = 0;
     let last = stretches.len().saturating_sub(1);
     for (index, s) in stretches.iter().enumerate() {
         let cfg = PtConfig {
@@ -503,6 +517,7 @@ pub fn encode_switches(
                 source,
             }
         })?;
+        compressed_returns += encoded.stats.compressed_returns;
         let packets = reread(&encoded.bytes, index)?;
         let mut rest = packets.as_slice();
         if index > 0 {
@@ -512,8 +527,10 @@ pub fn encode_switches(
                 .position(|(p, _)| matches!(p, Packet::Psbend))
                 .map_or(0, |i| i + 1);
             rest = &rest[end..];
-            push(&mut out, Packet::Pip(pip(s.cr3)), None, index)?;
-            switch_pips += 1;
+            if stretches[index - 1].cr3 != s.cr3 {
+                push(&mut out, Packet::Pip(pip(s.cr3)), None, index)?;
+                switch_pips += 1;
+            }
         }
         let n = rest.len();
         for (i, &(packet, ip)) in rest.iter().enumerate() {
@@ -532,6 +549,7 @@ pub fn encode_switches(
         bytes: out.finish(),
         psbs,
         switch_pips,
+        compressed_returns,
     })
 }
 
@@ -751,8 +769,8 @@ mod tests {
                 .add(0x6000, 0x1000, &[0x90, 0xeb, 0xfd]);
         let config = WalkConfig {
             seed: 3,
-            stretch_len: 20,
-            stretches: 5,
+            slice_len: 20,
+            slices: 5,
             max_restarts: 4,
         };
         let starts = [
@@ -760,11 +778,24 @@ mod tests {
             (Cr3(0x6000), vec![Ip(0x1000)]),
         ];
         let stretches = walk_spaces(&mem, &starts, &config).expect("walk");
-        let cr3s: Vec<u64> = stretches.iter().map(|s| s.cr3.0).collect();
-        assert_eq!(cr3s, [0x5000, 0x6000, 0x5000, 0x6000, 0x5000]);
+        // Slices: consecutive stretches of one space, 20 instructions each.
+        let mut slices: Vec<(u64, usize)> = Vec::new();
         for s in &stretches {
-            assert_eq!(s.execution.len(), 20);
+            match slices.last_mut() {
+                Some((cr3, n)) if *cr3 == s.cr3.0 => *n += s.execution.len(),
+                _ => slices.push((s.cr3.0, s.execution.len())),
+            }
         }
+        assert_eq!(
+            slices,
+            [
+                (0x5000, 20),
+                (0x6000, 20),
+                (0x5000, 20),
+                (0x6000, 20),
+                (0x5000, 20)
+            ]
+        );
         // Space 6 only ever runs its own two instructions.
         for s in stretches.iter().filter(|s| s.cr3 == Cr3(0x6000)) {
             assert!(
@@ -774,6 +805,12 @@ mod tests {
                     .all(|i| [0x1000, 0x1001].contains(&i.0))
             );
         }
+        // Where the space changes: (the stretch before, the one after).
+        let switches_at: Vec<(&Stretch, &Stretch)> = stretches
+            .windows(2)
+            .filter(|w| w[0].cr3 != w[1].cr3)
+            .map(|w| (&w[0], &w[1]))
+            .collect();
         let pt = PtConfig {
             psb_period: 8,
             ..PtConfig::default()
@@ -796,9 +833,8 @@ mod tests {
                     assert_eq!(Some(pip.cr3), cr3.or(Some(Cr3(0x5000))));
                 }
                 Packet::Pip(pip) => {
-                    let s = &stretches[switches + 1];
+                    let (prev, s) = switches_at[switches];
                     assert_eq!(pip.cr3, s.cr3);
-                    let prev = &stretches[switches];
                     // FUP (where the previous stretch would have gone on),
                     // TIP.PGD (the handler), PIP, MODE.Exec, TIP.PGE.
                     assert!(
