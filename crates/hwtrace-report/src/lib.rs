@@ -8,6 +8,7 @@
 
 pub mod exec;
 pub mod calls;
+pub mod coverage;
 pub mod flame;
 pub mod symbols;
 pub mod timeline;

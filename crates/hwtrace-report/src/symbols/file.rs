@@ -59,6 +59,8 @@ pub struct ObjectInfo {
     reach: Vec<u64>,
     /// The GNU build id note, for finding separate debug info.
     build_id: Option<Vec<u8>>,
+    /// The entry point's link-time address (0: none).
+    entry: u64,
     /// `.gnu_debuglink`'s file name.
     debuglink: Option<String>,
     dwarf: OnceCell<Option<Dwarf>>,
@@ -152,6 +154,7 @@ impl ObjectInfo {
             lowest,
             funcs,
             reach,
+            entry: file.entry(),
             build_id,
             debuglink,
             dwarf: OnceCell::new(),
@@ -176,6 +179,11 @@ impl ObjectInfo {
     /// The lowest loaded link-time address (the image base).
     pub fn lowest(&self) -> u64 {
         self.lowest
+    }
+
+    /// The entry point's link-time address, if the file has one.
+    pub fn entry(&self) -> Option<u64> {
+        (self.entry != 0).then_some(self.entry)
     }
 
     /// The link-time address the byte at file offset `offset` loads at.

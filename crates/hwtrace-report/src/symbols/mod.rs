@@ -312,6 +312,12 @@ impl Symbolizer {
     /// The module holding `ip` in `space`: mappings of exactly that space
     /// first, then those that leave the CR3, the process, or both open.
     pub fn module(&self, space: Space, ip: Ip) -> Option<&Module> {
+        self.module_index(space, ip).map(|i| &self.modules[i])
+    }
+
+    /// The index in [`Self::modules`] of the module holding `ip` in
+    /// `space` (see [`Self::module`]).
+    pub fn module_index(&self, space: Space, ip: Ip) -> Option<usize> {
         let tries = [
             space,
             Space { cr3: None, ..space },
@@ -325,7 +331,7 @@ impl Symbolizer {
             if let Some(list) = self.index.get(s)
                 && let Some(m) = ranges::lookup(list, ip.0)
             {
-                return Some(&self.modules[m]);
+                return Some(m);
             }
         }
         None

@@ -15,9 +15,6 @@
 //! records in the stream and lines in the [`SourceReport`], so each answer
 //! decides how to show them.
 
-// Used by the answer commands as they land (coverage first).
-#![allow(dead_code, unused_imports)]
-
 mod branches;
 mod perf;
 mod pt;

@@ -2,6 +2,7 @@
 
 mod bts;
 mod calls;
+mod coverage;
 mod cpuid;
 mod dump;
 pub(crate) mod flow;
@@ -52,6 +53,8 @@ pub enum Command {
     Calls(calls::CallsArgs),
     /// Function calls on a time axis as Chrome trace JSON (opens in Perfetto).
     Timeline(timeline::TimelineArgs),
+    /// Basic blocks and edges with hit counts from any trace: drcov, lcov, AFL bitmap, JSON.
+    Coverage(coverage::CoverageArgs),
     /// Summarise a trace: top functions, images, threads, trace health.
     Report(report::ReportArgs),
 }
@@ -73,6 +76,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Sim(args) => sim::run(args),
         Command::Calls(args) => calls::run(args),
         Command::Timeline(args) => timeline::run(args),
+        Command::Coverage(args) => coverage::run(args),
         Command::Report(args) => report::run(args),
     }
 }

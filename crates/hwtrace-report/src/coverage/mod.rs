@@ -1,0 +1,291 @@
+//! Basic blocks and edges with hit counts, from the [`Exec`] stream, and
+//! the files coverage tools load: drcov ([`drcov`]), lcov ([`lcov`]), an
+//! AFL-style edge bitmap ([`afl`]) and JSON ([`json`]).
+//!
+//! **Blocks.** A block is a run of instructions executed one after the
+//! other that ends at the first control-transfer instruction (any branch,
+//! call, return, far transfer or undecodable instruction; a direct jump
+//! or call ends a block too), as DynamoRIO's basic blocks (what drcov
+//! files hold) end. A block therefore starts after a control transfer,
+//! after a break in the flow, or where the next instruction is not the
+//! fall-through of the previous one (an interrupt). This is simpler to
+//! check against a recorded execution than libipt's block decoder
+//! (which follows direct branches), and all blocks starting at one
+//! address have one end, except where a gap cut one short. Blocks are
+//! keyed by address space, start and end.
+//!
+//! **Edges** join each block to the block executed next in the same
+//! thread and address space: taken branches, fall-throughs, calls,
+//! returns. Where tracing was only switched off (a system call with
+//! user-mode tracing, the end of a perf.data AUX buffer) the edge spans
+//! the gap, as the program's own flow does; where data was lost
+//! (overflow, decode error, lost AUX data) no edge is guessed.
+//!
+//! **Branch-only input** (BTS, LBR): the block between two recorded
+//! branches runs from the first one's target up to and including the
+//! second one's source (its size counts one byte of the branch
+//! instruction, whose length the records do not give).
+
+pub mod afl;
+pub mod drcov;
+pub mod json;
+pub mod lcov;
+
+use crate::exec::{Exec, GapKind};
+use crate::symbols::Space;
+use hwtrace_flow::insn::InsnClass;
+use hwtrace_types::Ip;
+use std::collections::HashMap;
+
+/// Branch-only input: two consecutive records further apart than this
+/// are not one straight-line block (records were lost in between).
+pub const MAX_BRANCH_BLOCK: u64 = 1 << 20;
+
+/// One basic block with how often it ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Block {
+    /// Its address space.
+    pub space: Space,
+    /// Its first byte.
+    pub start: Ip,
+    /// One past its last byte.
+    pub end: Ip,
+    /// Its last instruction (the control transfer that ends it).
+    pub last: Ip,
+    /// Its instructions (0 for branch-only input: unknown).
+    pub insns: u32,
+    /// How many times it ran.
+    pub hits: u64,
+}
+
+/// Block-to-block transfers with counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Edge {
+    /// Index of the block it leaves.
+    pub from: u32,
+    /// Index of the block it enters.
+    pub to: u32,
+    /// How many times.
+    pub hits: u64,
+}
+
+/// The coverage of a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Every block, sorted by space and start.
+    pub blocks: Vec<Block>,
+    /// Every edge, sorted by (from, to).
+    pub edges: Vec<Edge>,
+    /// Instructions seen.
+    pub insns: u64,
+}
+
+/// The block being built.
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    space: Space,
+    start: Ip,
+    end: Ip,
+    last: Ip,
+    insns: u32,
+}
+
+/// Whose flow a block belongs to: edges only join blocks of one chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Chain {
+    tid: Option<u32>,
+    cpu: Option<u32>,
+    space: Space,
+}
+
+/// Folds [`Exec`] records into [`Coverage`]; memory grows with the
+/// number of distinct blocks and edges, not with the trace.
+#[derive(Debug, Default)]
+pub struct CoverageBuilder {
+    blocks: Vec<Block>,
+    ids: HashMap<(Space, u64, u64), u32>,
+    edges: HashMap<(u32, u32), u64>,
+    open: Option<Open>,
+    /// The last block of each chain.
+    prev: HashMap<Chain, u32>,
+    pid: Option<u32>,
+    tid: Option<u32>,
+    cpu: Option<u32>,
+    /// Branch-only input: where the last branch went.
+    branch_to: Option<(Space, Ip)>,
+    insns: u64,
+}
+
+/// Whether an instruction of `class` ends a block.
+fn ends_block(class: InsnClass) -> bool {
+    !matches!(class, InsnClass::Other | InsnClass::Ptwrite)
+}
+
+impl CoverageBuilder {
+    /// No coverage yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes one record.
+    pub fn push(&mut self, exec: &Exec) {
+        match *exec {
+            Exec::Insn(i) => {
+                self.insns += 1;
+                let space = Space {
+                    pid: self.pid,
+                    cr3: i.space.cr3,
+                };
+                let end = Ip(i.ip.0.wrapping_add(u64::from(i.size)));
+                match &mut self.open {
+                    Some(open) if open.space == space && open.end == i.ip => {
+                        open.end = end;
+                        open.last = i.ip;
+                        open.insns += 1;
+                    }
+                    _ => {
+                        self.close();
+                        self.open = Some(Open {
+                            space,
+                            start: i.ip,
+                            end,
+                            last: i.ip,
+                            insns: 1,
+                        });
+                    }
+                }
+                if ends_block(i.class) || i.size == 0 {
+                    self.close();
+                }
+            }
+            Exec::Branch { from, to, .. } => {
+                let space = Space {
+                    pid: self.pid,
+                    cr3: None,
+                };
+                match self.branch_to {
+                    Some((s, start))
+                        if s == space && from.0.wrapping_sub(start.0) < MAX_BRANCH_BLOCK =>
+                    {
+                        self.open = Some(Open {
+                            space,
+                            start,
+                            end: Ip(from.0 + 1),
+                            last: from,
+                            insns: 0,
+                        });
+                        self.close();
+                    }
+                    Some(_) => {
+                        let chain = self.chain(space);
+                        self.prev.remove(&chain);
+                    }
+                    None => {}
+                }
+                self.branch_to = Some((space, to));
+            }
+            Exec::Gap { why, .. } => {
+                let space = self.open.map(|o| o.space);
+                self.close();
+                self.branch_to = None;
+                if why != GapKind::Disabled {
+                    // Lost data: what ran next is not known to follow.
+                    let cpu = self.cpu;
+                    let tid = self.tid;
+                    self.prev.retain(|c, _| {
+                        !(c.tid == tid && c.cpu == cpu && space.is_none_or(|s| s == c.space))
+                    });
+                }
+            }
+            Exec::Thread { pid, tid, cpu } => {
+                self.close();
+                self.branch_to = None;
+                self.pid = pid;
+                self.tid = tid;
+                self.cpu = cpu;
+            }
+            Exec::Time(_) => {}
+        }
+    }
+
+    fn chain(&self, space: Space) -> Chain {
+        Chain {
+            tid: self.tid,
+            cpu: self.cpu,
+            space,
+        }
+    }
+
+    /// Ends the open block: counts it and the edge into it.
+    fn close(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        let key = (open.space, open.start.0, open.end.0);
+        let next = u32::try_from(self.blocks.len()).unwrap_or(u32::MAX);
+        let id = *self.ids.entry(key).or_insert(next);
+        if id == next {
+            self.blocks.push(Block {
+                space: open.space,
+                start: open.start,
+                end: open.end,
+                last: open.last,
+                insns: open.insns,
+                hits: 0,
+            });
+        }
+        let Some(block) = self.blocks.get_mut(id as usize) else {
+            return;
+        };
+        block.hits += 1;
+        let chain = self.chain(open.space);
+        if let Some(prev) = self.prev.insert(chain, id) {
+            *self.edges.entry((prev, id)).or_insert(0) += 1;
+        }
+    }
+
+    /// The coverage so far (the open block counted).
+    pub fn finish(mut self) -> Coverage {
+        self.close();
+        // Sort blocks by (space, start, end) and renumber the edges.
+        let mut order: Vec<u32> = (0..self.blocks.len() as u32).collect();
+        order.sort_by_key(|&i| {
+            let b = &self.blocks[i as usize];
+            (b.space, b.start, b.end)
+        });
+        let mut new_id = vec![0u32; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_id[old as usize] = new as u32;
+        }
+        let blocks = order.iter().map(|&i| self.blocks[i as usize]).collect();
+        let mut edges: Vec<Edge> = self
+            .edges
+            .into_iter()
+            .map(|((from, to), hits)| Edge {
+                from: new_id[from as usize],
+                to: new_id[to as usize],
+                hits,
+            })
+            .collect();
+        edges.sort_by_key(|e| (e.from, e.to));
+        Coverage {
+            blocks,
+            edges,
+            insns: self.insns,
+        }
+    }
+}
+
+impl Coverage {
+    /// Builds the coverage of a whole stream.
+    pub fn from_execs<'a>(execs: impl IntoIterator<Item = &'a Exec>) -> Self {
+        let mut b = CoverageBuilder::new();
+        for e in execs {
+            b.push(e);
+        }
+        b.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,214 @@
+//! Blocks, edges and the output formats on hand-made flows.
+
+use super::*;
+use crate::exec::{ExecInsn, Mapping};
+use crate::symbols::Symbolizer;
+use hwtrace_types::{AddressSpace, TraceOffset};
+
+fn insn(ip: u64, size: u8, class: InsnClass) -> Exec {
+    Exec::Insn(ExecInsn {
+        space: AddressSpace::UNKNOWN,
+        ip: Ip(ip),
+        size,
+        class,
+    })
+}
+
+fn gap(why: GapKind) -> Exec {
+    Exec::Gap {
+        offset: TraceOffset(0),
+        why,
+    }
+}
+
+/// 1000: nop; 1001: jz 1000 (taken twice, then not); 1003: ret
+fn loop_flow() -> Vec<Exec> {
+    let mut v = Vec::new();
+    for _ in 0..3 {
+        v.push(insn(0x1000, 1, InsnClass::Other));
+        v.push(insn(0x1001, 2, InsnClass::CondJump));
+    }
+    v.push(insn(0x1003, 1, InsnClass::Return));
+    v
+}
+
+fn block(cov: &Coverage, start: u64) -> (usize, &Block) {
+    cov.blocks
+        .iter()
+        .enumerate()
+        .find(|(_, b)| b.start == Ip(start))
+        .unwrap_or_else(|| panic!("no block at {start:#x}: {cov:?}"))
+}
+
+#[test]
+fn blocks_end_at_control_transfers_and_edges_count_each_transfer() {
+    let cov = Coverage::from_execs(&loop_flow());
+    assert_eq!(cov.insns, 7);
+    assert_eq!(cov.blocks.len(), 2);
+    let (a, body) = block(&cov, 0x1000);
+    assert_eq!(
+        (body.end, body.last, body.insns, body.hits),
+        (Ip(0x1003), Ip(0x1001), 2, 3)
+    );
+    let (r, ret) = block(&cov, 0x1003);
+    assert_eq!((ret.end, ret.insns, ret.hits), (Ip(0x1004), 1, 1));
+    let edges: Vec<(usize, usize, u64)> = cov
+        .edges
+        .iter()
+        .map(|e| (e.from as usize, e.to as usize, e.hits))
+        .collect();
+    // Taken back twice, then falling through once.
+    assert_eq!(edges, [(a, a, 2), (a, r, 1)]);
+}
+
+#[test]
+fn a_disable_keeps_the_flow_and_lost_data_breaks_it() {
+    let mut flow = loop_flow();
+    flow.insert(2, gap(GapKind::Disabled));
+    let cov = Coverage::from_execs(&flow);
+    assert_eq!(cov.edges.iter().map(|e| e.hits).sum::<u64>(), 3);
+    let mut flow = loop_flow();
+    flow.insert(2, gap(GapKind::Overflow));
+    let cov = Coverage::from_execs(&flow);
+    assert_eq!(cov.edges.iter().map(|e| e.hits).sum::<u64>(), 2);
+    // A gap inside a block cuts it: a shorter block at the same start.
+    let flow = [
+        insn(0x1000, 1, InsnClass::Other),
+        gap(GapKind::DecodeError),
+        insn(0x1000, 1, InsnClass::Other),
+        insn(0x1001, 2, InsnClass::CondJump),
+    ];
+    let cov = Coverage::from_execs(&flow);
+    let ends: Vec<u64> = cov.blocks.iter().map(|b| b.end.0).collect();
+    assert_eq!(ends, [0x1001, 0x1003]);
+    assert!(cov.edges.is_empty());
+}
+
+#[test]
+fn threads_have_their_own_flows() {
+    let thread = |tid| Exec::Thread {
+        pid: Some(7),
+        tid: Some(tid),
+        cpu: None,
+    };
+    let flow = [
+        thread(1),
+        insn(0x1000, 1, InsnClass::Other),
+        thread(2),
+        insn(0x2000, 1, InsnClass::Jump),
+        thread(1),
+        insn(0x1001, 2, InsnClass::CondJump),
+        insn(0x1003, 1, InsnClass::Return),
+    ];
+    let cov = Coverage::from_execs(&flow);
+    // Thread 1's block was cut by the switch; it resumed at 0x1001.
+    let starts: Vec<u64> = cov.blocks.iter().map(|b| b.start.0).collect();
+    assert_eq!(starts, [0x1000, 0x1001, 0x1003, 0x2000]);
+    assert!(cov.blocks.iter().all(|b| b.space.pid == Some(7)));
+    let (b1000, _) = block(&cov, 0x1000);
+    let (b1001, _) = block(&cov, 0x1001);
+    let (b1003, _) = block(&cov, 0x1003);
+    let edges: Vec<(usize, usize)> = cov
+        .edges
+        .iter()
+        .map(|e| (e.from as usize, e.to as usize))
+        .collect();
+    assert_eq!(edges, [(b1000, b1001), (b1001, b1003)]);
+}
+
+#[test]
+fn branch_records_bound_blocks_from_target_to_next_source() {
+    let br = |from: u64, to: u64| Exec::Branch {
+        from: Ip(from),
+        to: Ip(to),
+        class: InsnClass::Unknown,
+    };
+    let flow = [
+        br(0x500, 0x1000),
+        br(0x1010, 0x2000),
+        br(0x2004, 0x1000),
+        br(0x1010, 0x2000),
+        // Too far from its target: records were lost.
+        br(0x9000_0000, 0x3000),
+    ];
+    let cov = Coverage::from_execs(&flow);
+    let blocks: Vec<(u64, u64, u64)> = cov
+        .blocks
+        .iter()
+        .map(|b| (b.start.0, b.end.0, b.hits))
+        .collect();
+    assert_eq!(blocks, [(0x1000, 0x1011, 2), (0x2000, 0x2005, 1)]);
+    let edges: Vec<(u32, u32, u64)> = cov.edges.iter().map(|e| (e.from, e.to, e.hits)).collect();
+    assert_eq!(edges, [(0, 1, 1), (1, 0, 1)]);
+}
+
+#[test]
+fn drcov_lays_blocks_out_per_module_and_unknown_code_gets_a_region() {
+    let mut flow = loop_flow();
+    flow.push(insn(0x7000_1234, 1, InsnClass::Return));
+    let cov = Coverage::from_execs(&flow);
+    let symbols = Symbolizer::from_mappings(&[Mapping {
+        path: "/nonexistent/code.bin".into(),
+        cr3: None,
+        pid: None,
+        start: Ip(0x1000),
+        len: 0x100,
+        file_offset: 0x400,
+    }]);
+    let t = drcov::table(&cov, &symbols);
+    assert_eq!(t.modules.len(), 2);
+    assert_eq!(t.modules[0].path, "/nonexistent/code.bin");
+    // A file not read: its base is where file offset 0 would be.
+    assert_eq!(t.modules[0].base, Ip(0xc00));
+    assert_eq!(t.modules[1].path, "[unknown]");
+    assert_eq!(t.modules[1].base, Ip(0x7000_1000));
+    let rows: Vec<(u32, u16, u16)> = t
+        .blocks
+        .iter()
+        .map(|b| (b.offset, b.size, b.module))
+        .collect();
+    assert_eq!(rows, [(0x400, 3, 0), (0x403, 1, 0), (0x234, 1, 1)]);
+    assert_eq!(t.module_of, [Some(0), Some(0), Some(1)]);
+    let mut out = Vec::new();
+    drcov::write(&t, &mut out).unwrap();
+    let text_end = out.len() - 3 * 8;
+    let text = std::str::from_utf8(&out[..text_end]).unwrap();
+    assert!(text.starts_with("DRCOV VERSION: 2\nDRCOV FLAVOR: drcov-hwtrace\nModule Table: version 2, count 2\nColumns: id, base, end, entry, path\n"), "{text}");
+    assert!(text.ends_with("BB Table: 3 bbs\n"), "{text}");
+    assert_eq!(&out[text_end..text_end + 8], &[0, 4, 0, 0, 3, 0, 0, 0]);
+}
+
+#[test]
+fn the_afl_map_counts_each_edge_at_libxdcs_index() {
+    let cov = Coverage::from_execs(&loop_flow());
+    let map = afl::bitmap(&cov);
+    assert_eq!(map.len(), afl::MAP_SIZE);
+    let back = afl::edge_index(Ip(0x1001), Ip(0x1000));
+    let out = afl::edge_index(Ip(0x1001), Ip(0x1003));
+    assert_ne!(back, out);
+    assert_eq!((map[back], map[out]), (2, 1));
+    assert_eq!(map.iter().map(|&c| u64::from(c)).sum::<u64>(), 3);
+    // The mixer and index, worked by hand for one pair.
+    assert_eq!(afl::mix(1), 0x7fb5_d329_728e_a185);
+    assert_eq!(afl::edge_index(Ip(0), Ip(1)), 0xa185);
+    assert_eq!(
+        afl::edge_index(Ip(1), Ip(0)),
+        (0x7fb5_d329_728e_a185u64 >> 1) as usize & 0xffff
+    );
+}
+
+#[test]
+fn json_names_every_block_and_edge() {
+    let cov = Coverage::from_execs(&loop_flow());
+    let symbols = Symbolizer::new();
+    let t = drcov::table(&cov, &symbols);
+    let mut out = Vec::new();
+    json::write(&cov, &t, &symbols, &mut out).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["summary"]["blocks"], 2);
+    assert_eq!(v["blocks"][0]["start"], "0x1000");
+    assert_eq!(v["blocks"][0]["hits"], 3);
+    assert_eq!(v["blocks"][0]["module"], 0);
+    assert_eq!(v["modules"][0]["path"], "[unknown]");
+    assert_eq!(v["edges"].as_array().map(Vec::len), Some(2));
+}

@@ -1,0 +1,160 @@
+//! `hwtrace coverage`: the basic blocks and edges a trace executed, with
+//! hit counts, written as drcov (Lighthouse, Cartographer, bncov), lcov
+//! (`genhtml`), an AFL-style edge bitmap and JSON; a per-image summary on
+//! stdout. Inputs are those of every answer command
+//! ([`crate::answers::SourceArgs`]); block and edge rules are
+//! `hwtrace_report::coverage`'s.
+
+use crate::answers::{Source, SourceArgs};
+use anyhow::{Context, Result};
+use hwtrace_report::coverage::{Coverage, CoverageBuilder, afl, drcov, json, lcov};
+use hwtrace_report::symbols::Symbolizer;
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Coverage of a trace.
+#[derive(Debug, clap::Args)]
+pub struct CoverageArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Write a drcov file (module table + basic blocks) for Lighthouse,
+    /// Cartographer or bncov.
+    #[arg(long, value_name = "FILE")]
+    drcov: Option<PathBuf>,
+    /// Write an lcov tracefile (source line hit counts via DWARF) for genhtml.
+    #[arg(long, value_name = "FILE")]
+    lcov: Option<PathBuf>,
+    /// The lcov test name (TN:).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "hwtrace",
+        requires = "lcov"
+    )]
+    test_name: String,
+    /// Write a 64 KiB AFL-style edge bitmap (libxdc's edge hash, 8-bit counters).
+    #[arg(long, value_name = "FILE")]
+    afl_map: Option<PathBuf>,
+    /// Write every block and edge with hit counts as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// No summary on stdout, no problems on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn create(path: &Path, what: &str) -> Result<BufWriter<File>> {
+    let f = File::create(path)
+        .with_context(|| format!("--{what}: cannot create {}", path.display()))?;
+    Ok(BufWriter::new(f))
+}
+
+fn write_file(
+    path: &Path,
+    what: &str,
+    body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<()> {
+    let mut w = create(path, what)?;
+    body(&mut w)
+        .and_then(|()| w.flush())
+        .with_context(|| format!("--{what}: writing {}", path.display()))
+}
+
+/// Runs `hwtrace coverage`: exit code 2 when the trace had problems.
+pub fn run(args: CoverageArgs) -> Result<ExitCode> {
+    let source = Source::open(&args.source)?;
+    let symbols = Symbolizer::from_mappings(source.mappings());
+    let mut builder = CoverageBuilder::new();
+    let report = source.run(&mut |e| {
+        builder.push(&e);
+        Ok(())
+    })?;
+    let cov = builder.finish();
+    let table = drcov::table(&cov, &symbols);
+    if let Some(path) = &args.drcov {
+        write_file(path, "drcov", |w| drcov::write(&table, w))?;
+    }
+    if let Some(path) = &args.lcov {
+        let counts = lcov::line_counts(&cov, &symbols);
+        if counts.is_empty() && !args.quiet {
+            eprintln!(
+                "hwtrace coverage: warning: --lcov: no traced image has DWARF line information; {} has no records",
+                path.display()
+            );
+        }
+        write_file(path, "lcov", |w| lcov::write(&counts, &args.test_name, w))?;
+    }
+    if let Some(path) = &args.afl_map {
+        write_file(path, "afl-map", |w| afl::write(&cov, w))?;
+    }
+    if let Some(path) = &args.json {
+        write_file(path, "json", |w| json::write(&cov, &table, &symbols, w))?;
+    }
+    if !args.quiet {
+        for p in &report.problems {
+            eprintln!("hwtrace coverage: {p}");
+        }
+        if report.more_problems > 0 {
+            eprintln!(
+                "hwtrace coverage: ... and {} more problems",
+                report.more_problems
+            );
+        }
+        if table.dropped > 0 {
+            eprintln!(
+                "hwtrace coverage: warning: --drcov: {} blocks lie more than 4 GiB above their image's base (or past 65535 images) and were left out",
+                table.dropped
+            );
+        }
+        let stdout = std::io::stdout();
+        let mut out = BufWriter::new(stdout.lock());
+        summary(&cov, &table, &report, &mut out)?;
+        out.flush()?;
+    }
+    Ok(if report.has_problems() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Totals, then blocks and instructions per image.
+fn summary(
+    cov: &Coverage,
+    table: &drcov::DrcovTable,
+    report: &crate::answers::SourceReport,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let hits: u64 = cov.edges.iter().map(|e| e.hits).sum();
+    writeln!(
+        out,
+        "{} blocks, {} edges ({hits} transfers), {} instructions, {} branch records from {} bytes of trace; {} gaps, {} errors",
+        cov.blocks.len(),
+        cov.edges.len(),
+        cov.insns,
+        report.branches,
+        report.trace_bytes,
+        report.gaps,
+        report.errors
+    )?;
+    let mut per: BTreeMap<u16, (u64, u64)> = BTreeMap::new();
+    for (b, m) in cov.blocks.iter().zip(&table.module_of) {
+        if let Some(m) = m {
+            let e = per.entry(*m).or_default();
+            e.0 += 1;
+            e.1 += b.hits * u64::from(b.insns);
+        }
+    }
+    for (m, (blocks, insns)) in per {
+        let module = &table.modules[usize::from(m)];
+        writeln!(
+            out,
+            "  {:#x}-{:#x} {}: {blocks} blocks, {insns} instructions",
+            module.base.0, module.end.0, module.path
+        )?;
+    }
+    Ok(())
+}
