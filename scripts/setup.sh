@@ -9,11 +9,13 @@
 #   time                 /usr/bin/time, to measure peak memory in tests
 #   chromium             headless Chromium renders flame graphs and timeline pages
 #                        (crates/hwtrace/tests/calls_render.rs)
+#   lcov, gcc            `genhtml` renders `hwtrace coverage --lcov` output of a
+#                        program gcc builds with DWARF (tests/coverage_qemu.rs)
 # Idempotent and fast when everything is present: `dpkg -s` is checked before
 # any `apt-get update`.
 set -euo pipefail
 
-packages=(libipt-dev libipt2 linux-perf qemu-user binutils time chromium)
+packages=(libipt-dev libipt2 linux-perf qemu-user binutils time chromium lcov gcc)
 
 missing=()
 for pkg in "${packages[@]}"; do
