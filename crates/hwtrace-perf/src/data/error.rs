@@ -99,6 +99,42 @@ pub enum ErrorKind {
     /// A pipe-mode stream has no attribute for a record that needs one.
     #[error("no event attribute (HEADER_ATTR) before the first sample")]
     NoAttr,
+    /// A record inside a COMPRESSED record is malformed; the error's
+    /// offset is the COMPRESSED record's.
+    #[error("in the decompressed stream at +{stream_offset:#x}: {kind}")]
+    InCompressed {
+        /// Where in the decompressed stream (all COMPRESSED records of
+        /// the file, decoded and concatenated) the inner record starts.
+        stream_offset: u64,
+        /// What was wrong with it.
+        kind: Box<ErrorKind>,
+    },
+    /// libzstd refused the compressed bytes.
+    #[error("zstd: {reason}")]
+    Zstd {
+        /// libzstd's error name.
+        reason: &'static str,
+    },
+    /// A COMPRESSED record expands to more than the ring buffer perf
+    /// compressed it from (`HEADER_COMPRESSED.mmap_len`).
+    #[error("COMPRESSED record expands to more than {limit:#x} bytes")]
+    CompressedTooLarge {
+        /// The limit.
+        limit: u64,
+    },
+    /// `HEADER_COMPRESSED` names a compression other than zstd.
+    #[error("compression type {kind} is not zstd (1)")]
+    UnsupportedCompression {
+        /// `comp_type`.
+        kind: u32,
+    },
+    /// A record type perf never puts inside COMPRESSED data (AUXTRACE,
+    /// whose payload follows the record; COMPRESSED itself).
+    #[error("record type {record_type} inside a COMPRESSED record")]
+    NotAllowedInCompressed {
+        /// The record type.
+        record_type: u32,
+    },
 }
 
 /// A perf.data error: where and what.

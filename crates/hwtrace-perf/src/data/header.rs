@@ -21,6 +21,7 @@
 
 use super::attr::{ATTR_SIZE_VER0, Attr};
 use super::bytes::{Cursor, cstr, le64};
+use super::compressed::Compression;
 use super::error::{Error, ErrorKind};
 
 /// `"PERFILE2"` read as a little-endian u64.
@@ -56,6 +57,8 @@ pub mod feature {
     pub const CMDLINE: u32 = 11;
     /// `HEADER_AUXTRACE` (an index of AUXTRACE records).
     pub const AUXTRACE: u32 = 18;
+    /// `HEADER_COMPRESSED` (`perf record -z`).
+    pub const COMPRESSED: u32 = 27;
 
     /// A feature's name as `perf report --header` prints it.
     pub fn name(f: u32) -> &'static str {
@@ -183,6 +186,8 @@ pub struct Features<'a> {
     pub cmdline: Option<Vec<&'a [u8]>>,
     /// `HEADER_AUXTRACE`: (file offset, size) of each AUXTRACE record.
     pub auxtrace_index: Vec<(u64, u64)>,
+    /// `HEADER_COMPRESSED`: the records are zstd-compressed.
+    pub compressed: Option<Compression>,
     /// Features that failed to parse (the rest of the file is still read).
     pub errors: Vec<Error>,
 }
@@ -282,12 +287,27 @@ pub fn parse_attrs(bytes: &[u8], h: &FileHeader) -> Result<Vec<EventAttr>, Error
     let table = section_bytes(bytes, h.attrs, "attrs")?;
     let entry = entry as usize;
     let mut out = Vec::with_capacity(table.len() / entry);
+    // perf writes each event's ids once, in sections of their own: all of
+    // them fit in the file. Sections that overlap could otherwise make
+    // every event read the whole file as ids (events × file size).
+    let mut total_ids = 0u64;
     for (i, e) in table.chunks_exact(entry).enumerate() {
         let off = h.attrs.offset + (i * entry) as u64;
         let attr_len = entry - 16;
         let attr = Attr::parse(&e[..attr_len]);
         let mut c = Cursor::new(&e[attr_len..], off + attr_len as u64, "attr ids section");
-        let ids = read_ids(bytes, section(&mut c)?)?;
+        let s = section(&mut c)?;
+        total_ids = total_ids.saturating_add(s.size / 8);
+        if total_ids > bytes.len() as u64 / 8 {
+            return Err(Error::at(
+                off + attr_len as u64,
+                ErrorKind::BadSize {
+                    what: "attribute ids (more than the file holds: sections overlap)",
+                    value: total_ids,
+                },
+            ));
+        }
+        let ids = read_ids(bytes, s)?;
         out.push(EventAttr { attr, ids });
     }
     Ok(out)
@@ -410,6 +430,15 @@ impl<'a> Features<'a> {
                         self.auxtrace_index.push((c.u64()?, c.u64()?));
                     }
                 }
+            }
+            feature::COMPRESSED => {
+                self.compressed = Some(Compression {
+                    version: c.u32()?,
+                    kind: c.u32()?,
+                    level: c.u32()?,
+                    ratio: c.u32()?,
+                    mmap_len: c.u32()?,
+                });
             }
             _ => {}
         }

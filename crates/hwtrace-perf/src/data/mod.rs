@@ -13,7 +13,8 @@
 //! uses), and adds the user-space records (AUXTRACE_INFO, AUXTRACE,
 //! HEADER_ATTR, HEADER_FEATURE, ...), samples with branch stacks, the file
 //! and pipe headers and the feature sections. Compressed records
-//! (`PERF_RECORD_COMPRESSED`, zstd) are listed but not expanded.
+//! (`perf record -z`, zstd) are expanded by [`Records::next_expanded`],
+//! streaming, into a reused buffer (see [`compressed`]).
 //!
 //! The layers:
 //!
@@ -22,6 +23,7 @@
 //! * [`reader`]: [`PerfData`] and its record iterator ([`Records`]).
 //! * [`sample`]: SAMPLE records and branch stacks (LBR).
 //! * [`auxtrace`]: AUXTRACE_INFO (Intel PT and BTS private words) and AUXTRACE.
+//! * [`compressed`]: COMPRESSED/COMPRESSED2 records and HEADER_COMPRESSED.
 //! * [`streams`]: per-(CPU, thread) AUX streams with gaps and losses.
 //! * [`write`](mod@write): a perf.data writer for hwtrace's own captures.
 //!
@@ -41,6 +43,7 @@
 pub mod attr;
 pub mod auxtrace;
 mod bytes;
+pub mod compressed;
 pub mod error;
 pub mod header;
 pub mod reader;
@@ -49,15 +52,18 @@ pub mod streams;
 pub mod write;
 
 #[cfg(test)]
+mod compressed_tests;
+#[cfg(test)]
 mod tests;
 
 pub use attr::Attr;
 pub use auxtrace::{
     Auxtrace, AuxtraceInfo, AuxtraceKind, IntelBtsInfo, IntelPtInfo, TscConversion,
 };
+pub use compressed::{Compressed, Compression};
 pub use error::{Error, ErrorKind, FileOffset};
 pub use header::{BuildId, EventAttr, Features, FileHeader, FileSection};
-pub use reader::{PerfData, PerfRecord, RecordItem, Records, record_type_name};
+pub use reader::{Expanded, PerfData, PerfRecord, RecordItem, Records, record_type_name};
 pub use sample::{BranchEntry, BranchStack, Sample};
 pub use streams::{AuxChunk, AuxGap, AuxLoss, AuxQueue, AuxStreams, QueueKey};
 pub use write::{PerfDataWriter, PipeWriter, RecordWriter};

@@ -1,11 +1,33 @@
 //! [`PerfData`]: a perf.data file (or pipe stream) over borrowed bytes, and
 //! [`Records`], the iterator over its data section.
+//!
+//! # Compressed records and borrowing
+//!
+//! Every record [`Records`] yields as an [`Iterator`] borrows the input
+//! (`'a`), so callers may keep them. The records inside a
+//! `PERF_RECORD_COMPRESSED` (`perf record -z`) exist only in a
+//! decompression buffer that is reused for the next ones: keeping memory
+//! bounded and not copying each record means they can only be lent until
+//! the next call. So there are two ways to walk a file:
+//!
+//! * the iterator ([`Records::next_record`]) yields the COMPRESSED record
+//!   itself ([`PerfRecord::Compressed`]) and not what is inside;
+//! * [`Records::next_expanded`] yields the same records and, after each
+//!   COMPRESSED one, the records inside it, as [`Expanded::Decompressed`]
+//!   borrowing the buffer (the others come as [`Expanded::File`], still
+//!   borrowing the input for `'a`). Pulling records out one call at a time
+//!   is what lets the buffer be reused: it is a lending iterator.
 
 use super::attr::{Attr, sample};
+use std::collections::HashMap;
+
 use super::auxtrace::{
     AUXTRACE, AUXTRACE_INFO, AUXTRACE_RECORD_SIZE, Auxtrace, AuxtraceInfo, parse_auxtrace_fixed,
 };
 use super::bytes::{le64, le64_at};
+use super::compressed::{
+    COMP_ZSTD, COMPRESSED, COMPRESSED2, Compressed, Inflate, parse_compressed,
+};
 use super::error::{Error, ErrorKind, FileOffset};
 use super::header::{
     EventAttr, Features, FileHeader, FileSection, parse_attrs, parse_file_header, section_bytes,
@@ -112,6 +134,9 @@ pub enum PerfRecord<'a> {
     HeaderAttr(usize),
     /// `PERF_RECORD_FINISHED_ROUND`.
     FinishedRound,
+    /// `PERF_RECORD_COMPRESSED` or `COMPRESSED2`: zstd-compressed records
+    /// ([`Records::next_expanded`] yields what is inside).
+    Compressed(Compressed<'a>),
     /// Any other user-space record, raw (body after the header).
     User {
         /// The record type.
@@ -124,12 +149,44 @@ pub enum PerfRecord<'a> {
 /// One record and where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecordItem<'a> {
-    /// The record's file offset.
+    /// The record's file offset (for a record inside a COMPRESSED record,
+    /// the COMPRESSED record's offset, as `perf report -D` prints it).
     pub offset: FileOffset,
     /// Its header.
     pub header: Header,
     /// What it is.
     pub record: PerfRecord<'a>,
+}
+
+/// A record of [`Records::next_expanded`]: one of the input itself, or one
+/// from inside a COMPRESSED record, lent from the decompression buffer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expanded<'a, 'b> {
+    /// A record of the data section (borrowing the input).
+    File(RecordItem<'a>),
+    /// A record decompressed from the COMPRESSED record at `item.offset`.
+    Decompressed {
+        /// The record.
+        item: RecordItem<'b>,
+        /// Where it starts in the decompressed stream (every COMPRESSED
+        /// record of the file, decoded and concatenated).
+        stream_offset: u64,
+    },
+}
+
+impl<'a: 'b, 'b> Expanded<'a, 'b> {
+    /// The record, wherever it came from.
+    pub fn item(&self) -> &RecordItem<'b> {
+        match self {
+            Expanded::File(i) => i,
+            Expanded::Decompressed { item, .. } => item,
+        }
+    }
+
+    /// Whether it came out of a COMPRESSED record.
+    pub fn is_decompressed(&self) -> bool {
+        matches!(self, Expanded::Decompressed { .. })
+    }
 }
 
 /// A perf.data file over borrowed bytes (typically a memory map): nothing
@@ -176,62 +233,72 @@ impl<'a> PerfData<'a> {
         let FileSection { offset, size } = self.header.data;
         let start = offset.min(self.bytes.len() as u64) as usize;
         let end = offset.saturating_add(size).min(self.bytes.len() as u64) as usize;
-        Records::new(
+        let mut r = Records::new(
             self.bytes,
             start,
             end,
             self.attrs.clone(),
             self.header.is_pipe(),
-        )
+        );
+        r.parser.compression = self.features.compressed;
+        r
     }
 }
 
-/// The records of a data section, in file order. After an error in a record
-/// whose header is sound, iteration goes on with the next record; after a
-/// broken header it stops.
-#[derive(Clone, Debug)]
-pub struct Records<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-    end: usize,
+/// What record parsing needs to know: the events, and what pipe-mode
+/// HEADER_FEATURE records brought.
+#[derive(Clone, Debug, Default)]
+struct Parser<'a> {
     attrs: Vec<EventAttr>,
     pipe: bool,
-    /// The pipe stream's features, as HEADER_FEATURE records bring them.
     features: Features<'a>,
-    failed: bool,
+    /// `HEADER_COMPRESSED`, from the file's features or a pipe's record.
+    compression: Option<super::compressed::Compression>,
+    /// Sample id → the first event that has it: a lookup per SAMPLE
+    /// record must not walk every id of every event (a file may have
+    /// thousands of events, one per CPU and thread).
+    by_id: HashMap<u64, usize>,
+    /// Whether every event has the same `sample_type`.
+    uniform_sample_type: bool,
+    /// The `sample_type` of the events with `sample_id_all`: `Some` of
+    /// the first one's, and whether they all agree.
+    trailer: Option<(u64, bool)>,
 }
 
-impl<'a> Records<'a> {
-    fn new(bytes: &'a [u8], pos: usize, end: usize, attrs: Vec<EventAttr>, pipe: bool) -> Self {
-        Self {
-            bytes,
-            pos,
-            end,
-            attrs,
+impl Parser<'_> {
+    fn new(attrs: Vec<EventAttr>, pipe: bool) -> Self {
+        let mut p = Parser {
             pipe,
-            features: Features::default(),
-            failed: false,
+            uniform_sample_type: true,
+            ..Parser::default()
+        };
+        for a in attrs {
+            p.add_attr(a);
         }
+        p
     }
 
-    /// The events known so far.
-    pub fn attrs(&self) -> &[EventAttr] {
-        &self.attrs
+    /// Adds an event, keeping the lookups current.
+    fn add_attr(&mut self, a: EventAttr) {
+        let index = self.attrs.len();
+        for &id in &a.ids {
+            self.by_id.entry(id).or_insert(index);
+        }
+        if let Some(first) = self.attrs.first() {
+            self.uniform_sample_type &= first.attr.sample_type == a.attr.sample_type;
+        }
+        if a.attr.sample_id_all() {
+            let st = a.attr.sample_type;
+            self.trailer = Some(match self.trailer {
+                None => (st, true),
+                Some((first, same)) => (first, same && first == st),
+            });
+        }
+        self.attrs.push(a);
     }
 
-    /// The features pipe-mode HEADER_FEATURE records brought so far.
-    pub fn pipe_features(&self) -> &Features<'a> {
-        &self.features
-    }
-
-    /// The file offset of the next record.
-    pub fn offset(&self) -> FileOffset {
-        FileOffset(self.pos as u64)
-    }
-
-    /// The event whose ids include `id`.
-    pub fn attr_index_for_id(&self, id: u64) -> Option<usize> {
-        self.attrs.iter().position(|a| a.ids.contains(&id))
+    fn attr_index_for_id(&self, id: u64) -> Option<usize> {
+        self.by_id.get(&id).copied()
     }
 
     /// The attribute that describes a SAMPLE record (`raw` with header).
@@ -241,8 +308,11 @@ impl<'a> Records<'a> {
             1 => Some(0),
             _ => {
                 let st = self.attrs[0].attr.sample_type;
-                let same = self.attrs.iter().all(|a| a.attr.sample_type == st);
-                let st = if same { st } else { st & sample::IDENTIFIER };
+                let st = if self.uniform_sample_type {
+                    st
+                } else {
+                    st & sample::IDENTIFIER
+                };
                 sample_record_id(raw, st)
                     .and_then(|id| self.attr_index_for_id(id))
                     .or(Some(0))
@@ -252,17 +322,10 @@ impl<'a> Records<'a> {
 
     /// The `sample_type` that shapes a non-sample kernel record's trailer.
     fn trailer_type(&self, raw: &[u8]) -> u64 {
-        let with_all = |a: &&EventAttr| a.attr.sample_id_all();
-        let Some(first) = self.attrs.iter().find(with_all) else {
+        let Some((st, same)) = self.trailer else {
             return 0;
         };
-        let st = first.attr.sample_type;
-        if self
-            .attrs
-            .iter()
-            .filter(with_all)
-            .all(|a| a.attr.sample_type == st)
-        {
+        if same {
             return st;
         }
         // Mixed sample types: perf adds IDENTIFIER, the last word of the record.
@@ -273,47 +336,18 @@ impl<'a> Records<'a> {
             .map_or(st, |i| self.attrs[i].attr.sample_type)
     }
 
-    /// The next record, `Ok(None)` at the end.
-    pub fn next_record(&mut self) -> Result<Option<RecordItem<'a>>, Error> {
-        if self.failed || self.pos >= self.end {
-            return Ok(None);
-        }
-        let off = self.pos as u64;
-        let avail = &self.bytes[self.pos..self.end];
-        let header = match parse_header(avail, SidebandOffset(off)) {
-            Ok(h) => h,
-            Err(e) => {
-                self.failed = true;
-                return Err(Error::at(off, ErrorKind::Record(e.kind)));
-            }
-        };
-        let size = usize::from(header.size);
-        let raw = &avail[..size];
-        let mut next = self.pos + size;
-        let result = self.parse_body(header, raw, off, avail, &mut next);
-        if let Err(e) = &result
-            && matches!(e.kind, ErrorKind::AuxtracePayload { .. })
-        {
-            self.failed = true;
-        }
-        self.pos = next;
-        result.map(|record| {
-            Some(RecordItem {
-                offset: FileOffset(off),
-                header,
-                record,
-            })
-        })
-    }
-
-    fn parse_body(
+    /// Parses a record body. `raw` is the record (`header.size` bytes),
+    /// `avail` everything from its start to the end of its stream (an
+    /// AUXTRACE payload follows the record); `next` is advanced past a
+    /// payload. HEADER_FEATURE is the caller's (it borrows the input).
+    fn parse_body<'r>(
         &mut self,
         header: Header,
-        raw: &'a [u8],
+        raw: &'r [u8],
         off: u64,
-        avail: &'a [u8],
+        avail: &'r [u8],
         next: &mut usize,
-    ) -> Result<PerfRecord<'a>, Error> {
+    ) -> Result<PerfRecord<'r>, Error> {
         let short = |needed| {
             Error::at(
                 off,
@@ -386,33 +420,232 @@ impl<'a> Records<'a> {
                 }
                 let attr = Attr::parse(&body[..asize]);
                 let ids = body[asize..].chunks_exact(8).map(le64).collect();
-                self.attrs.push(EventAttr { attr, ids });
+                self.add_attr(EventAttr { attr, ids });
                 Ok(PerfRecord::HeaderAttr(self.attrs.len() - 1))
             }
-            user_type::HEADER_FEATURE => {
-                // { header; u64 feat_id; data }: parse as a section of the input.
-                let body = &raw[HEADER_SIZE..];
-                let id = le64_at(body, 0).ok_or(short(HEADER_SIZE + 8))?;
-                let s = FileSection {
-                    offset: off + 16,
-                    size: (raw.len() - 16) as u64,
-                };
-                if let Ok(bit) = u32::try_from(id)
-                    && let Err(e) = self.features.parse_one(self.bytes, bit, s)
-                {
-                    self.features.errors.push(e);
-                }
-                Ok(PerfRecord::User {
-                    kind: header.kind,
-                    body,
-                })
-            }
             user_type::FINISHED_ROUND => Ok(PerfRecord::FinishedRound),
+            COMPRESSED | COMPRESSED2 => {
+                parse_compressed(raw, header.kind, off).map(PerfRecord::Compressed)
+            }
             _ => Ok(PerfRecord::User {
                 kind: header.kind,
                 body: &raw[HEADER_SIZE..],
             }),
         }
+    }
+}
+
+/// The records of a data section, in file order. After an error in a record
+/// whose header is sound, iteration goes on with the next record; after a
+/// broken header it stops.
+#[derive(Debug)]
+pub struct Records<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    end: usize,
+    parser: Parser<'a>,
+    failed: bool,
+    /// The decompression state, once a COMPRESSED record was expanded.
+    inflate: Option<Box<Inflate<'a>>>,
+}
+
+impl<'a> Records<'a> {
+    fn new(bytes: &'a [u8], pos: usize, end: usize, attrs: Vec<EventAttr>, pipe: bool) -> Self {
+        Self {
+            bytes,
+            pos,
+            end,
+            parser: Parser::new(attrs, pipe),
+            failed: false,
+            inflate: None,
+        }
+    }
+
+    /// The events known so far.
+    pub fn attrs(&self) -> &[EventAttr] {
+        &self.parser.attrs
+    }
+
+    /// The features pipe-mode HEADER_FEATURE records brought so far.
+    pub fn pipe_features(&self) -> &Features<'a> {
+        &self.parser.features
+    }
+
+    /// The file offset of the next record.
+    pub fn offset(&self) -> FileOffset {
+        FileOffset(self.pos as u64)
+    }
+
+    /// The event whose ids include `id`.
+    pub fn attr_index_for_id(&self, id: u64) -> Option<usize> {
+        self.parser.attr_index_for_id(id)
+    }
+
+    /// The next record of the data section, `Ok(None)` at the end.
+    /// COMPRESSED records come as they are ([`PerfRecord::Compressed`]).
+    pub fn next_record(&mut self) -> Result<Option<RecordItem<'a>>, Error> {
+        if self.failed || self.pos >= self.end {
+            return Ok(None);
+        }
+        let off = self.pos as u64;
+        let avail = &self.bytes[self.pos..self.end];
+        let header = match parse_header(avail, SidebandOffset(off)) {
+            Ok(h) => h,
+            Err(e) => {
+                self.failed = true;
+                return Err(Error::at(off, ErrorKind::Record(e.kind)));
+            }
+        };
+        let size = usize::from(header.size);
+        let raw = &avail[..size];
+        let mut next = self.pos + size;
+        let result = if header.kind == user_type::HEADER_FEATURE {
+            self.header_feature(header, raw, off)
+        } else {
+            self.parser.parse_body(header, raw, off, avail, &mut next)
+        };
+        if let Err(e) = &result
+            && matches!(e.kind, ErrorKind::AuxtracePayload { .. })
+        {
+            self.failed = true;
+        }
+        self.pos = next;
+        result.map(|record| {
+            Some(RecordItem {
+                offset: FileOffset(off),
+                header,
+                record,
+            })
+        })
+    }
+
+    /// `PERF_RECORD_HEADER_FEATURE`: `{ header; u64 feat_id; data }`,
+    /// parsed as a section of the input into [`Records::pipe_features`].
+    fn header_feature(
+        &mut self,
+        header: Header,
+        raw: &'a [u8],
+        off: u64,
+    ) -> Result<PerfRecord<'a>, Error> {
+        let body = &raw[HEADER_SIZE..];
+        let id = le64_at(body, 0).ok_or(Error::at(
+            off,
+            ErrorKind::RecordTooShort {
+                record_type: header.kind,
+                needed: HEADER_SIZE + 8,
+                size: header.size,
+            },
+        ))?;
+        let s = FileSection {
+            offset: off + 16,
+            size: (raw.len() - 16) as u64,
+        };
+        let features = &mut self.parser.features;
+        if let Ok(bit) = u32::try_from(id) {
+            if let Err(e) = features.parse_one(self.bytes, bit, s) {
+                features.errors.push(e);
+            } else if features.compressed.is_some() {
+                self.parser.compression = features.compressed;
+            }
+        }
+        Ok(PerfRecord::User {
+            kind: header.kind,
+            body,
+        })
+    }
+
+    /// The next record with COMPRESSED records expanded: each COMPRESSED
+    /// record comes as it is, then the records inside it, lent from the
+    /// decompression buffer until the next call. `Ok(None)` at the end.
+    ///
+    /// A broken inner record or zstd stream is one error (at the
+    /// COMPRESSED record's offset, with the position in the decompressed
+    /// stream); the rest of that COMPRESSED record is dropped and the next
+    /// one is decoded afresh.
+    pub fn next_expanded(&mut self) -> Result<Option<Expanded<'a, '_>>, Error> {
+        // First what is left inside the COMPRESSED record being expanded
+        // (found without keeping a borrow, then borrowed to return it).
+        let found = match self.inflate.as_deref_mut() {
+            Some(inf) => inf.next_record()?,
+            None => None,
+        };
+        if let Some((range, stream_offset)) = found {
+            let Some(inf) = self.inflate.as_deref() else {
+                return Ok(None);
+            };
+            let record_offset = inf.record_offset();
+            let raw = &inf.buf()[range];
+            return Self::inner(&mut self.parser, raw, record_offset, stream_offset)
+                .map(|item| {
+                    Some(Expanded::Decompressed {
+                        item,
+                        stream_offset,
+                    })
+                })
+                .map_err(|e| Inflate::inner_error(record_offset, stream_offset, e));
+        }
+        let item = match self.next_record()? {
+            Some(item) => item,
+            None => {
+                return match self.inflate.as_deref_mut().and_then(Inflate::leftover) {
+                    Some(e) => Err(e),
+                    None => Ok(None),
+                };
+            }
+        };
+        if let PerfRecord::Compressed(c) = &item.record {
+            match self.parser.compression {
+                Some(comp) if comp.kind != COMP_ZSTD => {
+                    return Err(Error::at(
+                        item.offset.0,
+                        ErrorKind::UnsupportedCompression { kind: comp.kind },
+                    ));
+                }
+                _ => {}
+            }
+            let limit = Inflate::limit_for(self.parser.compression.as_ref());
+            self.inflate
+                .get_or_insert_with(|| Box::new(Inflate::new()))
+                .feed(c.data, item.offset.0, limit);
+        }
+        Ok(Some(Expanded::File(item)))
+    }
+
+    /// Parses one record from inside a COMPRESSED record.
+    fn inner<'r>(
+        parser: &mut Parser<'a>,
+        raw: &'r [u8],
+        record_offset: u64,
+        stream_offset: u64,
+    ) -> Result<RecordItem<'r>, Error> {
+        // `raw` is a whole record: Inflate checked its size.
+        let header = parse_header(raw, SidebandOffset(stream_offset))
+            .map_err(|e| Error::at(record_offset, ErrorKind::Record(e.kind)))?;
+        let record = match header.kind {
+            AUXTRACE | COMPRESSED | COMPRESSED2 => {
+                return Err(Error::at(
+                    record_offset,
+                    ErrorKind::NotAllowedInCompressed {
+                        record_type: header.kind,
+                    },
+                ));
+            }
+            // Features inside compressed data are not collected: they
+            // would have to borrow the buffer.
+            user_type::HEADER_FEATURE => PerfRecord::User {
+                kind: header.kind,
+                body: &raw[HEADER_SIZE..],
+            },
+            _ => {
+                let mut next = 0;
+                parser.parse_body(header, raw, record_offset, raw, &mut next)?
+            }
+        };
+        Ok(RecordItem {
+            offset: FileOffset(record_offset),
+            header,
+            record,
+        })
     }
 }
 

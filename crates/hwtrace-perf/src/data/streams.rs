@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Write};
 
 use super::error::{Error, FileOffset};
-use super::reader::{PerfData, PerfRecord};
+use super::reader::{Expanded, PerfData, PerfRecord, RecordItem};
 use crate::pevent::record::Body;
 
 /// A queue: `cpu` for per-CPU AUX areas, `tid` for per-thread ones
@@ -130,62 +130,79 @@ pub struct AuxStreams<'a> {
 }
 
 impl<'a> AuxStreams<'a> {
-    /// Walks the data section once and assembles the queues.
+    /// Walks the data section once and assembles the queues. Records
+    /// inside COMPRESSED records (`perf record -z` compresses the AUX and
+    /// LOST records with the rest of the ring buffer; AUXTRACE payloads are
+    /// never compressed) are looked at too.
     pub fn collect(data: &PerfData<'a>) -> Self {
         let mut s = AuxStreams::default();
         let mut expected: BTreeMap<QueueKey, u64> = BTreeMap::new();
-        for item in data.records() {
+        // Each queue's length so far: summing its chunks per record would
+        // be quadratic in the number of AUXTRACE records.
+        let mut lengths: BTreeMap<QueueKey, u64> = BTreeMap::new();
+        let mut records = data.records();
+        while let Some(item) = records.next_expanded().transpose() {
             let item = match item {
-                Ok(i) => i,
+                Ok(Expanded::File(i)) => i,
+                Ok(Expanded::Decompressed { item, .. }) => {
+                    s.note_loss(&item);
+                    continue;
+                }
                 Err(e) => {
                     s.errors.push(e);
                     continue;
                 }
             };
-            match item.record {
-                PerfRecord::Auxtrace(a) => {
-                    let key = QueueKey {
-                        cpu: a.cpu,
-                        tid: a.tid,
-                    };
-                    let q = s.queues.entry(key).or_default();
-                    let stream_offset = q.len();
-                    if let Some(&exp) = expected.get(&key)
-                        && exp != a.offset
-                    {
-                        q.gaps.push(AuxGap {
-                            stream_offset,
-                            record_offset: item.offset,
-                            expected_aux_offset: exp,
-                            found_aux_offset: a.offset,
-                        });
-                    }
-                    expected.insert(key, a.offset.wrapping_add(a.size));
-                    q.chunks.push(AuxChunk {
-                        record_offset: item.offset,
-                        aux_offset: a.offset,
+            if let PerfRecord::Auxtrace(a) = item.record {
+                let key = QueueKey {
+                    cpu: a.cpu,
+                    tid: a.tid,
+                };
+                let q = s.queues.entry(key).or_default();
+                let len = lengths.entry(key).or_default();
+                let stream_offset = *len;
+                *len += a.data.len() as u64;
+                if let Some(&exp) = expected.get(&key)
+                    && exp != a.offset
+                {
+                    q.gaps.push(AuxGap {
                         stream_offset,
-                        data: a.data,
+                        record_offset: item.offset,
+                        expected_aux_offset: exp,
+                        found_aux_offset: a.offset,
                     });
                 }
-                PerfRecord::Event(r) => match r.body {
-                    Body::Aux(aux) if aux.truncated() || aux.partial() => {
-                        s.aux_losses.push(AuxLoss {
-                            record_offset: item.offset,
-                            cpu: r.sample.cpu,
-                            tid: r.sample.pid_tid.map(|(_, t)| t),
-                            aux_offset: aux.aux_offset,
-                            aux_size: aux.aux_size,
-                            flags: aux.flags,
-                        })
-                    }
-                    Body::Lost(l) => s.lost_records.push((item.offset, l.lost)),
-                    _ => {}
-                },
-                _ => {}
+                expected.insert(key, a.offset.wrapping_add(a.size));
+                q.chunks.push(AuxChunk {
+                    record_offset: item.offset,
+                    aux_offset: a.offset,
+                    stream_offset,
+                    data: a.data,
+                });
+            } else {
+                s.note_loss(&item);
             }
         }
         s
+    }
+
+    /// Collects a truncated/partial AUX record or a LOST record.
+    fn note_loss(&mut self, item: &RecordItem<'_>) {
+        let PerfRecord::Event(r) = &item.record else {
+            return;
+        };
+        match r.body {
+            Body::Aux(aux) if aux.truncated() || aux.partial() => self.aux_losses.push(AuxLoss {
+                record_offset: item.offset,
+                cpu: r.sample.cpu,
+                tid: r.sample.pid_tid.map(|(_, t)| t),
+                aux_offset: aux.aux_offset,
+                aux_size: aux.aux_size,
+                flags: aux.flags,
+            }),
+            Body::Lost(l) => self.lost_records.push((item.offset, l.lost)),
+            _ => {}
+        }
     }
 
     /// The queue for `cpu` (per-CPU recording) or, failing that, the
