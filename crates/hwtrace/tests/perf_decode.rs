@@ -1528,8 +1528,11 @@ fn byte_at(e: &Execution, addr: u64) -> Option<u8> {
 /// ([`PID_B`]) on CPU 0, each with its own COMM and MMAP2 records, SWITCH
 /// records when each is switched in, one AUX stream holding both traces
 /// (each with TSC packets), and the TSC conversion the identity. Without
-/// `switches`, no SWITCH records.
-fn write_two_processes(dir: &Path, switches: bool) -> PathBuf {
+/// `switches`, no SWITCH records. With `exec`, one process instead: thread
+/// [`PID`] runs /bin/true, then execs /bin/echo (timed COMM exec records),
+/// traced per thread.
+fn write_two_processes(dir: &Path, switches: bool, exec: bool) -> PathBuf {
+    let pid_b = if exec { PID } else { PID_B };
     let a = recorded();
     let b = second();
     let tsc_a = TSC;
@@ -1579,7 +1582,7 @@ fn write_two_processes(dir: &Path, switches: bool) -> PathBuf {
         cyc_bit: Some(1 << 1),
         max_non_turbo_ratio: Some(0),
         have_sched_switch: 2,
-        per_cpu_mmaps: true,
+        per_cpu_mmaps: !exec,
         tsc: TscConversion {
             time_shift: 0,
             time_mult: 1,
@@ -1591,7 +1594,7 @@ fn write_two_processes(dir: &Path, switches: bool) -> PathBuf {
     .unwrap();
     for (pid, comm, maps, start, time) in [
         (PID, "true", &a.maps, true, tsc_a.start - 10),
-        (PID_B, "echo", &b.maps, false, tsc_b.start - 10),
+        (pid_b, "echo", &b.maps, false, tsc_b.start - 10),
     ] {
         let sid = SampleId {
             pid_tid: Some((pid, pid)),
@@ -1616,9 +1619,13 @@ fn write_two_processes(dir: &Path, switches: bool) -> PathBuf {
             w.write_event(record_type::SWITCH, 0, &[], &sid).unwrap();
         }
     }
-    w.auxtrace(&pt, 0, 0, 0, u32::MAX, 0).unwrap();
+    if exec {
+        w.auxtrace(&pt, 0, 0, 0, PID, u32::MAX).unwrap();
+    } else {
+        w.auxtrace(&pt, 0, 0, 0, u32::MAX, 0).unwrap();
+    }
     let sid = SampleId {
-        pid_tid: Some((PID_B, PID_B)),
+        pid_tid: Some((pid_b, pid_b)),
         cpu: Some(0),
         time: Some(tsc_b.start + 10 * b.execution.insns().len() as u64),
         identifier: Some(1),
@@ -1645,7 +1652,7 @@ fn a_per_cpu_stream_decodes_each_process_over_its_own_image() {
         .any(|ip| matches!((byte_at(&a.execution, ip.0), byte_at(&b.execution, ip.0)), (Some(x), Some(y)) if x != y));
     assert!(clash, "no address with different code in the two programs");
 
-    let file = write_two_processes(&dir, true);
+    let file = write_two_processes(&dir, true, false);
     let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
@@ -1681,7 +1688,7 @@ fn a_per_cpu_stream_decodes_each_process_over_its_own_image() {
     // Without the switch records nothing says echo ran: decoded over the
     // image of true (the only thread seen on the CPU), its code reads as
     // true's and decoding fails where they differ.
-    let file = write_two_processes(&dir, false);
+    let file = write_two_processes(&dir, false, false);
     let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
@@ -1813,5 +1820,27 @@ fn kernel_instructions_of_a_pt_trace_decode_over_kcore() {
             "(far_away+0x1)"
         ]
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn a_process_that_execs_decodes_each_program_over_its_own_image() {
+    let dir = scratch("exec");
+    let (a, b) = (recorded(), second());
+    let file = write_two_processes(&dir, false, true);
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let lines = decoded(&out);
+    assert!(lines.iter().all(|l| l.0 == PID.to_string() && l.1 == "-"));
+    let ips: Vec<u64> = lines.iter().map(|l| l.2).collect();
+    let want: Vec<u64> = a
+        .execution
+        .insns()
+        .iter()
+        .chain(b.execution.insns())
+        .map(|ip| ip.0)
+        .collect();
+    assert_same("true, then echo after the exec", &ips, &want);
     std::fs::remove_dir_all(&dir).ok();
 }

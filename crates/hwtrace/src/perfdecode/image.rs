@@ -127,11 +127,37 @@ pub fn build_with_kernel(
     kernel: &Kernel,
     cache: &mut BuildIdCache,
 ) -> anyhow::Result<ProcessImage> {
+    let keep = |m: &Mapping| pids.is_none_or(|p| p.contains(&m.pid));
+    build_filtered(sb, keep, opts, kernel, cache)
+}
+
+/// The image of one program of process `pid`: the mappings made between
+/// its `generation`-th exec and the next (see
+/// [`Sideband::generation_at`]), untimed ones, and the kernel's.
+pub fn build_program(
+    sb: &Sideband,
+    pid: u32,
+    generation: usize,
+    opts: &ImageOptions,
+    kernel: &Kernel,
+    cache: &mut BuildIdCache,
+) -> anyhow::Result<ProcessImage> {
+    let keep = |m: &Mapping| m.pid == pid && sb.generation_of(m).is_none_or(|g| g == generation);
+    build_filtered(sb, keep, opts, kernel, cache)
+}
+
+fn build_filtered(
+    sb: &Sideband,
+    keep: impl Fn(&Mapping) -> bool,
+    opts: &ImageOptions,
+    kernel: &Kernel,
+    cache: &mut BuildIdCache,
+) -> anyhow::Result<ProcessImage> {
     let mut out = ProcessImage::default();
     // Kernel code first: the process's own mappings override it.
     kernel.add_to(&mut out.image)?;
     for m in &sb.mappings {
-        if pids.is_some_and(|p| !p.contains(&m.pid)) && !is_kernel(m) {
+        if !keep(m) && !is_kernel(m) {
             continue;
         }
         if is_kernel(m) && kernel.has_code() {

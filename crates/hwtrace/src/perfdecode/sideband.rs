@@ -12,6 +12,9 @@ use hwtrace_perf::pevent::record::Body;
 /// protection bits, this says the mapping is not code).
 const MISC_MMAP_DATA: u16 = 1 << 13;
 
+/// `PERF_RECORD_MISC_COMM_EXEC`: the COMM record of an exec.
+const MISC_COMM_EXEC: u16 = 1 << 13;
+
 /// `PROT_EXEC` of mmap(2).
 const PROT_EXEC: u32 = 4;
 
@@ -33,6 +36,9 @@ pub struct Mapping {
     pub filename: String,
     /// The build id the MMAP2 record carries, if any.
     pub build_id: Option<Vec<u8>>,
+    /// The record's perf time, if its `sample_id` has one: which program
+    /// of the process (before or after an exec) it belongs to.
+    pub time: Option<u64>,
 }
 
 impl Mapping {
@@ -57,6 +63,10 @@ pub struct Sideband {
     /// Per CPU, the threads switched in, with the perf time of the switch
     /// (records without a time are left out), in time order.
     pub switches: BTreeMap<u32, Vec<(u64, u32)>>,
+    /// Per process, the perf times of its execs (COMM records flagged
+    /// `PERF_RECORD_MISC_COMM_EXEC` with a time), in time order: each
+    /// exec starts a new program with new mappings.
+    pub execs: BTreeMap<u32, Vec<u64>>,
 }
 
 fn text(b: &[u8]) -> String {
@@ -97,6 +107,7 @@ impl Sideband {
                         pgoff: m.pgoff,
                         filename: text(m.filename),
                         build_id: m.build_id(r.header.misc).map(<[u8]>::to_vec),
+                        time: r.sample.time,
                     });
                 }
                 Body::Mmap(m) if r.header.misc & MISC_MMAP_DATA == 0 => {
@@ -109,10 +120,16 @@ impl Sideband {
                         pgoff: m.pgoff,
                         filename: text(m.filename),
                         build_id: None,
+                        time: r.sample.time,
                     });
                 }
                 Body::Comm(c) => {
                     sb.pid_of.insert(c.tid, c.pid);
+                    if r.header.misc & MISC_COMM_EXEC != 0
+                        && let Some(time) = r.sample.time
+                    {
+                        sb.execs.entry(c.pid).or_default().push(time);
+                    }
                 }
                 Body::ItraceStart(s) => {
                     sb.pid_of.insert(s.tid, s.pid);
@@ -145,6 +162,10 @@ impl Sideband {
         for list in sb.switches.values_mut() {
             list.sort_by_key(|&(time, _)| time);
         }
+        for list in sb.execs.values_mut() {
+            list.sort_unstable();
+            list.dedup();
+        }
         for b in &features.build_ids {
             sb.build_ids.insert(text(b.filename), b.build_id.to_vec());
         }
@@ -165,6 +186,25 @@ impl Sideband {
         let list = self.switches.get(&cpu)?;
         let n = list.partition_point(|&(t, _)| t <= time);
         n.checked_sub(1).map(|i| list[i].1)
+    }
+
+    /// How many programs process `pid` ran: one more than its timed execs.
+    pub fn generations(&self, pid: u32) -> usize {
+        self.execs.get(&pid).map_or(0, Vec::len) + 1
+    }
+
+    /// Which program of process `pid` runs at perf time `time`: the
+    /// number of its execs at or before it.
+    pub fn generation_at(&self, pid: u32, time: u64) -> usize {
+        self.execs
+            .get(&pid)
+            .map_or(0, |e| e.partition_point(|&t| t <= time))
+    }
+
+    /// The program of its process mapping `m` belongs to (`None`: untimed,
+    /// every one).
+    pub fn generation_of(&self, m: &Mapping) -> Option<usize> {
+        m.time.map(|t| self.generation_at(m.pid, t))
     }
 
     /// How many threads ran on `cpu`.
@@ -190,6 +230,30 @@ mod tests {
         assert_eq!(sb.thread_at(0, 200), Some(9));
         assert_eq!(sb.thread_at(0, 1000), Some(0));
         assert_eq!(sb.thread_at(1, 1000), None);
+    }
+
+    #[test]
+    fn execs_split_a_process_into_programs() {
+        let mut sb = Sideband::default();
+        sb.execs.insert(7, vec![100, 200]);
+        assert_eq!(sb.generations(7), 3);
+        assert_eq!(sb.generations(8), 1);
+        assert_eq!(
+            [0, 99, 100, 199, 200, 1000].map(|t| sb.generation_at(7, t)),
+            [0, 0, 1, 1, 2, 2]
+        );
+        let m = Mapping {
+            record_offset: FileOffset(0),
+            pid: 7,
+            addr: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            filename: "/bin/x".into(),
+            build_id: None,
+            time: Some(150),
+        };
+        assert_eq!(sb.generation_of(&m), Some(1));
+        assert_eq!(sb.generation_of(&Mapping { time: None, ..m }), None);
     }
 
     #[test]

@@ -145,15 +145,19 @@ struct Blame {
     skipped: u64,
 }
 
-/// The thread and image at each timed event of a per-CPU queue, from the
-/// CPU's switch records: the thread switched in last at the event's perf
-/// time runs, with its process's image.
+/// The thread and image at each timed event: on a per-CPU queue the
+/// thread switched in last at the event's perf time runs (per-thread
+/// queues have theirs), with the image of its process's program at that
+/// time (an exec starts a new one).
 struct Timeline<'s> {
     sb: &'s Sideband,
     cpu: u32,
+    /// The queue's thread, on per-thread queues.
+    fixed_tid: Option<u32>,
     tsc: TscConversion,
-    /// Image index per process.
-    image_of_pid: BTreeMap<u32, usize>,
+    /// Image index per process and program (see
+    /// [`Sideband::generation_at`]).
+    image_of: BTreeMap<(u32, usize), usize>,
     tid: Rc<Cell<Option<u32>>>,
     current: Rc<Cell<usize>>,
 }
@@ -161,10 +165,14 @@ struct Timeline<'s> {
 impl Switcher for Timeline<'_> {
     fn at_tsc(&mut self, tsc: u64) -> Option<usize> {
         let time = perf_time(&self.tsc, tsc);
-        let tid = self.sb.thread_at(self.cpu, time)?;
+        let tid = match self.fixed_tid {
+            Some(t) => t,
+            None => self.sb.thread_at(self.cpu, time)?,
+        };
         self.tid.set(Some(tid));
-        let pid = self.sb.pid_of.get(&tid)?;
-        let i = *self.image_of_pid.get(pid)?;
+        let &pid = self.sb.pid_of.get(&tid)?;
+        let generation = self.sb.generation_at(pid, time);
+        let i = *self.image_of.get(&(pid, generation))?;
         (i != self.current.get()).then(|| {
             self.current.set(i);
             i
@@ -185,14 +193,15 @@ pub struct QueueDecoder<'s> {
     key: QueueKey,
     /// The thread running (changed by the timeline at timed events).
     tid: Rc<Cell<Option<u32>>>,
-    /// Per-CPU queues with timed switch records: the CPU's switches, used
-    /// to pick the thread and its process's image at each timed event.
-    timeline: Option<&'s Sideband>,
-    /// Image 0 holds every process's code (the fallback before the first
-    /// switch and for threads of unknown process); with a timeline, image
-    /// `i > 0` holds one process's.
+    /// Queues with a time line (per-CPU queues with timed switch records,
+    /// processes that exec'd): the sideband, and the queue's own thread on
+    /// per-thread queues.
+    timeline: Option<(&'s Sideband, Option<u32>)>,
+    /// Image 0 holds the code of every process that may run here (the
+    /// fallback before the first timed event and for threads of unknown
+    /// process); with a timeline, image `i > 0` holds one program's.
     images: Vec<ProcessImage>,
-    image_of_pid: BTreeMap<u32, usize>,
+    image_of: BTreeMap<(u32, usize), usize>,
     /// The image decoding uses now.
     current: Rc<Cell<usize>>,
     settings: PtSettings,
@@ -216,15 +225,16 @@ impl<'s> QueueDecoder<'s> {
         build_ids: &mut image::BuildIdCache,
         diag: &mut dyn Write,
     ) -> Result<Self> {
-        let timed = key.tid == u32::MAX
+        let has_time = settings.tsc.cap_user_time_zero || settings.tsc.time_mult != 0;
+        let switched = key.tid == u32::MAX
             && key.cpu != u32::MAX
             && sb.switches.contains_key(&key.cpu)
-            && (settings.tsc.cap_user_time_zero || settings.tsc.time_mult != 0);
+            && has_time;
         let tid = if key.tid != u32::MAX {
             Some(key.tid)
         } else if key.cpu != u32::MAX {
             let t = sb.only_thread_on(key.cpu);
-            if t.is_none() && !timed {
+            if t.is_none() && !switched {
                 writeln!(
                     diag,
                     "hwtrace perf decode: {key}: {} threads ran on this CPU and no timed switch records say when: its instructions are shown with tid ?",
@@ -235,55 +245,51 @@ impl<'s> QueueDecoder<'s> {
         } else {
             None
         };
-        let mut images = Vec::new();
-        let mut image_of_pid = BTreeMap::new();
-        if timed {
-            // The processes switched in on this CPU, one image each, and
-            // every process's code for the stretch before the first switch.
-            let pids: BTreeSet<u32> = sb
-                .switches
-                .get(&key.cpu)
-                .into_iter()
-                .flatten()
-                .filter(|&&(_, t)| t != 0)
-                .filter_map(|&(_, t)| sb.pid_of.get(&t).copied())
-                .collect();
-            images.push(image::build_with_kernel(
-                sb,
-                Some(&pids),
-                &opts.image,
-                kernel,
-                build_ids,
-            )?);
-            for pid in pids {
-                let one = BTreeSet::from([pid]);
-                image_of_pid.insert(pid, images.len());
-                images.push(image::build_with_kernel(
-                    sb,
-                    Some(&one),
-                    &opts.image,
-                    kernel,
-                    build_ids,
-                )?);
-            }
+        // The processes that may run here: those switched in on this CPU,
+        // or the queue's thread's.
+        let pids: Option<BTreeSet<u32>> = if switched {
+            let on_cpu = sb.switches.get(&key.cpu).into_iter().flatten();
+            Some(
+                on_cpu
+                    .filter(|&&(_, t)| t != 0)
+                    .filter_map(|&(_, t)| sb.pid_of.get(&t).copied())
+                    .collect(),
+            )
         } else {
-            let pids = tid
-                .and_then(|t| sb.pid_of.get(&t))
-                .map(|&p| BTreeSet::from([p]));
-            images.push(image::build_with_kernel(
-                sb,
-                pids.as_ref(),
-                &opts.image,
-                kernel,
-                build_ids,
-            )?);
+            tid.and_then(|t| sb.pid_of.get(&t))
+                .map(|&p| BTreeSet::from([p]))
+        };
+        let execs = has_time && pids.iter().flatten().any(|&p| sb.generations(p) > 1);
+        let timed = switched || execs;
+        let mut images = vec![image::build_with_kernel(
+            sb,
+            pids.as_ref(),
+            &opts.image,
+            kernel,
+            build_ids,
+        )?];
+        let mut image_of = BTreeMap::new();
+        if timed {
+            for &pid in pids.iter().flatten() {
+                for generation in 0..sb.generations(pid) {
+                    image_of.insert((pid, generation), images.len());
+                    images.push(image::build_program(
+                        sb,
+                        pid,
+                        generation,
+                        &opts.image,
+                        kernel,
+                        build_ids,
+                    )?);
+                }
+            }
         }
         Ok(Self {
             key,
             tid: Rc::new(Cell::new(tid)),
-            timeline: timed.then_some(sb),
+            timeline: timed.then_some((sb, tid.filter(|_| !switched))),
             images,
-            image_of_pid,
+            image_of,
             current: Rc::new(Cell::new(0)),
             settings,
             opts,
@@ -368,11 +374,12 @@ impl<'s> QueueDecoder<'s> {
         self.current.set(0);
         let dec = InsnDecoder::new(trace, self.settings.config, refs[0]);
         let branches = self.opts.format == Format::Branches;
-        let timeline = self.timeline.map(|sb| Timeline {
+        let timeline = self.timeline.map(|(sb, fixed_tid)| Timeline {
             sb,
             cpu: self.key.cpu,
+            fixed_tid,
             tsc: self.settings.tsc,
-            image_of_pid: self.image_of_pid.clone(),
+            image_of: self.image_of.clone(),
             tid: Rc::clone(&self.tid),
             current: Rc::clone(&self.current),
         });
