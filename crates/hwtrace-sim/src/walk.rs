@@ -36,11 +36,11 @@
 use std::collections::HashSet;
 
 use hwtrace_packet::{ExecMode, IpCompression, LastIp, Packet, PacketDecoder, Pip, TraceBuilder};
-use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory};
+use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
 use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
 
 use crate::memory::CodeImageBuilder;
-use crate::pt_encoder::{Cr3Filter, EncodeError, PtConfig, PtEncoder};
+use crate::pt_encoder::{Cr3Filter, EncodeError, PsbMark, PtConfig, PtEncoder};
 use crate::{CodeConflict, Execution};
 
 /// How to walk.
@@ -470,8 +470,10 @@ pub enum SwitchEncodeError {
 pub struct SwitchTrace {
     /// The trace bytes.
     pub bytes: Vec<u8>,
-    /// PSBs written.
-    pub psbs: usize,
+    /// Every PSB written: its offset in [`SwitchTrace::bytes`] and the
+    /// index, counted over all stretches' instructions in order, of the
+    /// first instruction a decoder starting there sees.
+    pub psbs: Vec<PsbMark>,
     /// PIPs written between stretches (the switches: one wherever the
     /// next stretch runs in another address space).
     pub switch_pips: usize,
@@ -485,9 +487,8 @@ pub struct SwitchTrace {
 /// does), joined by FUP and TIP.PGD (the encoder's ending for an
 /// execution cut short), a PIP with the next CR3 if it changes, and the
 /// next stretch's MODE.Exec and TIP.PGE. The next stretch's opening PSB+
-/// is left out:
-/// the hardware writes none at a switch, so the decoder must take the
-/// new address space from the switch's PIP. `kernel_entry`, if given, is
+/// is left out: the hardware writes none at a switch, so the decoder must
+/// take the new address space from the switch's PIP. `kernel_entry`, if given, is
 /// the interrupt handler's address the TIP.PGD carries (with `OS = 1` and
 /// an IP filter the processor reports where it went); `None` suppresses it.
 ///
@@ -499,7 +500,9 @@ pub fn encode_switches(
     kernel_entry: Option<Ip>,
 ) -> Result<SwitchTrace, SwitchEncodeError> {
     let mut out = TraceBuilder::new();
-    let mut psbs = 0;
+    let mut psbs = Vec::new();
+    // Instructions of the stretches before this one.
+    let mut base = 0;
     let mut switch_pips = 0;
     let mut compressed_returns = 0;
     let last = stretches.len().saturating_sub(1);
@@ -520,7 +523,11 @@ pub fn encode_switches(
         compressed_returns += encoded.stats.compressed_returns;
         let packets = reread(&encoded.bytes, index)?;
         let mut rest = packets.as_slice();
+        // The encoder's PSB marks, in order; the opening one is dropped
+        // below for every stretch but the first.
+        let mut marks = encoded.psbs.iter();
         if index > 0 {
+            marks.next();
             // Drop the opening PSB+; the switch's PIP takes its place.
             let end = rest
                 .iter()
@@ -539,11 +546,17 @@ pub fn encode_switches(
                 (Packet::TipPgd(_), Some(entry)) if closing => (packet, Some(entry.0)),
                 _ => (packet, ip),
             };
-            if matches!(packet, Packet::Psb) {
-                psbs += 1;
+            if matches!(packet, Packet::Psb)
+                && let Some(mark) = marks.next()
+            {
+                psbs.push(PsbMark {
+                    offset: TraceOffset(out.as_bytes().len() as u64),
+                    insn_index: base + mark.insn_index,
+                });
             }
             push(&mut out, packet, ip, index)?;
         }
+        base += s.execution.len();
     }
     Ok(SwitchTrace {
         bytes: out.finish(),
@@ -818,7 +831,14 @@ mod tests {
         let entry = Ip(0xffff_ffff_8100_0000);
         let trace = encode_switches(&stretches, pt, Some(entry)).expect("encode");
         assert_eq!(trace.switch_pips, 4);
-        assert!(trace.psbs > 1, "PSBs inside stretches too");
+        assert!(trace.psbs.len() > 1, "PSBs inside stretches too");
+        // Each mark is a PSB and names an instruction of the walk.
+        let total: usize = stretches.iter().map(|s| s.execution.len()).sum();
+        for m in &trace.psbs {
+            assert!(hwtrace_packet::is_psb_at(&trace.bytes, m.offset.0 as usize));
+            assert!(m.insn_index < total);
+        }
+        assert_eq!(trace.psbs[0].insn_index, 0);
 
         let packets = reread(&trace.bytes, 0).expect("decodes");
         let mut in_psb = false;

@@ -271,7 +271,7 @@ fn switches_decode_in_their_own_spaces(level: u8, seed: u64) {
         };
         let trace = encode_switches(&stretches, pt, kernel_entry).expect("encode");
         assert_eq!(trace.switch_pips, walk.slices - 1);
-        assert!(trace.psbs >= 8, "{} PSBs", trace.psbs);
+        assert!(trace.psbs.len() >= 8, "{} PSBs", trace.psbs.len());
         assert_eq!(trace.compressed_returns > 0, compression);
         let file = scratch(&format!("la{level}-{compression}.pt"), &trace.bytes);
         let (decoded, errors, code) = decode(&file, &path, stretches[0].cr3);
@@ -281,7 +281,7 @@ fn switches_decode_in_their_own_spaces(level: u8, seed: u64) {
             expected.len(),
             stretches.len(),
             trace.switch_pips,
-            trace.psbs,
+            trace.psbs.len(),
             trace.compressed_returns,
             trace.bytes.len(),
             decoded.len()
@@ -299,6 +299,32 @@ fn switches_decode_in_their_own_spaces(level: u8, seed: u64) {
         );
         let first_diff = decoded.iter().zip(&expected).position(|(a, b)| a != b);
         assert_eq!(first_diff, None, "return compression {compression}");
+        let _ = std::fs::remove_file(file);
+
+        // From a PSB in the second half, in a space other than the vCPU's:
+        // the decoder takes the CR3 from the PIP in that PSB+.
+        let vcpu = config.root_table(cpu.cr3()).0;
+        let mark = trace.psbs[trace.psbs.len() / 2..]
+            .iter()
+            .find(|m| expected[m.insn_index].0 != vcpu)
+            .expect("a PSB in another space");
+        let from = &trace.bytes[mark.offset.0 as usize..];
+        let file = scratch(&format!("la{level}-{compression}-from.pt"), from);
+        let (decoded, errors, code) = decode(&file, &path, Cr3(expected[mark.insn_index].0));
+        assert_eq!(
+            errors,
+            Vec::<String>::new(),
+            "from PSB at {}",
+            mark.offset.0
+        );
+        assert_eq!(code, Some(0));
+        assert!(
+            decoded == expected[mark.insn_index..],
+            "from PSB at {}: {} instructions decoded, {} expected",
+            mark.offset.0,
+            decoded.len(),
+            expected.len() - mark.insn_index
+        );
         let _ = std::fs::remove_file(file);
     }
 
