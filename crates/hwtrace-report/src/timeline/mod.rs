@@ -197,15 +197,19 @@ impl<W: Write> TimelineWriter<W> {
         }
     }
 
-    /// `ts` in microseconds on the chosen axis.
-    fn ts(&self, (insns, tsc): (u64, Option<Tsc>)) -> f64 {
+    /// A point on the chosen axis, in nanoseconds. Whole nanoseconds,
+    /// rounded the same way for every event, keep children inside their
+    /// parents exactly (rounding is monotonic), which floating-point
+    /// microseconds with separately rounded `dur`s would not.
+    fn ns(&self, (insns, tsc): (u64, Option<Tsc>)) -> u64 {
         match self.axis {
             Some(Axis::Tsc) => {
                 let first = self.first_tsc.map_or(0, |t| t.0);
                 let ticks = tsc.map_or(0, |t| t.0.saturating_sub(first));
-                ticks as f64 * 1e6 / self.options.tsc_hz.unwrap_or(1e9)
+                let hz = self.options.tsc_hz.filter(|hz| *hz > 0.0).unwrap_or(1e9);
+                (ticks as f64 * 1e9 / hz).round() as u64
             }
-            _ => insns as f64,
+            _ => insns.saturating_mul(1000),
         }
     }
 
@@ -239,8 +243,9 @@ impl<W: Write> TimelineWriter<W> {
 
     fn write_event(&mut self, held: &Held) -> io::Result<()> {
         let (pid, tid) = track(held.thread);
-        let start = self.ts(held.start);
-        let end = self.ts(held.end).max(start);
+        let start = self.ns(held.start);
+        let end = self.ns(held.end).max(start);
+        let (ts, dur) = (Micros(start), Micros(end - start));
         self.separator()?;
         match &held.body {
             Body::Frame {
@@ -254,8 +259,7 @@ impl<W: Write> TimelineWriter<W> {
                 json_str(&mut self.out, name)?;
                 write!(
                     self.out,
-                    ",\"cat\":\"call\",\"ph\":\"X\",\"ts\":{start:.3},\"dur\":{:.3},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"insns\":{insns},\"self_insns\":{self_insns}",
-                    end - start
+                    ",\"cat\":\"call\",\"ph\":\"X\",\"ts\":{ts},\"dur\":{dur},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"insns\":{insns},\"self_insns\":{self_insns}"
                 )?;
                 match kind {
                     FrameKind::Called => {}
@@ -283,7 +287,7 @@ impl<W: Write> TimelineWriter<W> {
             Body::Gap { offset, why } => {
                 write!(
                     self.out,
-                    "{{\"name\":\"gap: {}\",\"cat\":\"trace\",\"ph\":\"i\",\"s\":\"t\",\"ts\":{start:.3},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"offset\":\"{offset}\"}}}}",
+                    "{{\"name\":\"gap: {}\",\"cat\":\"trace\",\"ph\":\"i\",\"s\":\"t\",\"ts\":{ts},\"pid\":{pid},\"tid\":{tid},\"args\":{{\"offset\":\"{offset}\"}}}}",
                     crate::calls::gap_words(*why)
                 )
             }
@@ -347,6 +351,18 @@ impl<W: Write> CallSink for TimelineWriter<W> {
             end: now,
             body: Body::Gap { offset, why },
         })
+    }
+}
+
+/// Nanoseconds written as microseconds with three decimals, exactly.
+struct Micros(u64);
+
+impl std::fmt::Display for Micros {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 % 1000 {
+            0 => write!(f, "{}", self.0 / 1000),
+            ns => write!(f, "{}.{ns:03}", self.0 / 1000),
+        }
     }
 }
 
@@ -431,6 +447,15 @@ mod tests {
                 .unwrap()
                 .starts_with("TSC at 2000000000 Hz")
         );
+    }
+
+    #[test]
+    fn nanoseconds_print_as_exact_microseconds() {
+        let shown: Vec<String> = [0, 5, 1234, 2000, 10_050]
+            .into_iter()
+            .map(|ns| Micros(ns).to_string())
+            .collect();
+        assert_eq!(shown, ["0", "0.005", "1.234", "2", "10.050"]);
     }
 
     #[test]
