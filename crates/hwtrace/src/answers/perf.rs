@@ -16,6 +16,7 @@ use crate::perfdecode::image::{self, BuildIdCache};
 use crate::perfdecode::sideband::Sideband;
 use crate::perfdecode::stream::{MAX_JOIN, PtSettings, perf_time};
 use anyhow::{Context, Result, bail};
+use hwtrace_flow::ErrorKind;
 use hwtrace_flow::insn::InsnDecoder;
 use hwtrace_perf::data::{AuxQueue, AuxStreams, AuxtraceKind, PerfData, PerfRecord, QueueKey};
 use hwtrace_report::exec::{Exec, GapKind, Mapping};
@@ -198,16 +199,9 @@ impl PerfInput {
                 .map(|&p| BTreeSet::from([p]))
         };
         let built = image::build(sb, pids.as_ref(), &self.options, cache);
-        for m in &built.missing {
-            report.problem(format!(
-                "{key}: not loaded: {} (pid {}, {:#x}-{:#x}): {}",
-                m.path,
-                m.mapping.pid,
-                m.mapping.addr,
-                m.mapping.addr.wrapping_add(m.mapping.len),
-                m.reason
-            ));
-        }
+        // Decoding stops inside missing mappings: said once per mapping,
+        // at the end, as `hwtrace perf decode` says it.
+        let mut stops = vec![0u64; built.missing.len()];
         let thread = |tid: Option<u32>| Exec::Thread {
             pid: tid.and_then(|t| sb.pid_of.get(&t).copied()),
             tid,
@@ -255,9 +249,27 @@ impl PerfInput {
                         sink(thread(tid))?;
                     }
                 }
+                if let crate::flow::Item::Error(e) = &item
+                    && matches!(e.kind, ErrorKind::NoMap | ErrorKind::BadInsn)
+                    && let Some(i) = e.ip.and_then(|ip| built.missing_at(ip))
+                {
+                    stops[i] += 1;
+                    map.explained_error(e.offset.0, sink, report)?;
+                    continue;
+                }
                 map.item(item, sink, report)?;
             }
             map.gap(start + len, GapKind::Disabled, sink, report)?;
+        }
+        for (m, n) in built.missing.iter().zip(stops).filter(|(_, n)| *n > 0) {
+            report.problem(format!(
+                "{key}: cannot decode code of {} mapped at {:#x}-{:#x} (pid {}): {}; decoding stopped {n} times inside it",
+                m.path,
+                m.mapping.addr,
+                m.mapping.addr.wrapping_add(m.mapping.len),
+                m.mapping.pid,
+                m.reason
+            ));
         }
         Ok(())
     }

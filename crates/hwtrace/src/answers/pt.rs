@@ -87,6 +87,19 @@ impl ItemMapper {
         Ok(())
     }
 
+    /// A decode error already explained elsewhere (perf.data: inside a
+    /// mapping whose code is missing, reported once per mapping): counted
+    /// and a gap, without a problem line of its own.
+    pub fn explained_error(
+        &mut self,
+        offset: u64,
+        sink: Sink<'_>,
+        report: &mut SourceReport,
+    ) -> Result<()> {
+        report.errors += 1;
+        self.gap(self.base + offset, GapKind::DecodeError, sink, report)
+    }
+
     fn event(
         &mut self,
         offset: u64,

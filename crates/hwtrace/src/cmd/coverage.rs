@@ -6,8 +6,10 @@
 //! `hwtrace_report::coverage`'s.
 
 use crate::answers::{Source, SourceArgs};
+use crate::progress::Progress;
 use anyhow::{Context, Result};
 use hwtrace_report::coverage::{Coverage, CoverageBuilder, afl, drcov, json, lcov};
+use hwtrace_report::exec::Exec;
 use hwtrace_report::symbols::Symbolizer;
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -41,7 +43,7 @@ pub struct CoverageArgs {
     /// Write every block and edge with hit counts as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// No summary on stdout, no problems on stderr.
+    /// No progress bar, no summary on stdout, no problems on stderr.
     #[arg(long)]
     quiet: bool,
 }
@@ -68,10 +70,18 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
     let source = Source::open(&args.source)?;
     let symbols = Symbolizer::from_mappings(source.mappings());
     let mut builder = CoverageBuilder::new();
+    let name = super::calls::input_name(&args.source);
+    let mut progress = Progress::bytes(source.trace_bytes(), &name, args.quiet);
     let report = source.run(&mut |e| {
+        // Gaps carry trace offsets: the bar moves at each.
+        progress.at(match e {
+            Exec::Gap { offset, .. } => Some(offset.0),
+            _ => None,
+        });
         builder.push(&e);
         Ok(())
     })?;
+    progress.finish();
     let cov = builder.finish();
     let table = drcov::table(&cov, &symbols);
     if let Some(path) = &args.drcov {
