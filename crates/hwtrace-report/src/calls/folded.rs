@@ -95,7 +95,9 @@ impl CallSink for FoldedStacks {
     }
 
     fn caller(&mut self, cx: &Context<'_>, stack: &[Frame]) -> io::Result<()> {
-        let caller = stack[0].func;
+        let Some(caller) = stack.first().map(|f| f.func) else {
+            return Ok(());
+        };
         if let Some(counts) = self.open.get_mut(&cx.thread) {
             *counts = std::mem::take(counts)
                 .into_iter()

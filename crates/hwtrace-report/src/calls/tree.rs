@@ -144,18 +144,24 @@ fn marker(frame: &Frame) -> &'static str {
 
 impl<W: Write> CallSink for TreeWriter<W> {
     fn begin(&mut self, cx: &Context<'_>, stack: &[Frame]) -> io::Result<()> {
-        self.open.insert(cx.thread, stack.len() - 1);
+        if let Some(depth) = stack.len().checked_sub(1) {
+            self.open.insert(cx.thread, depth);
+        }
         Ok(())
     }
 
     fn enter(&mut self, cx: &Context<'_>, stack: &[Frame]) -> io::Result<()> {
         self.flush_open(cx, stack)?;
-        self.open.insert(cx.thread, stack.len() - 1);
+        if let Some(depth) = stack.len().checked_sub(1) {
+            self.open.insert(cx.thread, depth);
+        }
         Ok(())
     }
 
     fn exit(&mut self, cx: &Context<'_>, stack: &[Frame], how: ExitHow) -> io::Result<()> {
-        let depth = stack.len() - 1;
+        let Some(depth) = stack.len().checked_sub(1) else {
+            return Ok(());
+        };
         let frame = stack[depth];
         let name = cx.funcs.name(frame.func);
         let leaf = self.open.get(&cx.thread) == Some(&depth);
@@ -181,12 +187,15 @@ impl<W: Write> CallSink for TreeWriter<W> {
     fn caller(&mut self, cx: &Context<'_>, stack: &[Frame]) -> io::Result<()> {
         // A caller always encloses what came before: it opens now, and
         // closes with `}` when it ends.
+        let Some(frame) = stack.first() else {
+            return Ok(());
+        };
         self.line(cx.thread, 0)?;
         writeln!(
             self.out,
             "{}{} {{ (entered before the trace began)",
-            marker(&stack[0]),
-            cx.funcs.name(stack[0].func)
+            marker(frame),
+            cx.funcs.name(frame.func)
         )
     }
 
