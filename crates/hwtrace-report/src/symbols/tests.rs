@@ -206,3 +206,116 @@ fn unreadable_files_name_addresses_by_file_offset_and_are_reported() {
     assert!(err.to_string().contains("not an executable file"), "{err}");
     let _ = std::fs::remove_file(text);
 }
+
+/// A minimal PE32+ DLL: one `.text` section (RVA 0x1000, file offset
+/// 0x200) with two exported functions, `alpha` at RVA 0x1000 and `beta`
+/// at RVA 0x1010, ImageBase 0x180000000 (PE/COFF specification: DOS
+/// stub, file header, optional header, section table, export directory).
+fn tiny_dll() -> Vec<u8> {
+    fn put(buf: &mut [u8], at: usize, bytes: &[u8]) {
+        buf[at..at + bytes.len()].copy_from_slice(bytes);
+    }
+    let mut f = vec![0u8; 0x400];
+    put(&mut f, 0, b"MZ");
+    put(&mut f, 0x3c, &0x40u32.to_le_bytes());
+    put(&mut f, 0x40, b"PE\0\0");
+    // File header: x86-64, one section, a 240-byte optional header, DLL.
+    put(&mut f, 0x44, &0x8664u16.to_le_bytes());
+    put(&mut f, 0x46, &1u16.to_le_bytes());
+    put(&mut f, 0x54, &240u16.to_le_bytes());
+    put(&mut f, 0x56, &0x2022u16.to_le_bytes());
+    // Optional header (PE32+).
+    let o = 0x58;
+    put(&mut f, o, &0x20bu16.to_le_bytes());
+    put(&mut f, o + 4, &0x200u32.to_le_bytes()); // SizeOfCode
+    put(&mut f, o + 16, &0x1000u32.to_le_bytes()); // AddressOfEntryPoint
+    put(&mut f, o + 20, &0x1000u32.to_le_bytes()); // BaseOfCode
+    put(&mut f, o + 24, &0x1_8000_0000u64.to_le_bytes()); // ImageBase
+    put(&mut f, o + 32, &0x1000u32.to_le_bytes()); // SectionAlignment
+    put(&mut f, o + 36, &0x200u32.to_le_bytes()); // FileAlignment
+    put(&mut f, o + 40, &6u16.to_le_bytes()); // MajorOperatingSystemVersion
+    put(&mut f, o + 48, &6u16.to_le_bytes()); // MajorSubsystemVersion
+    put(&mut f, o + 56, &0x2000u32.to_le_bytes()); // SizeOfImage
+    put(&mut f, o + 60, &0x200u32.to_le_bytes()); // SizeOfHeaders
+    put(&mut f, o + 68, &3u16.to_le_bytes()); // Subsystem: console
+    put(&mut f, o + 108, &16u32.to_le_bytes()); // NumberOfRvaAndSizes
+    // Data directory 0: the export table.
+    put(&mut f, o + 112, &0x1100u32.to_le_bytes());
+    put(&mut f, o + 116, &0x60u32.to_le_bytes());
+    // Section table.
+    let s = o + 240;
+    put(&mut f, s, b".text\0\0\0");
+    put(&mut f, s + 8, &0x200u32.to_le_bytes()); // VirtualSize
+    put(&mut f, s + 12, &0x1000u32.to_le_bytes()); // VirtualAddress
+    put(&mut f, s + 16, &0x200u32.to_le_bytes()); // SizeOfRawData
+    put(&mut f, s + 20, &0x200u32.to_le_bytes()); // PointerToRawData
+    put(&mut f, s + 36, &0x6000_0020u32.to_le_bytes()); // code, execute, read
+    // Section contents: RVA r is at file offset r - 0x1000 + 0x200.
+    let at = |rva: usize| rva - 0x1000 + 0x200;
+    put(&mut f, at(0x1000), &[0x90; 16]);
+    put(&mut f, at(0x1010), &[0xc3]);
+    let e = at(0x1100);
+    put(&mut f, e + 12, &0x1150u32.to_le_bytes()); // Name
+    put(&mut f, e + 16, &1u32.to_le_bytes()); // Base
+    put(&mut f, e + 20, &2u32.to_le_bytes()); // NumberOfFunctions
+    put(&mut f, e + 24, &2u32.to_le_bytes()); // NumberOfNames
+    put(&mut f, e + 28, &0x1128u32.to_le_bytes()); // AddressOfFunctions
+    put(&mut f, e + 32, &0x1130u32.to_le_bytes()); // AddressOfNames
+    put(&mut f, e + 36, &0x1138u32.to_le_bytes()); // AddressOfNameOrdinals
+    put(&mut f, at(0x1128), &0x1000u32.to_le_bytes());
+    put(&mut f, at(0x112c), &0x1010u32.to_le_bytes());
+    put(&mut f, at(0x1130), &0x1140u32.to_le_bytes());
+    put(&mut f, at(0x1134), &0x1146u32.to_le_bytes());
+    put(&mut f, at(0x1138), &[0, 0, 1, 0]);
+    put(&mut f, at(0x1140), b"alpha\0beta\0");
+    put(&mut f, at(0x1150), b"t.dll\0");
+    f
+}
+
+#[test]
+fn pe_exports_name_code_up_to_the_next_export() {
+    let path = std::env::temp_dir().join(format!("hwtrace-symbols-{}-t.dll", std::process::id()));
+    std::fs::write(&path, tiny_dll()).unwrap();
+    let info = ObjectInfo::load(&path).unwrap();
+    assert_eq!(info.format(), FileFormat::Pe);
+    assert_eq!(info.lowest(), 0x1_8000_0000);
+    let names: Vec<(&str, u64, u64)> = info
+        .funcs()
+        .iter()
+        .map(|f| (&*f.name, f.addr, f.size))
+        .collect();
+    // Sizeless exports reach the next one, the last the section's end.
+    assert_eq!(
+        names,
+        [
+            ("alpha", 0x1_8000_1000, 0x10),
+            ("beta", 0x1_8000_1010, 0x1f0)
+        ]
+    );
+    // At its ImageBase.
+    let mut s = Symbolizer::new();
+    s.add_file(&path, Placement::Bias(0), Space::ANY).unwrap();
+    assert_eq!(
+        s.name(Space::ANY, Ip(0x1_8000_1004)).as_deref(),
+        Some("alpha+0x4")
+    );
+    assert_eq!(
+        s.name(Space::ANY, Ip(0x1_8000_1020)).as_deref(),
+        Some("beta+0x10")
+    );
+    // Relocated: mapped by its section's file offset elsewhere.
+    let s = Symbolizer::from_mappings(&[Mapping {
+        path: path.clone(),
+        cr3: None,
+        pid: None,
+        start: Ip(0x7ff0_0000_1000),
+        len: 0x200,
+        file_offset: 0x200,
+    }]);
+    assert_eq!(s.modules()[0].base, Ip(0x7ff0_0000_0000));
+    assert_eq!(
+        s.name(Space::ANY, Ip(0x7ff0_0000_1011)).as_deref(),
+        Some("beta+0x1")
+    );
+    let _ = std::fs::remove_file(path);
+}
