@@ -216,10 +216,10 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
     Ok(())
 }
 
-/// `hwtrace flow` on foo over its page cache with `extra` arguments:
-/// exit code and stdout.
-fn flow_cli(extra: &[&str]) -> Result<(Option<i32>, Vec<u8>)> {
-    let dir = shared().join("real/foo");
+/// `hwtrace flow` on a real trace over its page cache with `extra`
+/// arguments: exit code, stdout and stderr.
+fn flow_cli(name: &str, extra: &[&str]) -> Result<(Option<i32>, Vec<u8>, Vec<u8>)> {
+    let dir = shared().join("real").join(name);
     let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
         .arg("flow")
         .arg(dir.join("trace.pt"))
@@ -227,31 +227,41 @@ fn flow_cli(extra: &[&str]) -> Result<(Option<i32>, Vec<u8>)> {
         .arg(&dir)
         .args(extra)
         .output()?;
-    Ok((out.status.code(), out.stdout))
+    Ok((out.status.code(), out.stdout, out.stderr))
 }
 
 #[test]
 fn flow_jobs_prints_the_same_bytes_in_every_format() -> Result<()> {
-    for format in [
-        &[][..],
-        &["--blocks"],
-        &["--branches", "--json"],
-        &["--json", "--no-disasm"],
-        &["--quiet", "--stats"],
-    ] {
-        let one = flow_cli(&[format, &["--jobs", "1"]].concat())?;
-        ensure!(
-            one.0 == Some(0) && !one.1.is_empty(),
-            "{format:?}: {:?}",
-            one.0
-        );
-        let many = flow_cli(&[format, &["--jobs", "3", "--unit-bytes", "1"]].concat())?;
-        ensure!(
-            one == many,
-            "{format:?}: --jobs 3 differs from --jobs 1 ({} vs {} bytes)",
-            many.1.len(),
-            one.1.len()
-        );
+    // foo decodes cleanly; Unzip has errors (exit code 2, and --quiet
+    // reports them on stderr, in order).
+    for (name, code) in [("foo", 0), ("Unzip", 2)] {
+        for format in [
+            &[][..],
+            &["--blocks"],
+            &["--branches", "--json"],
+            &["--json", "--no-disasm"],
+            &["--quiet", "--stats"],
+            &["--quiet", "--stats", "--json"],
+        ] {
+            let one = flow_cli(name, &[format, &["--jobs", "1"]].concat())?;
+            ensure!(
+                one.0 == Some(code) && !one.1.is_empty(),
+                "{name} {format:?}: exit {:?}",
+                one.0
+            );
+            let many = flow_cli(
+                name,
+                &[format, &["--jobs", "3", "--unit-bytes", "1"]].concat(),
+            )?;
+            ensure!(
+                one == many,
+                "{name} {format:?}: --jobs 3 differs from --jobs 1 ({} vs {} bytes out, {} vs {} bytes err)",
+                many.1.len(),
+                one.1.len(),
+                many.2.len(),
+                one.2.len()
+            );
+        }
     }
     Ok(())
 }

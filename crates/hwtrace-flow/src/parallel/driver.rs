@@ -71,6 +71,17 @@ pub struct Seam {
     stall: u64,
 }
 
+/// [`Flow::seam_at`]'s answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SeamAt {
+    /// Not yet at the seam's trace position.
+    Before,
+    /// At it, in this state.
+    Here(Seam),
+    /// Past it.
+    Past,
+}
+
 /// The step source `S` driven as an iterator of [`FlowItem`]s:
 /// synchronise, drain pending events before each instruction, report an
 /// error and resynchronise at the next PSB.
@@ -154,6 +165,25 @@ impl<S: StepSource> Flow<S> {
             stall_offset: self.stall_offset,
             stall: self.stall,
         })
+    }
+
+    /// Where the flow stands after `item` relative to a seam at `at`
+    /// (cheap: the full state is only looked at where the trace position
+    /// matches).
+    pub fn seam_at(&self, item: &FlowItem, at: TraceOffset) -> SeamAt {
+        let FlowItem::Insn { .. } = item else {
+            return SeamAt::Before;
+        };
+        let offset = self.src.offset();
+        if offset < at {
+            SeamAt::Before
+        } else if offset > at {
+            // An instruction's offset is the query layer's position, which
+            // only moves forward: the seam cannot come any more.
+            SeamAt::Past
+        } else {
+            self.seam(item).map_or(SeamAt::Before, SeamAt::Here)
+        }
     }
 
     /// Whether the flow is done.

@@ -2,7 +2,7 @@
 //! merge with its sequential fallback.
 
 use super::StepSource;
-use super::driver::{Flow, FlowItem, Seam};
+use super::driver::{Flow, FlowItem, Seam, SeamAt};
 use super::segment::{Unit, units};
 use hwtrace_types::TraceOffset;
 use std::collections::BTreeMap;
@@ -70,15 +70,29 @@ enum End<S> {
     Free(S),
 }
 
+/// Where a unit's items go: a buffer handed to the consumer in trace order
+/// (a `Vec` of the items, or a consumer's own summary of them, so that
+/// work proportional to the items runs on the workers too).
+pub trait Sink: Send {
+    /// Takes the next item.
+    fn push(&mut self, item: FlowItem);
+}
+
+impl Sink for Vec<FlowItem> {
+    fn push(&mut self, item: FlowItem) {
+        Vec::push(self, item);
+    }
+}
+
 /// A worker's result for one unit.
-struct Decoded<S> {
+struct Decoded<S, K> {
     unit: Unit,
     /// The state after the unit's first instruction (`None`: the unit's
     /// own decode found no instruction, or is not trusted).
     anchor: Option<Seam>,
     /// The items after the anchor (for the first unit: all), through the
     /// next unit's anchor when `end` is [`End::Spliced`].
-    items: Vec<FlowItem>,
+    items: K,
     end: End<S>,
 }
 
@@ -93,11 +107,30 @@ pub fn decode<S, F, E>(
     trace: &[u8],
     config: &ParallelConfig,
     make: F,
-    mut emit: impl FnMut(Vec<FlowItem>) -> Result<(), E>,
+    emit: impl FnMut(Vec<FlowItem>) -> Result<(), E>,
 ) -> Result<ParallelStats, E>
 where
     S: StepSource + Send,
     F: Fn() -> S + Sync,
+{
+    decode_into(trace, config, make, Vec::with_capacity, emit)
+}
+
+/// [`decode`] with the items of each stretch collected by a [`Sink`]
+/// from `new_sink` (given a guess of how many items will come) and the
+/// sinks handed to `emit` in trace order.
+pub fn decode_into<S, F, K, N, E>(
+    trace: &[u8],
+    config: &ParallelConfig,
+    make: F,
+    new_sink: N,
+    mut emit: impl FnMut(K) -> Result<(), E>,
+) -> Result<ParallelStats, E>
+where
+    S: StepSource + Send,
+    F: Fn() -> S + Sync,
+    K: Sink,
+    N: Fn(usize) -> K + Sync,
 {
     let units = units(trace, config.unit_bytes);
     let pool = match rayon::ThreadPoolBuilder::new()
@@ -109,7 +142,7 @@ where
         // One unit, or no threads to be had: the sequential decode is the
         // answer.
         _ => {
-            let mut merge = Merge::new(config, &mut emit);
+            let mut merge = Merge::new(config, &new_sink, &mut emit);
             merge.finish_open(Flow::new(make()).with_max_stall(config.max_stall))?;
             merge.stats.units = units.len();
             merge.stats.continued = units.len();
@@ -121,11 +154,12 @@ where
     let window = config.window.max(1);
     let max_stall = config.max_stall;
     pool.in_place_scope(|scope| {
-        let (tx, rx) = mpsc::channel::<(usize, std::thread::Result<Decoded<S>>)>();
-        let mut ready: BTreeMap<usize, Decoded<S>> = BTreeMap::new();
+        let (tx, rx) = mpsc::channel::<(usize, std::thread::Result<Decoded<S, K>>)>();
+        let mut ready: BTreeMap<usize, Decoded<S, K>> = BTreeMap::new();
         let mut spawned = 0;
-        let mut merge = Merge::new(config, &mut emit);
-        let (units, sources, cancel, make) = (&units, &sources, &cancel, &make);
+        let mut merge = Merge::new(config, &new_sink, &mut emit);
+        let (units, sources, cancel, make, new_sink) =
+            (&units, &sources, &cancel, &make, &new_sink);
         let mut result = Ok(());
         for i in 0..units.len() {
             while spawned < units.len() && spawned < i + window {
@@ -136,7 +170,14 @@ where
                         return;
                     }
                     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        work(units, at, take_source(sources, make), make, max_stall)
+                        work(
+                            units,
+                            at,
+                            take_source(sources, make),
+                            make,
+                            new_sink,
+                            max_stall,
+                        )
                     }));
                     // The receiver only goes away once all is merged.
                     let _ = tx.send((at, decoded));
@@ -161,7 +202,7 @@ where
                         break Decoded {
                             unit: units[i],
                             anchor: None,
-                            items: Vec::new(),
+                            items: new_sink(0),
                             end: End::Done,
                         };
                     }
@@ -216,13 +257,14 @@ fn anchor<S: StepSource>(flow: &mut Flow<S>, unit: Unit) -> Option<Seam> {
 
 /// One worker's job: unit `i` from its PSB, then on to the next unit's
 /// anchor.
-fn work<S: StepSource>(
+fn work<S: StepSource, K: Sink>(
     units: &[Unit],
     i: usize,
     src: S,
     make: &(impl Fn() -> S + Sync),
+    new_sink: &(impl Fn(usize) -> K + Sync),
     max_stall: u64,
-) -> Decoded<S> {
+) -> Decoded<S, K> {
     let unit = units[i];
     let next = units.get(i + 1).copied();
     // The next unit's anchor, found as its own worker will find it.
@@ -246,13 +288,16 @@ fn work<S: StepSource>(
             return Decoded {
                 unit,
                 anchor: None,
-                items: Vec::new(),
+                items: new_sink(0),
                 end: End::Free(flow.into_source()),
             };
         }
         flow
     };
-    let mut items = Vec::new();
+    // About four instructions per trace byte is typical: reserve once
+    // rather than grow by copying.
+    let guess = (unit.end.0 - unit.start.0).saturating_mul(4).min(1 << 20);
+    let mut items = new_sink(usize::try_from(guess).unwrap_or(0));
     while let Some(item) = flow.next() {
         if i > 0 && is_failure(&item) {
             // Perhaps state from before the unit was missing: the decode
@@ -260,28 +305,26 @@ fn work<S: StepSource>(
             return Decoded {
                 unit,
                 anchor: None,
-                items: Vec::new(),
+                items: new_sink(0),
                 end: End::Free(flow.into_source()),
             };
         }
         items.push(item);
         let Some(n) = next else { continue };
         match next_anchor {
-            Some(a) => {
-                if let Some(seam) = flow.seam(&item) {
-                    if seam == a {
-                        return Decoded {
-                            unit,
-                            anchor: own,
-                            items,
-                            end: End::Spliced { seam, tail: flow },
-                        };
-                    }
-                    if seam.offset > a.offset {
-                        break;
-                    }
+            Some(a) => match flow.seam_at(&item, a.offset) {
+                SeamAt::Before => {}
+                SeamAt::Here(seam) if seam == a => {
+                    return Decoded {
+                        unit,
+                        anchor: own,
+                        items,
+                        end: End::Spliced { seam, tail: flow },
+                    };
                 }
-            }
+                SeamAt::Here(_) => {}
+                SeamAt::Past => break,
+            },
             None => {
                 if flow.source().offset() > n.start {
                     break;
@@ -315,48 +358,59 @@ enum Carry<S> {
 }
 
 /// The in-order merge on the calling thread.
-struct Merge<'e, S, E, G: FnMut(Vec<FlowItem>) -> Result<(), E>> {
+struct Merge<'e, S, K, N, E, G: FnMut(K) -> Result<(), E>> {
     emit: &'e mut G,
+    new_sink: &'e N,
     carry: Carry<S>,
-    batch: Vec<FlowItem>,
+    batch: K,
+    /// Items in `batch`, and how many make a batch.
+    batched: usize,
     batch_len: usize,
     stats: ParallelStats,
 }
 
-impl<'e, S: StepSource, E, G: FnMut(Vec<FlowItem>) -> Result<(), E>> Merge<'e, S, E, G> {
-    fn new(config: &ParallelConfig, emit: &'e mut G) -> Self {
+impl<'e, S, K, N, E, G> Merge<'e, S, K, N, E, G>
+where
+    S: StepSource,
+    K: Sink,
+    N: Fn(usize) -> K,
+    G: FnMut(K) -> Result<(), E>,
+{
+    fn new(config: &ParallelConfig, new_sink: &'e N, emit: &'e mut G) -> Self {
+        let batch_len = config.batch.max(1);
         Self {
             emit,
+            new_sink,
             carry: Carry::Start,
-            batch: Vec::new(),
-            batch_len: config.batch.max(1),
+            batch: new_sink(batch_len),
+            batched: 0,
+            batch_len,
             stats: ParallelStats::default(),
         }
     }
 
     fn push(&mut self, item: FlowItem) -> Result<(), E> {
         self.batch.push(item);
-        if self.batch.len() >= self.batch_len {
+        self.batched += 1;
+        if self.batched >= self.batch_len {
             self.flush()?;
         }
         Ok(())
     }
 
     fn flush(&mut self) -> Result<(), E> {
-        if self.batch.is_empty() {
+        if self.batched == 0 {
             return Ok(());
         }
-        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(self.batch_len));
+        self.batched = 0;
+        let batch = std::mem::replace(&mut self.batch, (self.new_sink)(self.batch_len));
         (self.emit)(batch)
     }
 
     /// Hands out a worker's items (after whatever the merge decoded
     /// itself).
-    fn hand_out(&mut self, items: Vec<FlowItem>) -> Result<(), E> {
+    fn hand_out(&mut self, items: K) -> Result<(), E> {
         self.flush()?;
-        if items.is_empty() {
-            return Ok(());
-        }
         (self.emit)(items)
     }
 
@@ -370,7 +424,7 @@ impl<'e, S: StepSource, E, G: FnMut(Vec<FlowItem>) -> Result<(), E>> Merge<'e, S
     }
 
     /// Merges unit `i`'s result.
-    fn unit(&mut self, i: usize, d: Decoded<S>, sources: &Mutex<Vec<S>>) -> Result<(), E> {
+    fn unit(&mut self, i: usize, d: Decoded<S, K>, sources: &Mutex<Vec<S>>) -> Result<(), E> {
         match std::mem::replace(&mut self.carry, Carry::Done) {
             Carry::Start if i == 0 => {
                 self.stats.spliced += 1;
@@ -401,22 +455,22 @@ impl<'e, S: StepSource, E, G: FnMut(Vec<FlowItem>) -> Result<(), E>> Merge<'e, S
     fn go_on(
         &mut self,
         mut flow: Flow<S>,
-        d: Decoded<S>,
+        d: Decoded<S, K>,
         sources: &Mutex<Vec<S>>,
     ) -> Result<Carry<S>, E> {
         if let Some(a) = d.anchor {
             while let Some(item) = flow.next() {
                 self.push(item)?;
-                if let Some(seam) = flow.seam(&item) {
-                    if seam == a {
+                match flow.seam_at(&item, a.offset) {
+                    SeamAt::Before => {}
+                    SeamAt::Here(seam) if seam == a => {
                         self.stats.spliced += 1;
                         give_back(sources, flow.into_source());
                         self.hand_out(d.items)?;
                         return Ok(carry(d.end, sources));
                     }
-                    if seam.offset > a.offset {
-                        break;
-                    }
+                    SeamAt::Here(_) => {}
+                    SeamAt::Past => break,
                 }
             }
         }

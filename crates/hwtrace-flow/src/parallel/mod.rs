@@ -45,8 +45,8 @@ mod driver;
 mod engine;
 mod segment;
 
-pub use driver::{Flow, FlowItem, MAX_STALL, Seam};
-pub use engine::{ParallelConfig, ParallelStats, decode};
+pub use driver::{Flow, FlowItem, MAX_STALL, Seam, SeamAt};
+pub use engine::{ParallelConfig, ParallelStats, Sink, decode, decode_into};
 pub use segment::{Unit, psb_offsets, units};
 
 use crate::Error;

@@ -8,7 +8,7 @@ use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use hwtrace_flow::insn::InsnDecoder;
-use hwtrace_flow::parallel::{self, FlowItem, ParallelConfig};
+use hwtrace_flow::parallel::{self, FlowItem, ParallelConfig, Sink, StepSource};
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
@@ -222,6 +222,11 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         parallel.unit_bytes = unit;
     }
     let mem = &mem;
+    if args.quiet && !args.blocks && !args.branches {
+        return quiet(&args, bytes, &parallel, || {
+            InsnDecoder::new(bytes, config, mem)
+        });
+    }
     std::thread::scope(|scope| {
         // The decode and merge run beside the printing; batches of items
         // cross in a bounded channel, so memory stays bounded when
@@ -243,6 +248,87 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
             Err(panic) => std::panic::resume_unwind(panic),
         }
     })
+}
+
+/// What `--quiet` keeps of a stretch of items: counts, and the failures
+/// it reports on stderr. Workers fill it, so nothing per instruction
+/// crosses threads.
+#[derive(Debug)]
+struct Tally {
+    trace_len: u64,
+    stats: Stats,
+    failures: Vec<Item>,
+}
+
+impl Sink for Tally {
+    fn push(&mut self, item: FlowItem) {
+        let item = Item::from(item);
+        match item {
+            Item::Insn { .. } => self.stats.insns += 1,
+            Item::Error(_) | Item::Stuck { .. } => self.failures.push(item),
+            _ => {}
+        }
+        self.stats.count(&item, self.trace_len);
+    }
+}
+
+/// `--quiet` (without `--blocks`/`--branches`) on several threads.
+fn quiet<S: StepSource + Send>(
+    args: &FlowArgs,
+    bytes: &[u8],
+    parallel: &ParallelConfig,
+    make: impl Fn() -> S + Sync,
+) -> Result<ExitCode> {
+    let trace_len = bytes.len() as u64;
+    let mut stats = Stats::default();
+    let new = |_| Tally {
+        trace_len,
+        stats: Stats::default(),
+        failures: Vec::new(),
+    };
+    let summed = |t: Tally| -> Result<(), std::convert::Infallible> {
+        for f in &t.failures {
+            report_failure(args, f);
+        }
+        stats.insns += t.stats.insns;
+        stats.blocks += t.stats.blocks;
+        stats.branches += t.stats.branches;
+        stats.events += t.stats.events;
+        stats.errors += t.stats.errors;
+        stats.skipped += t.stats.skipped;
+        Ok(())
+    };
+    match parallel::decode_into(bytes, parallel, make, new, summed) {
+        Ok(_) => {}
+        Err(never) => match never {},
+    }
+    let format = if args.json {
+        Format::Json
+    } else {
+        Format::Text
+    };
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    if args.stats {
+        Printer::new(format, !args.no_disasm).stats(&stats, &mut out)?;
+    }
+    out.flush()?;
+    Ok(if stats.errors == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
+    })
+}
+
+/// `--quiet`'s report of an error or endless loop, on stderr.
+fn report_failure(args: &FlowArgs, item: &Item) {
+    match item {
+        Item::Error(e) => eprintln!("hwtrace: {}: error at {e}", args.trace.display()),
+        Item::Stuck { offset, ip, insns } => eprintln!(
+            "hwtrace: {}: error at {offset:#x}, ip {ip:#x}: {insns} instructions without trace: an endless loop",
+            args.trace.display()
+        ),
+        _ => {}
+    }
 }
 
 /// Writes `items` as `args` ask: exit code 2 when the trace had errors.
@@ -269,14 +355,7 @@ fn output(args: &FlowArgs, len: u64, items: impl Iterator<Item = Item>) -> Resul
         if !args.quiet {
             printer.item(&item, &mut out)?;
         } else {
-            match item {
-                Item::Error(e) => eprintln!("hwtrace: {}: error at {e}", args.trace.display()),
-                Item::Stuck { offset, ip, insns } => eprintln!(
-                    "hwtrace: {}: error at {offset:#x}, ip {ip:#x}: {insns} instructions without trace: an endless loop",
-                    args.trace.display()
-                ),
-                _ => {}
-            }
+            report_failure(args, &item);
         }
         Ok(())
     };
