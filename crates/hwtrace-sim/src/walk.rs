@@ -883,4 +883,36 @@ mod tests {
         assert!(matches!(packets[n - 1], (Packet::TipPgd(_), None)));
         assert!(matches!(packets[n - 2].0, Packet::Fup(_)));
     }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Arbitrary bytes as the code of two spaces: a walk never
+            /// panics, and whatever it walks the encoder accepts (every
+            /// transfer the walk makes is one the encoder can explain).
+            #[test]
+            fn any_walk_encodes(
+                a in proptest::collection::vec(any::<u8>(), 16..256),
+                b in proptest::collection::vec(any::<u8>(), 16..256),
+                seed in any::<u64>(),
+                compression in any::<bool>(),
+            ) {
+                let mem = Spaces::default().add(0x1000, 0x40_0000, &a).add(0x2000, 0x40_0000, &b);
+                let config = WalkConfig { seed, slice_len: 50, slices: 4, max_restarts: 8 };
+                let starts = [
+                    (Cr3(0x1000), vec![Ip(0x40_0000), Ip(0x40_0007)]),
+                    (Cr3(0x2000), vec![Ip(0x40_0000), Ip(0x40_0003)]),
+                ];
+                if let Ok(stretches) = walk_spaces(&mem, &starts, &config) {
+                    let pt = PtConfig { return_compression: compression, psb_period: 40, ..PtConfig::default() };
+                    let trace = encode_switches(&stretches, pt, None);
+                    prop_assert!(trace.is_ok(), "{:?}", trace.err());
+                }
+            }
+        }
+    }
 }

@@ -488,4 +488,46 @@ mod tests {
         assert_eq!(exec, [(0x40_0000, 0x2000), (0x7fff_f000, 0x1000)]);
         assert!(s.errors.is_empty());
     }
+
+    mod prop {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(100))]
+
+            /// Arbitrary pages, any of them the reference: the scan never
+            /// panics, reports only pages it was given, and the summary of
+            /// every table found ends.
+            #[test]
+            fn arbitrary_pages_never_panic(
+                pages in proptest::collection::vec(proptest::collection::vec(any::<u64>(), 512), 1..6),
+                reference in 0usize..6,
+                five in any::<bool>(),
+                max_phys in 0u8..70,
+            ) {
+                let mut mem = SparseMemory::new();
+                for (i, page) in pages.iter().enumerate() {
+                    for (j, raw) in page.iter().enumerate() {
+                        // Entries point at existing pages, most of the time,
+                        // and some kernel halves are copies of page 0's.
+                        let raw = if j >= 256 && i % 2 == 1 { pages[0][j] } else { *raw };
+                        let raw = if raw % 4 == 0 { raw } else { (raw & !0x000f_ffff_ffff_f000) | (((raw >> 12) % pages.len() as u64) << 12) };
+                        mem.write_u64(PhysAddr(((i as u64) << 12) | ((j as u64) * 8)), raw);
+                    }
+                }
+                let mode = if five { PagingMode::Level5 } else { PagingMode::Level4 };
+                let config = PagingConfig { mode, max_phys_addr: max_phys, nxe: true };
+                let given: Vec<PhysAddr> = mem.pages().map(|(a, _)| a).collect();
+                let reference = Cr3((reference % pages.len()) as u64 * 4096);
+                if let Ok(scan) = find_top_tables(&mem, given.clone(), &config, reference, 8) {
+                    prop_assert!(scan.tables.len() <= 8);
+                    for t in &scan.tables {
+                        prop_assert!(given.contains(&PhysAddr(t.cr3.0)));
+                        let _ = summarize_user(&PageTables::new(&mem, t.cr3, config), 64);
+                    }
+                }
+            }
+        }
+    }
 }
