@@ -16,7 +16,8 @@
 //! the one user mode runs on, whose user half mirrors the kernel copy's and
 //! whose kernel half holds only the entry code. The user copy fails the
 //! kernel-half comparison, so it is found from its partner and reported as
-//! [`TopTableKind::PtiUser`].
+//! [`TopTableKind::PtiUser`]; a reference CR3 naming a user copy (a vCPU
+//! stopped in user mode) is compared through its partner's kernel half.
 //!
 //! A candidate must also look like a table: no present entry with reserved
 //! bits set (SDM vol. 3A, §4.5, Tables 4-14 and 4-15), and every present
@@ -155,10 +156,18 @@ pub fn find_top_tables<M: PhysMemory>(
     max_found: usize,
 ) -> Result<Scan, ScanError> {
     let ref_table = config.root_table(reference);
-    let kernel = read_table(mem, ref_table).ok_or(ScanError::ReferenceOutsideDump {
+    let mut kernel = read_table(mem, ref_table).ok_or(ScanError::ReferenceOutsideDump {
         cr3: reference,
         table: ref_table,
     })?;
+    // A vCPU stopped in user mode under PTI runs on the user copy, whose
+    // kernel half is only the entry code: compare with its kernel copy.
+    if ref_table.0 % 0x2000 == 0x1000
+        && let Some(partner) = read_table(mem, PhysAddr(ref_table.0 - 0x1000))
+        && pti_user_copy(mem, config, &partner, ref_table.0).is_some()
+    {
+        kernel = partner;
+    }
     let probe = (256..512)
         .rev()
         .find(|&i| present(kernel[i]))
@@ -173,7 +182,10 @@ pub fn find_top_tables<M: PhysMemory>(
             continue;
         }
         scan.pages_scanned += 1;
-        let Ok(raw) = mem.read_phys_u64(PhysAddr(page + probe as u64 * 8)) else {
+        let Some(Ok(raw)) = page
+            .checked_add(probe as u64 * 8)
+            .map(|at| mem.read_phys_u64(PhysAddr(at)))
+        else {
             continue;
         };
         if !same(raw, kernel[probe]) {
@@ -210,7 +222,9 @@ pub fn find_top_tables<M: PhysMemory>(
         });
         if user_entries > 0
             && page % 0x2000 == 0
-            && let Some(user) = pti_user_copy(mem, config, &table, page + 0x1000)
+            && let Some(user) = page
+                .checked_add(0x1000)
+                .and_then(|at| pti_user_copy(mem, config, &table, at))
         {
             if scan.tables.len() >= max_found {
                 scan.truncated = true;
@@ -421,10 +435,20 @@ mod tests {
         g.mem.write_u64(PhysAddr(0x40_1000 + 511 * 8), k511);
         let scan = g.scan(mode);
         let kinds: Vec<(Cr3, TopTableKind)> = scan.tables.iter().map(|t| (t.cr3, t.kind)).collect();
+        // A vCPU stopped in user mode names the user copy: the same tables.
+        let kernel = g.kernel;
+        g.kernel = Cr3(0x40_1000);
+        let from_user: Vec<(Cr3, TopTableKind)> = g
+            .scan(mode)
+            .tables
+            .iter()
+            .map(|t| (t.cr3, t.kind))
+            .collect();
+        assert_eq!(from_user, kinds);
         assert_eq!(
             kinds,
             [
-                (g.kernel, TopTableKind::KernelOnly),
+                (kernel, TopTableKind::KernelOnly),
                 (kernel_copy, TopTableKind::Process),
                 (
                     Cr3(0x40_1000),
