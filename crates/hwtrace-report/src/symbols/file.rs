@@ -80,11 +80,25 @@ impl std::fmt::Debug for ObjectInfo {
 impl ObjectInfo {
     /// Reads `path`'s headers and symbols (not its DWARF: that waits for
     /// the first line or frame lookup).
+    ///
+    /// The first bytes are looked at before the file is read whole, so a
+    /// raw memory dump given as an image costs no more than its header.
     pub fn load(path: &Path) -> Result<Self, SymbolError> {
-        let data = std::fs::read(path).map_err(|e| SymbolError::Read {
+        use std::io::Read;
+        let unreadable = |e: std::io::Error| SymbolError::Read {
             path: path.to_path_buf(),
             error: e.to_string(),
-        })?;
+        };
+        let mut magic = [0u8; 4];
+        let mut file = std::fs::File::open(path).map_err(unreadable)?;
+        let n = file.read(&mut magic).map_err(unreadable)?;
+        if !is_object_magic(&magic[..n]) {
+            return Err(SymbolError::Parse {
+                path: path.to_path_buf(),
+                error: "no ELF, PE or Mach-O header".to_owned(),
+            });
+        }
+        let data = std::fs::read(path).map_err(unreadable)?;
         Self::parse(path, &data)
     }
 
@@ -250,6 +264,21 @@ impl ObjectInfo {
         }
         out
     }
+}
+
+/// Whether `head` starts like a file `object` reads as an executable:
+/// ELF, PE (`MZ`), Mach-O (either byte order, fat or thin).
+fn is_object_magic(head: &[u8]) -> bool {
+    const MAGICS: [&[u8]; 7] = [
+        b"\x7fELF",
+        b"MZ",
+        &[0xcf, 0xfa, 0xed, 0xfe],
+        &[0xce, 0xfa, 0xed, 0xfe],
+        &[0xfe, 0xed, 0xfa, 0xcf],
+        &[0xfe, 0xed, 0xfa, 0xce],
+        &[0xca, 0xfe, 0xba, 0xbe],
+    ];
+    MAGICS.iter().any(|m| head.starts_with(m))
 }
 
 /// The defined function symbols of `file` (PE: with its exports), sorted
