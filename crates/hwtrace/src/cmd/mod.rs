@@ -33,7 +33,7 @@ pub enum Command {
     Ptxed(ptxed::PtxedArgs),
     /// Decode a trace over code images or a memory dump: instructions, blocks or branches.
     Flow(flow::FlowArgs),
-    /// Page tables of a physical memory dump: translate, maps, selfmap.
+    /// Page tables of a physical memory dump: translate, maps, selfmap, cr3s.
     Mem(mem::MemArgs),
     /// Explain or build trace-hardware register values (IA32_RTIT_*, DEBUGCTL, LBR MSRs).
     Msr(msr::MsrArgs),
