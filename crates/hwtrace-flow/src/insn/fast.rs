@@ -13,9 +13,47 @@
 //! instruction decoder itself, so rare cases cannot differ.
 //!
 //! Same verbs as every decoder of the crate: `sync_forward`, `sync_set`,
-//! `resync`, `offset`, `sync_offset`, `next`. A run's instructions are
-//! contiguous in memory (only its last one may branch); [`FastDecoder::expand`]
-//! gives them one by one when a caller needs them.
+//! `resync`, `offset`, `sync_offset`, `next`, and the state a seam of the
+//! parallel decoder compares (`ip`, `address_space`, `time`). A run's
+//! instructions are contiguous in memory (only its last one may branch);
+//! [`FastDecoder::expand`] gives them one by one when a caller needs them.
+//! A caller that only counts or places instructions never needs to expand.
+//!
+//! ```
+//! use hwtrace_flow::Config;
+//! use hwtrace_flow::insn::{FastDecoder, FastStep};
+//! use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
+//!
+//! /// `nop; nop; hlt` at 0x1000.
+//! struct Code;
+//! impl ReadMemory for Code {
+//!     fn read_memory(&self, _: AddressSpace, addr: Ip, buf: &mut [u8]) -> Result<usize, MemoryError> {
+//!         let code = [0x90, 0x90, 0xf4];
+//!         let off = addr.0.wrapping_sub(0x1000) as usize;
+//!         let rest = code.get(off..).filter(|r| !r.is_empty()).ok_or(MemoryError::Unmapped { addr })?;
+//!         let n = rest.len().min(buf.len());
+//!         buf[..n].copy_from_slice(&rest[..n]);
+//!         Ok(n)
+//!     }
+//! }
+//!
+//! // PSB, MODE.Exec 64-bit, FUP 0x1000, PSBEND, FUP 0x1002, TIP.PGD.
+//! let trace = [
+//!     0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+//!     0x02, 0x82, 0x99, 0x01, 0x7d, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x02, 0x23, 0x3d,
+//!     0x02, 0x10, 0x01,
+//! ];
+//! let mut dec = FastDecoder::new(&trace, Config::default(), Code);
+//! dec.sync_forward()?;
+//! let mut ips = Vec::new();
+//! while let Some(step) = dec.next()? {
+//!     if let FastStep::Run(run) = step {
+//!         dec.expand(&run, |insn| ips.push(insn.ip))?;
+//!     }
+//! }
+//! assert_eq!(ips, [0x1000, 0x1001]);
+//! # Ok::<(), hwtrace_flow::Error>(())
+//! ```
 
 use super::blockcache::{BlockCache, NO_BLOCK};
 use super::classify::InsnClass;
@@ -147,6 +185,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// The address space (CR3, VMCS) last reported.
     pub const fn address_space(&self) -> AddressSpace {
         self.dec.address_space()
+    }
+
+    /// The time at the last query: estimated TSC and whether it is
+    /// wall-clock time (as [`InsnDecoder::time`]).
+    pub fn time(&self) -> (u64, bool) {
+        self.dec.time()
     }
 
     fn restart(&mut self, status: Status) -> Status {
