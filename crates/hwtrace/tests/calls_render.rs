@@ -328,3 +328,40 @@ fn tree_json_and_report_agree_without_a_progress_bar() -> Result<()> {
     );
     Ok(())
 }
+
+/// On a terminal (a pseudo-terminal made by util-linux's `script`) the
+/// progress bar is drawn on stderr: the file's name, bytes read of the
+/// total and the time left; `--quiet` draws nothing.
+#[test]
+fn the_progress_bar_is_drawn_on_a_terminal_unless_quiet() -> Result<()> {
+    ensure!(
+        Path::new("/usr/bin/script").exists(),
+        "/usr/bin/script missing: install Debian's bsdutils"
+    );
+    let (trace, pages) = foo();
+    let dir = Scratch::new("progress")?;
+    let out = dir.path("timeline.json");
+    let on_terminal = |extra: &str| -> Result<String> {
+        let command = format!(
+            "{} timeline {trace} --pages {pages} -o {} {extra}",
+            env!("CARGO_BIN_EXE_hwtrace"),
+            out.display()
+        );
+        let run = Command::new("/usr/bin/script")
+            .args(["-q", "-e", "-c", &command, "/dev/null"])
+            .output()?;
+        ensure!(run.status.success(), "{command}: {:?}", run.status);
+        Ok(String::from_utf8_lossy(&run.stdout).into_owned())
+    };
+    let shown = on_terminal("")?;
+    ensure!(
+        shown.contains("trace.pt [") && shown.contains("KiB") && shown.contains("left)"),
+        "no progress bar on a terminal: {shown:?}"
+    );
+    let quiet = on_terminal("--quiet")?;
+    ensure!(
+        !quiet.contains("trace.pt [") && !quiet.contains("left)"),
+        "--quiet still drew: {quiet:?}"
+    );
+    Ok(())
+}
