@@ -14,6 +14,8 @@
 //! computed here with libxdc's edge hash. A small C program built with
 //! DWARF is recorded the same way for lcov: its line counts are the loop's
 //! and `genhtml` (Debian `lcov`) renders the file without a warning.
+//! The taken branches of a run, as raw BTS records, give the blocks
+//! between branches (branch-only input).
 //!
 //! Needs `qemu-x86_64`, `gcc` and `genhtml` (`scripts/setup.sh`).
 //! Budgets: short runs (a debug build on a shared 2-core machine).
@@ -451,5 +453,51 @@ fn lcov_of_a_program_with_dwarf_renders_in_genhtml() -> Result<()> {
         bail!("genhtml warned: {stderr}");
     }
     ensure!(html.join("index.html").is_file(), "no index.html");
+    Ok(())
+}
+
+/// Branch-only input: the taken branches of a recorded run (what BTS
+/// stores, written as raw 64-bit records) give blocks from each branch's
+/// target to the next branch's source, and edges between consecutive
+/// ones, with the counts of the recorded flow.
+#[test]
+fn bts_records_of_a_run_give_the_blocks_between_branches() -> Result<()> {
+    let rec = record("/bin/echo", &["bts"], MAX_INSNS)?;
+    let taken = hwtrace_sim::branches(&rec.execution)?;
+    ensure!(taken.len() > 1000, "{} branches", taken.len());
+    let mut raw = Vec::with_capacity(taken.len() * 24);
+    for b in &taken {
+        raw.extend_from_slice(&b.from.0.to_le_bytes());
+        raw.extend_from_slice(&b.to.0.to_le_bytes());
+        raw.extend_from_slice(&0x10u64.to_le_bytes());
+    }
+    // The truth: straight-line code between consecutive branches.
+    let mut want = Truth::default();
+    let mut prev: Option<Key> = None;
+    for pair in taken.windows(2) {
+        let key = (pair[0].to.0, pair[1].from.0 + 1);
+        want.blocks.entry(key).or_insert((pair[1].from.0, 0)).1 += 1;
+        if let Some(p) = prev.replace(key) {
+            *want.edges.entry((p, key)).or_insert(0) += 1;
+        }
+    }
+    let dir = Scratch::new("bts")?;
+    let records = dir.file("bts.raw", &raw)?;
+    let json = dir.0.join("bts.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .arg("coverage")
+        .arg("--bts")
+        .arg(&records)
+        .arg("--json")
+        .arg(&json)
+        .output()?;
+    ensure!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let got = from_json(&json)?;
+    compare("BTS blocks", &got.blocks, &want.blocks)?;
+    compare("BTS edges", &got.edges, &want.edges)?;
     Ok(())
 }
