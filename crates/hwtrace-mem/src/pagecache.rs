@@ -69,7 +69,7 @@ impl PageCache {
     }
 
     fn build(addrs: &[u8], dump: Backing) -> Result<Self, PageCacheError> {
-        if addrs.len() % 8 != 0 {
+        if !addrs.len().is_multiple_of(8) {
             return Err(PageCacheError::AddrLength { len: addrs.len() });
         }
         let pages = addrs.len() / 8;

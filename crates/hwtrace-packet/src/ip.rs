@@ -110,13 +110,13 @@ impl IpPayload {
                 raw: ip & 0xffff_ffff_ffff,
             };
         }
-        if let Some(last) = last {
-            if ip >> 48 == last >> 48 {
-                return Self {
-                    compression: IpCompression::Update48,
-                    raw: ip & 0xffff_ffff_ffff,
-                };
-            }
+        if let Some(last) = last
+            && ip >> 48 == last >> 48
+        {
+            return Self {
+                compression: IpCompression::Update48,
+                raw: ip & 0xffff_ffff_ffff,
+            };
         }
         Self::full(ip)
     }

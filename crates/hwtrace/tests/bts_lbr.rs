@@ -24,7 +24,7 @@ fn rec(i: u64) -> BtsRecord {
     BtsRecord {
         from: Ip(0x8000_1240 + 0x10 * i),
         to: Ip(0x8000_2000 + 0x10 * i),
-        predicted: i % 5 != 0,
+        predicted: !i.is_multiple_of(5),
     }
 }
 

@@ -52,10 +52,10 @@ fn decode(trace: &[u8], image: &Image) -> (Vec<String>, usize) {
                 match dec.event() {
                     Ok((ev, s)) => {
                         status = s;
-                        if !ev.status_update {
-                            if let Some(t) = event_text(&ev.kind, true) {
-                                lines.push(t);
-                            }
+                        if !ev.status_update
+                            && let Some(t) = event_text(&ev.kind, true)
+                        {
+                            lines.push(t);
                         }
                     }
                     Err(e) => {

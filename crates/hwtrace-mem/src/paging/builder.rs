@@ -102,7 +102,7 @@ impl PageTableBuilder {
         size: PageSize,
         flags: u64,
     ) -> Result<(), BuildError> {
-        let aligned = va.0 % size.bytes() == 0 && pa.0 % size.bytes() == 0;
+        let aligned = va.0.is_multiple_of(size.bytes()) && pa.0.is_multiple_of(size.bytes());
         if !aligned || !self.mode.is_canonical(va.0) {
             return Err(BuildError::BadAddress { va, size });
         }

@@ -235,10 +235,10 @@ fn read_qemu_notes(mut notes: &[u8], out: &mut Vec<QemuCpuState>) {
         ) else {
             return;
         };
-        if name.strip_suffix(b"\0").unwrap_or(name) == b"QEMU" {
-            if let Some(cpu) = QemuCpuState::parse(desc) {
-                out.push(cpu);
-            }
+        if name.strip_suffix(b"\0").unwrap_or(name) == b"QEMU"
+            && let Some(cpu) = QemuCpuState::parse(desc)
+        {
+            out.push(cpu);
         }
         notes = notes.get(next..).unwrap_or(&[]);
     }

@@ -99,13 +99,13 @@ fn decode(args: DecodeArgs) -> Result<ExitCode> {
         Some(s) => u8::try_from(number("--depth", s)?).unwrap_or(u8::MAX),
         None => dump.depth(),
     };
-    if let Some(u) = uarch {
-        if depth > u.lbr_depth() {
-            bail!(
-                "{u} has {} LBR entries, the dump needs {depth}",
-                u.lbr_depth()
-            );
-        }
+    if let Some(u) = uarch
+        && depth > u.lbr_depth()
+    {
+        bail!(
+            "{u} has {} LBR entries, the dump needs {depth}",
+            u.lbr_depth()
+        );
     }
     let values = dump
         .values(depth)
