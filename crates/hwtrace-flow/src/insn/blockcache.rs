@@ -25,7 +25,7 @@
 //! cache is bounded ([`MAX_CACHED_BLOCKS`]) and starts over when full.
 
 use super::cache::Cached;
-use super::classify::InsnClass;
+use super::classify::{InsnClass, Special};
 use crate::error::ErrorKind;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Ip};
@@ -67,6 +67,9 @@ pub struct CachedBlock {
     pub last_ip: Ip,
     /// The last instruction, decoded, with its bytes.
     pub last: Cached,
+    /// No instruction before the last is special (MOV CR3, VMPTRLD, ...):
+    /// none of them can bind an event that waits for a branch.
+    pub plain: bool,
     /// Successor at the direct target.
     pub next_target: u32,
     /// Successor after the last instruction.
@@ -242,11 +245,13 @@ impl BlockCache {
         let mut at = ip;
         let mut last = decode(at)?;
         let mut insns = 1u32;
+        let mut plain = true;
         while matches!(last.decoded.class, InsnClass::Other | InsnClass::Ptwrite)
             && insns < MAX_CACHED_BLOCK_INSNS
         {
             let next = Ip(at.0.wrapping_add(u64::from(last.decoded.size)));
             let Ok(c) = decode(next) else { break };
+            plain &= last.decoded.special == Special::None;
             at = next;
             last = c;
             insns += 1;
@@ -265,6 +270,7 @@ impl BlockCache {
             insns,
             last_ip: at,
             last,
+            plain,
             next_target: NO_BLOCK,
             next_fall: NO_BLOCK,
             next_other: NO_BLOCK,
@@ -409,6 +415,39 @@ mod tests {
         c.clear();
         assert!(c.is_empty());
         assert_eq!(c.lookup(a, ExecMode::Bits64, Ip(0x1000)), None);
+    }
+
+    #[test]
+    fn special_instructions_make_a_block_not_plain() {
+        // 3000: mov cr3, rax; 3003: ret
+        const SPECIAL: [u8; 4] = [0x0f, 0x22, 0xd8, 0xc3];
+        let special = |ip: Ip| {
+            let off = usize::try_from(ip.0.wrapping_sub(0x3000)).map_err(|_| ErrorKind::NoMap)?;
+            let rest = SPECIAL
+                .get(off..)
+                .filter(|r| !r.is_empty())
+                .ok_or(ErrorKind::NoMap)?;
+            let decoded = classify(rest, ip.0, ExecMode::Bits64).map_err(|_| ErrorKind::BadInsn)?;
+            let mut raw = [0u8; MAX_INSN_SIZE];
+            raw[..rest.len()].copy_from_slice(rest);
+            Ok(Cached { decoded, raw })
+        };
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        let b = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x3000), special)
+            .unwrap();
+        assert_eq!(blk(&c, b).insns, 2);
+        assert!(!blk(&c, b).plain);
+        // From the return alone, and in ordinary code, nothing is special.
+        let r = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x3003), special)
+            .unwrap();
+        assert!(blk(&c, r).plain);
+        let n = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        assert!(blk(&c, n).plain);
     }
 
     #[test]

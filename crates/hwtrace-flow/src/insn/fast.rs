@@ -255,6 +255,10 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             if let Some(step) = self.fast_step() {
                 return Ok(Some(step));
             }
+        } else if self.dec.disable_pending() {
+            if let Some(step) = self.step_to_disable()? {
+                return Ok(Some(step));
+            }
         }
         self.slow_step()
     }
@@ -331,6 +335,43 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         }
         run.offset = self.dec.offset();
         Some(FastStep::Run(run))
+    }
+
+    /// A block up to the branch a pending disable binds to; `None` to step
+    /// instead.
+    fn step_to_disable(&mut self) -> Result<Option<FastStep>, Error> {
+        let Some(mode) = self.dec.exec_mode() else {
+            return Ok(None);
+        };
+        let Some(idx) = self.current_block(mode) else {
+            return Ok(None);
+        };
+        self.hint = NO_BLOCK;
+        self.from = NO_BLOCK;
+        let Some(block) = self.cache.get(idx) else {
+            return Ok(None);
+        };
+        let space = self.space;
+        let mut insn = Insn::empty(0, None, false);
+        let Some(result) = self.dec.run_block_to_disable(block, &mut insn) else {
+            return Ok(None);
+        };
+        let run = BlockRun {
+            ip: block.ip,
+            insns: block.insns,
+            end_ip: Ip(insn.ip),
+            end_class: insn.class,
+            offset: self.dec.offset(),
+            space,
+            mode: Some(mode),
+            speculative: insn.speculative,
+        };
+        match result {
+            Ok(status) => self.last = status,
+            Err(e) if e.kind == ErrorKind::Eos => self.done = true,
+            Err(e) => self.pending = Some(e),
+        }
+        Ok(Some(FastStep::Run(run)))
     }
 
     /// One instruction through the instruction decoder.

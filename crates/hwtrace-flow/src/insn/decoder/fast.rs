@@ -13,7 +13,7 @@
 
 use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
-use crate::event::Status;
+use crate::event::{EventKind, Status};
 use crate::insn::blockcache::CachedBlock;
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
@@ -34,6 +34,47 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             && !self.resyncing
             && self.postponed.is_none()
             && self.stashed.is_none()
+    }
+
+    /// Whether the one event waiting is a disable (TIP.PGD) that binds to
+    /// the next branch: then the non-branch instructions before it are
+    /// executed as usual, and only the branch needs `next_insn`.
+    #[inline]
+    pub(in crate::insn) fn disable_pending(&self) -> bool {
+        self.enabled
+            && self.mode.is_some()
+            && self.process_event
+            && matches!(self.event.kind, EventKind::Disabled { .. })
+            && !self.event.status_update
+            && !self.resyncing
+            && self.postponed.is_none()
+            && self.stashed.is_none()
+    }
+
+    /// With a disable pending ([`disable_pending`](Self::disable_pending)):
+    /// runs `block` (which starts at the current IP and whose instructions
+    /// before the last are plain) up to its last instruction, which goes
+    /// through `next_insn` into `insn`. `None`: not run.
+    ///
+    /// A disable binds to no instruction that is neither a branch nor
+    /// special (`at_disabled_event`), and after one the disable is still
+    /// not due (`check_ip_event`: a disable waits for its branch), so
+    /// those instructions only move the IP and count.
+    pub(in crate::insn) fn run_block_to_disable(
+        &mut self,
+        block: &CachedBlock,
+        insn: &mut Insn,
+    ) -> Option<Result<Status, Error>> {
+        let n = u64::from(block.insns);
+        if !block.plain || self.icount.saturating_add(n) > MAX_UNTRACED_INSNS {
+            return None;
+        }
+        // `next_insn` decodes the last instruction again (a cache hit):
+        // make sure it will, so the run's instructions all were executed.
+        self.decode_at(block.last_ip.0, self.mode).ok()?;
+        self.icount += n - 1;
+        self.ip = block.last_ip.0;
+        Some(self.next_insn(insn))
     }
 
     /// The execution mode the next instruction runs in.
