@@ -193,3 +193,86 @@ impl<S: Switcher> Iterator for Driver<'_, '_, S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtrace_flow::Config;
+    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_types::Ip;
+
+    /// Switches to image 1 at the first TSC at or after `at`.
+    struct At(u64);
+
+    impl Switcher for At {
+        fn at_tsc(&mut self, tsc: u64) -> Option<usize> {
+            (tsc >= self.0).then(|| {
+                self.0 = u64::MAX;
+                1
+            })
+        }
+    }
+
+    /// Two PSB+ (TSC 100, then 200), each with FUP 0x1000 and one taken
+    /// TNT bit.
+    fn trace() -> Vec<u8> {
+        let mut t = TraceBuilder::new();
+        for tsc in [100, 200] {
+            t.push(Packet::Psb).unwrap();
+            t.push(Packet::Tsc(tsc)).unwrap();
+            t.push(Packet::ModeExec(ModeExec {
+                csl: true,
+                csd: false,
+                iflag: false,
+            }))
+            .unwrap();
+            t.ip(Packet::Fup, 0x1000).unwrap();
+            t.push(Packet::Psbend).unwrap();
+            t.push(Packet::Tnt(Tnt {
+                bits: 1,
+                len: 1,
+                long: false,
+            }))
+            .unwrap();
+        }
+        t.finish()
+    }
+
+    fn image(code: &[u8]) -> Image {
+        let mut i = Image::new();
+        i.add_bytes(None, Ip(0x1000), code.to_vec(), "code")
+            .unwrap();
+        i
+    }
+
+    fn ips(items: impl Iterator<Item = Item>) -> Vec<u64> {
+        items
+            .filter_map(|i| match i {
+                Item::Insn { insn, .. } => Some(insn.ip),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_image_switches_at_the_timed_event_and_forgets_decoded_code() {
+        // A: 1000: je 1002; 1002: jmp 1000. B: 1000: nop; 1001: je 1000.
+        let (a, b) = (image(&[0x74, 0x00, 0xeb, 0xfc]), image(&[0x90, 0x74, 0xfd]));
+        let images = [&a, &b];
+        let trace = trace();
+        let run = |switcher: At| {
+            let dec = InsnDecoder::new(&trace, Config::default(), images[0]);
+            ips(Driver::new(dec, &images, switcher))
+        };
+        let switched = run(At(200));
+        // Before the second PSB+ only A's code ran (1002 is A's jmp); after
+        // it only B's (1001 is B's je).
+        let first_b = switched.iter().position(|&ip| ip == 0x1001);
+        let first_b = first_b.unwrap_or_else(|| panic!("B never ran: {switched:x?}"));
+        assert!(switched[..first_b].contains(&0x1002), "{switched:x?}");
+        assert!(!switched[first_b..].contains(&0x1002), "{switched:x?}");
+        // Never switching: A's code throughout.
+        let stayed = run(At(u64::MAX));
+        assert!(!stayed.contains(&0x1001), "{stayed:x?}");
+    }
+}
