@@ -212,3 +212,65 @@ fn json_names_every_block_and_edge() {
     assert_eq!(v["modules"][0]["path"], "[unknown]");
     assert_eq!(v["edges"].as_array().map(Vec::len), Some(2));
 }
+
+/// lcov over DWARF: a program gcc builds with `-g`; a block covering one
+/// function gives its lines that block's count, the other function's
+/// lines 0.
+#[test]
+fn lcov_counts_lines_of_the_blocks_that_ran() {
+    use crate::symbols::{ObjectInfo, Placement, Space};
+    use std::process::Command;
+    let dir = std::env::temp_dir().join(format!("hwtrace-lcov-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("l.c");
+    std::fs::write(
+        &src,
+        "int twice(int v) {\n    return v * 2;\n}\n\nint main(int argc, char **argv) {\n    return twice(argc);\n}\n",
+    )
+    .unwrap();
+    let exe = dir.join("l");
+    let status = Command::new("gcc")
+        .args(["-g", "-O0", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("gcc runs (Debian package gcc)");
+    assert!(status.success());
+    let info = ObjectInfo::load(&exe).unwrap();
+    let twice = info.funcs().iter().find(|f| &*f.name == "twice").unwrap();
+    let bias = 0x10_0000_0000u64;
+    let mut symbols = Symbolizer::new();
+    symbols
+        .add_file(&exe, Placement::Bias(bias), Space::ANY)
+        .unwrap();
+    let start = twice.addr + bias;
+    let cov = Coverage {
+        blocks: vec![Block {
+            space: Space::ANY,
+            start: Ip(start),
+            end: Ip(start + twice.size),
+            last: Ip(start + twice.size - 1),
+            insns: 0,
+            hits: 5,
+        }],
+        edges: Vec::new(),
+        insns: 0,
+    };
+    let counts = lcov::line_counts(&cov, &symbols);
+    let file = src.display().to_string();
+    let lines = counts.get(&file).unwrap_or_else(|| panic!("{counts:?}"));
+    assert_eq!(lines.get(&1), Some(&5), "{lines:?}");
+    assert_eq!(lines.get(&2), Some(&5), "{lines:?}");
+    assert_eq!(lines.get(&3), Some(&5), "{lines:?}");
+    assert_eq!(lines.get(&6), Some(&0), "{lines:?}");
+    let mut out = Vec::new();
+    lcov::write(&counts, "unit test", &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.starts_with("TN:unit_test\n"), "{text}");
+    assert!(
+        text.contains(&format!("SF:{file}\nDA:1,5\nDA:2,5\nDA:3,5\n")),
+        "{text}"
+    );
+    assert!(text.contains("LH:3\nend_of_record\n"), "{text}");
+    let _ = std::fs::remove_dir_all(dir);
+}
