@@ -6,7 +6,7 @@ use anyhow::{Result, ensure};
 use hwtrace_packet::PacketDecoder;
 
 /// Decodes every packet, resyncing after errors; returns (packets, errors).
-fn hwtrace_count(trace: &[u8]) -> (u64, u64) {
+pub(crate) fn hwtrace_count(trace: &[u8]) -> (u64, u64) {
     let mut d = PacketDecoder::new(trace);
     let (mut packets, mut errors) = (0u64, 0u64);
     if d.sync_forward().is_err() {

@@ -1,0 +1,748 @@
+//! `hwtrace-bench decode`: issue 8's benchmark. Every decoder runs as a
+//! child process over the same corpus file (see [`corpus`]), timed from
+//! spawn to exit with its peak RSS from `wait4`; medians over runs; the
+//! instruction counts of every decoder that reports them must agree, and on
+//! a short prefix the instruction addresses too (a hash of the sequence).
+//!
+//! Decoders far slower than hwtrace (instruction-level ones, `perf
+//! script`) are timed on a prefix of whole corpus units, so their rates
+//! are comparable with the full run's; the table says which trace each
+//! row used.
+
+mod child;
+mod corpus;
+mod iphash;
+mod peers;
+mod perf;
+mod proc;
+
+use anyhow::{Context, Result, bail, ensure};
+use corpus::{Corpus, Layout};
+use iphash::IpHash;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+pub use child::main as child_main;
+
+/// What the decode benchmark measures, and on how much.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The big trace (the issue asks for ≥ 1 GiB).
+    pub size_mib: u64,
+    /// The smaller trace peak RSS is compared with.
+    pub rss_size_mib: u64,
+    /// The prefix the slow decoders (libipt's, the Rust peers) run on.
+    pub prefix_mib: u64,
+    /// The prefix `perf script` runs on (it prints every instruction).
+    pub perf_mib: u64,
+    /// Runs per decoder (the median is kept).
+    pub runs: usize,
+    /// No further run of a row once its runs took this long.
+    pub row_budget_secs: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            size_mib: 1024,
+            rss_size_mib: 256,
+            prefix_mib: 32,
+            perf_mib: 1,
+            runs: 3,
+            row_budget_secs: 150,
+        }
+    }
+}
+
+/// Which trace a row ran on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Input {
+    Full,
+    Rss,
+    Prefix,
+    /// As long as the prefix, of the real hardware traces alone.
+    Real,
+    Perf,
+}
+
+/// One measured decoder.
+#[derive(Debug)]
+struct Row {
+    name: String,
+    input: Input,
+    bytes: u64,
+    /// Median wall time, and the highest peak RSS of the runs.
+    wall: Duration,
+    max_rss_kib: u64,
+    /// All runs' wall times, for the spread.
+    walls: Vec<Duration>,
+    counts: child::Counts,
+}
+
+impl Row {
+    fn mb_s(&self) -> f64 {
+        self.bytes as f64 / self.wall.as_secs_f64() / 1e6
+    }
+    fn insn_s(&self) -> Option<f64> {
+        self.counts
+            .insns
+            .map(|i| i as f64 / self.wall.as_secs_f64())
+    }
+}
+
+struct Bench {
+    corpus: Corpus,
+    corpus_dir: PathBuf,
+    hwtrace: PathBuf,
+    me: PathBuf,
+    traces: BTreeMap<Input, PathBuf>,
+    /// `--jobs` values hwtrace flow accepts (empty: no `--jobs` yet).
+    jobs: Option<usize>,
+    runs: usize,
+    row_budget: Duration,
+}
+
+/// `[stats: N instructions, B blocks, R branches, E events, X errors, S bytes skipped]`
+fn parse_stats(line: &[u8], c: &mut child::Counts) -> bool {
+    let Some(rest) = line.strip_prefix(b"[stats: ") else {
+        return false;
+    };
+    let text = String::from_utf8_lossy(rest);
+    let mut words = text.split([' ', ',', ']']).filter(|w| !w.is_empty());
+    while let (Some(n), Some(what)) = (words.next(), words.next()) {
+        let Ok(n) = n.parse::<u64>() else { continue };
+        match what {
+            "instructions" => c.insns = Some(n),
+            "blocks" => c.blocks = Some(n),
+            "errors" => c.errors = n,
+            _ => {}
+        }
+    }
+    true
+}
+
+impl Bench {
+    fn trace(&self, input: Input) -> &Path {
+        &self.traces[&input]
+    }
+
+    fn bytes(&self, input: Input) -> Result<u64> {
+        Ok(std::fs::metadata(self.trace(input))?.len())
+    }
+
+    /// `hwtrace flow TRACE --pages DIR [--jobs N]` (`--jobs` when the CLI
+    /// has it: without it, it decodes on every core).
+    fn hwtrace_cmd(&self, trace: &Path, jobs: usize) -> Command {
+        let mut cmd = Command::new(&self.hwtrace);
+        cmd.arg("flow")
+            .arg(trace)
+            .arg("--pages")
+            .arg(self.corpus.pages_dir());
+        if self.jobs.is_some() {
+            cmd.args(["--jobs", &jobs.to_string()]);
+        }
+        cmd
+    }
+
+    fn child_cmd(&self, name: &str, trace: &Path) -> Command {
+        let mut cmd = Command::new(&self.me);
+        cmd.args(["decoder", name]).arg(trace).arg(&self.corpus_dir);
+        cmd
+    }
+
+    /// Runs `cmd` `runs` times; `parse` reads each run's output lines.
+    fn measure(
+        &self,
+        name: &str,
+        input: Input,
+        mut make: impl FnMut() -> Command,
+        ok_codes: &[i32],
+        parse: fn(&[u8], &mut child::Counts),
+    ) -> Result<Row> {
+        let mut runs = Vec::new();
+        let mut last: Option<child::Counts> = None;
+        // The RSS comparison needs one run; long rows stop early rather
+        // than overrun the benchmark's time (the table shows the runs).
+        let want = if input == Input::Rss {
+            1
+        } else {
+            self.runs.max(1)
+        };
+        let mut spent = Duration::ZERO;
+        while runs.len() < want && (runs.is_empty() || spent < self.row_budget) {
+            let mut counts = child::Counts::default();
+            let run = proc::run(&make(), ok_codes, |l| parse(l, &mut counts))
+                .with_context(|| name.to_owned())?;
+            if let Some(prev) = &last {
+                ensure!(
+                    (prev.insns, prev.packets, prev.errors)
+                        == (counts.insns, counts.packets, counts.errors),
+                    "{name}: two runs on the same trace counted differently: {} and {}",
+                    prev.to_line(),
+                    counts.to_line()
+                );
+            }
+            spent += run.wall;
+            runs.push(run);
+            last = Some(counts);
+        }
+        let last = last.unwrap_or_default();
+        let mut walls: Vec<Duration> = runs.iter().map(|r| r.wall).collect();
+        let peak = runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0);
+        runs.sort_by_key(|r| r.wall);
+        walls.sort();
+        let median = runs[runs.len() / 2];
+        let row = Row {
+            name: name.to_owned(),
+            input,
+            bytes: self.bytes(input)?,
+            wall: median.wall,
+            max_rss_kib: peak,
+            walls,
+            counts: last,
+        };
+        eprintln!(
+            "  {:<40} {:>8.1} MB/s  {:>7.2} s  {:>8} KiB  {}",
+            row.name,
+            row.mb_s(),
+            row.wall.as_secs_f64(),
+            row.max_rss_kib,
+            row.counts.to_line()
+        );
+        Ok(row)
+    }
+
+    fn hwtrace_row(&self, name: &str, input: Input, jobs: usize) -> Result<Row> {
+        let trace = self.trace(input).to_path_buf();
+        self.measure(
+            name,
+            input,
+            || {
+                let mut cmd = self.hwtrace_cmd(&trace, jobs);
+                cmd.args(["--quiet", "--stats"]);
+                cmd
+            },
+            &[0, 2],
+            |l, c| {
+                parse_stats(l, c);
+            },
+        )
+    }
+
+    fn child_row(&self, label: &str, decoder: &str, input: Input) -> Result<Row> {
+        let trace = self.trace(input).to_path_buf();
+        self.measure(
+            label,
+            input,
+            || self.child_cmd(decoder, &trace),
+            &[0],
+            |l, c| {
+                if let Ok(parsed) = child::Counts::parse(&String::from_utf8_lossy(l)) {
+                    *c = parsed;
+                }
+            },
+        )
+    }
+
+    fn perf_row(&self, data: &Path) -> Result<Row> {
+        self.measure(
+            "perf script --itrace=i0ns",
+            Input::Perf,
+            || perf::script_command(data),
+            &[0],
+            |l, c| {
+                let mut h = IpHash::default();
+                if h.add_line(l) {
+                    *c.insns.get_or_insert(0) += 1;
+                }
+            },
+        )
+    }
+
+    /// The instruction addresses of `trace` as hwtrace prints them.
+    fn hwtrace_ips(&self, trace: &Path, jobs: usize) -> Result<Seq> {
+        let mut cmd = self.hwtrace_cmd(trace, jobs);
+        cmd.arg("--no-disasm");
+        let mut h = IpHash::default();
+        proc::run(&cmd, &[0, 2], |l| {
+            h.add_line(l);
+        })?;
+        Ok(h.into())
+    }
+
+    /// The instruction addresses of `trace` by libipt's instruction decoder.
+    fn libipt_ips(&self, trace: &Path) -> Result<Seq> {
+        let mut got = None;
+        proc::run(&self.child_cmd("libipt-insn-ips", trace), &[0], |l| {
+            got = child::Counts::parse(&String::from_utf8_lossy(l)).ok();
+        })?;
+        let c = got.context("libipt-insn-ips printed nothing")?;
+        Ok(Seq {
+            count: c.insns.unwrap_or(0),
+            hash: c.ips_hash.unwrap_or(0),
+        })
+    }
+
+    /// The instruction addresses of `trace` by `perf script` (wrapped as
+    /// perf.data first).
+    fn perf_ips(&self, trace: &Path) -> Result<Seq> {
+        let data = perf::wrap(&self.corpus, trace)?;
+        let mut h = IpHash::default();
+        proc::run(&perf::script_command(&data), &[0], |l| {
+            h.add_line(l);
+        })?;
+        Ok(h.into())
+    }
+}
+
+/// An instruction-address sequence, as its length and hash.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Seq {
+    count: u64,
+    hash: u64,
+}
+
+impl From<IpHash> for Seq {
+    fn from(h: IpHash) -> Self {
+        Seq {
+            count: h.count(),
+            hash: h.value(),
+        }
+    }
+}
+
+impl std::fmt::Display for Seq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:>9} insns {:016x}", self.count, self.hash)
+    }
+}
+
+/// Instructions in each of the corpus's traces, as each kind of decoder
+/// counts them.
+#[derive(Clone, Debug, Default)]
+struct UnitCounts {
+    hwtrace: Vec<u64>,
+    libipt: Vec<u64>,
+    perf: Vec<u64>,
+}
+
+impl UnitCounts {
+    /// The instructions a decoder of the family `name` starts with must
+    /// report on `input`: its per-trace counts over the trace's pieces.
+    fn expected(&self, bench: &Bench, name: &str, input: Input) -> Result<Option<u64>> {
+        let per_trace = if name.starts_with("hwtrace") {
+            &self.hwtrace
+        } else if name.starts_with("libipt") {
+            &self.libipt
+        } else if name.starts_with("perf") {
+            &self.perf
+        } else {
+            return Ok(None);
+        };
+        let (pieces, unit_len) = bench.corpus.layout(Corpus::layout_of(bench.trace(input)));
+        let per_unit: u64 = pieces.iter().map(|p| per_trace[p.trace]).sum();
+        Ok(Some(bench.bytes(input)? / unit_len * per_unit))
+    }
+}
+
+/// Decodes every piece alone with hwtrace, libipt and perf and compares
+/// the instruction addresses. hwtrace must report what libipt 2.0.5
+/// reports, or (on the real traces) exactly what libipt 2.3 reported
+/// (`reference/ptxed-insn.txt`); perf must report what libipt 2.0.5 or
+/// hwtrace reports. Anything else is an error.
+fn check_pieces(bench: &Bench) -> Result<(UnitCounts, Vec<String>)> {
+    let mut unit = UnitCounts::default();
+    let mut notes = Vec::new();
+    println!(
+        "instruction addresses, each piece decoded alone (count, hash of the address sequence):"
+    );
+    println!(
+        "  {:<52} {:>32} {:>32} {:>32} {:>32}",
+        "piece", "hwtrace", "libipt 2.0.5 pt_insn_next", "perf script", "libipt 2.3 (reference)"
+    );
+    for (i, piece) in bench.corpus.traces.iter().enumerate() {
+        let file = bench.corpus.trace_file(i);
+        let h = bench.hwtrace_ips(&file, 1)?;
+        let l = bench.libipt_ips(&file)?;
+        let p = bench.perf_ips(&file)?;
+        let r = match &piece.reference {
+            Some(path) => {
+                let text =
+                    std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+                let mut rh = IpHash::default();
+                for line in text.split(|b| *b == b'\n') {
+                    rh.add_line(line);
+                }
+                Some(Seq::from(rh))
+            }
+            None => None,
+        };
+        println!(
+            "  {:<52} {h:>32} {l:>32} {p:>32} {:>32}",
+            piece.name,
+            r.map_or("-".to_owned(), |r| r.to_string())
+        );
+        if h != l {
+            ensure!(
+                r == Some(h),
+                "{}: hwtrace ({h}) and libipt 2.0.5 ({l}) report different instructions, and hwtrace's are not libipt 2.3's either",
+                piece.name
+            );
+            notes.push(format!(
+                "{}: libipt 2.0.5 decodes {} instructions, hwtrace {} — exactly libipt 2.3's (reference/ptxed-insn.txt); perf {}",
+                piece.name, l.count, h.count, p.count
+            ));
+        }
+        ensure!(
+            p == l || p == h,
+            "{}: perf ({p}) reports instructions neither libipt 2.0.5 ({l}) nor hwtrace ({h}) report",
+            piece.name
+        );
+        unit.hwtrace.push(h.count);
+        unit.libipt.push(l.count);
+        unit.perf.push(p.count);
+    }
+    for n in &notes {
+        println!("  note: {n}");
+    }
+    Ok((unit, notes))
+}
+
+/// Whether `hwtrace flow` takes `--jobs`, and how many cores there are.
+fn jobs_supported(hwtrace: &Path) -> Result<Option<usize>> {
+    let out = Command::new(hwtrace)
+        .args(["flow", "--help"])
+        .output()
+        .with_context(|| format!("running {} flow --help", hwtrace.display()))?;
+    let help = String::from_utf8_lossy(&out.stdout);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(help.contains("--jobs").then_some(cores))
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// Runs the decode benchmark.
+pub fn run(opts: &Options) -> Result<()> {
+    let me = std::env::current_exe()?;
+    let hwtrace = me.with_file_name("hwtrace");
+    ensure!(
+        hwtrace.exists(),
+        "{} is missing: build it with `cargo build --release -p hwtrace` (scripts/bench.sh does)",
+        hwtrace.display()
+    );
+    ensure!(
+        Command::new("perf").arg("version").output().is_ok(),
+        "perf is missing: install Debian's linux-perf (scripts/setup.sh does)"
+    );
+    let corpus_dir = corpus::default_dir()?;
+    let corpus = corpus::load_or_build(&corpus_dir)?;
+    let mut traces = BTreeMap::new();
+    for (input, layout, size) in [
+        (Input::Full, Layout::Mixed, opts.size_mib),
+        (Input::Rss, Layout::Mixed, opts.rss_size_mib),
+        (Input::Prefix, Layout::Mixed, opts.prefix_mib),
+        (Input::Real, Layout::Real, opts.prefix_mib),
+        (Input::Perf, Layout::Mixed, opts.perf_mib),
+    ] {
+        traces.insert(input, corpus.trace(layout, size << 20)?);
+    }
+    let bench = Bench {
+        jobs: jobs_supported(&hwtrace)?,
+        corpus,
+        corpus_dir,
+        hwtrace,
+        me,
+        traces,
+        runs: opts.runs,
+        row_budget: Duration::from_secs(opts.row_budget_secs),
+    };
+    let c = &bench.corpus;
+    println!(
+        "decode: corpus unit of {} bytes ({}), {} pieces of {} traces:",
+        c.unit_len,
+        c.dir.display(),
+        c.pieces.len(),
+        c.traces.len()
+    );
+    for (i, t) in c.traces.iter().enumerate() {
+        let len = std::fs::metadata(c.trace_file(i))?.len();
+        println!("  {}x {len:>8} bytes  {}", t.copies, t.name);
+    }
+    for (input, what) in [
+        (Input::Full, "full"),
+        (Input::Rss, "RSS comparison"),
+        (Input::Prefix, "prefix (slower decoders)"),
+        (Input::Real, "the real traces alone"),
+        (Input::Perf, "perf prefix"),
+    ] {
+        let b = bench.bytes(input)?;
+        let (_, unit_len) = c.layout(Corpus::layout_of(bench.trace(input)));
+        println!(
+            "  {what}: {} units, {b} bytes ({:.1} MiB), {}",
+            b / unit_len,
+            mib(b),
+            bench.trace(input).display()
+        );
+    }
+    match bench.jobs {
+        Some(n) => println!("  hwtrace flow takes --jobs: 1 thread and {n} threads"),
+        None => println!("  hwtrace flow has no --jobs yet: its sequential decoder only"),
+    }
+    let (unit, _) = check_pieces(&bench)?;
+
+    // The same on the perf prefix (many units): each decoder's counts are
+    // its per-piece counts times the units (the seams between pieces
+    // change nothing), the parallel decode is the sequential one, and
+    // perf's addresses are libipt's where the pieces said so.
+    let perf_trace = bench.trace(Input::Perf).to_path_buf();
+    let units = bench.bytes(Input::Perf)? / bench.corpus.unit_len;
+    eprintln!("checking instruction addresses on the perf prefix");
+    let h1 = bench.hwtrace_ips(&perf_trace, 1)?;
+    let l = bench.libipt_ips(&perf_trace)?;
+    let p = bench.perf_ips(&perf_trace)?;
+    println!("instruction addresses on the perf prefix ({units} units):");
+    println!("  hwtrace flow --jobs 1     {h1}");
+    let want = |name: &str| unit.expected(&bench, name, Input::Perf);
+    ensure!(
+        Some(h1.count) == want("hwtrace")?,
+        "hwtrace: {} instructions on {units} units, not its per-trace counts times the units",
+        h1.count
+    );
+    if let Some(n) = bench.jobs {
+        let hn = bench.hwtrace_ips(&perf_trace, n)?;
+        println!("  hwtrace flow --jobs {n}     {hn}");
+        ensure!(
+            hn == h1,
+            "hwtrace --jobs {n} ({hn}) and hwtrace's sequential decode ({h1}) differ"
+        );
+    }
+    println!("  libipt pt_insn_next       {l}");
+    println!("  perf script               {p}");
+    ensure!(
+        Some(l.count) == want("libipt")? && Some(p.count) == want("perf")?,
+        "libipt ({}) or perf ({}) on {units} units is not its per-trace counts times the units",
+        l.count,
+        p.count
+    );
+    if unit.perf == unit.libipt {
+        ensure!(
+            p == l,
+            "perf ({p}) and libipt ({l}) differ on the perf prefix"
+        );
+    }
+    let perf_data = perf::wrap(&bench.corpus, &perf_trace)?;
+
+    eprintln!("timing (median of {} runs each):", bench.runs);
+    let mut rows = Vec::new();
+    let one = "hwtrace flow --jobs 1";
+    // The prefixes first (every decoder), the full trace last.
+    rows.push(bench.hwtrace_row(one, Input::Prefix, 1)?);
+    rows.push(bench.child_row(
+        "hwtrace-flow FastDecoder (library)",
+        "hwtrace-fast",
+        Input::Prefix,
+    )?);
+    rows.push(bench.child_row("libipt pt_blk_next", "libipt-block", Input::Prefix)?);
+    rows.push(bench.child_row("libipt pt_insn_next", "libipt-insn", Input::Prefix)?);
+    rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Prefix)?);
+    rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Prefix)?);
+    rows.push(bench.child_row(
+        "hwtrace-packet (packets only)",
+        "hwtrace-packet",
+        Input::Prefix,
+    )?);
+    rows.push(bench.child_row(
+        "libipt pt_pkt_next (packets only)",
+        "libipt-packet",
+        Input::Prefix,
+    )?);
+    rows.push(bench.child_row("iptr-decoder (packets only)", "iptr-packet", Input::Prefix)?);
+    rows.push(bench.hwtrace_row(one, Input::Real, 1)?);
+    rows.push(bench.child_row(
+        "hwtrace-flow FastDecoder (library)",
+        "hwtrace-fast",
+        Input::Real,
+    )?);
+    rows.push(bench.child_row("libipt pt_blk_next", "libipt-block", Input::Real)?);
+    rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Real)?);
+    rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Real)?);
+    rows.push(bench.hwtrace_row(one, Input::Perf, 1)?);
+    rows.push(bench.perf_row(&perf_data)?);
+    rows.push(bench.hwtrace_row(one, Input::Rss, 1)?);
+    if let Some(n) = bench.jobs {
+        rows.push(bench.hwtrace_row(&format!("hwtrace flow --jobs {n}"), Input::Rss, n)?);
+    }
+    rows.push(bench.hwtrace_row(one, Input::Full, 1)?);
+    if let Some(n) = bench.jobs {
+        rows.push(bench.hwtrace_row(&format!("hwtrace flow --jobs {n}"), Input::Full, n)?);
+    }
+
+    report(&bench, &rows, &unit)
+}
+
+/// Checks the counts, prints the table and the goals.
+fn report(bench: &Bench, rows: &[Row], unit: &UnitCounts) -> Result<()> {
+    // Every decoder that reports instructions must report its per-unit
+    // count (checked piece by piece against the others) times the units.
+    let mut mismatches = Vec::new();
+    for r in rows {
+        let (Some(n), Some(want)) = (r.counts.insns, unit.expected(bench, &r.name, r.input)?)
+        else {
+            continue;
+        };
+        if n != want {
+            mismatches.push(format!(
+                "{} reports {n} instructions on {}, {want} expected from the per-trace counts",
+                r.name,
+                bench.trace(r.input).display()
+            ));
+        }
+    }
+    let packets: Vec<(&str, u64)> = rows
+        .iter()
+        .filter_map(|r| Some((r.name.as_str(), r.counts.packets?)))
+        .collect();
+
+    const ONE: &str = "hwtrace flow --jobs 1";
+    let find = |name: &str, input: Input| rows.iter().find(|r| r.name == name && r.input == input);
+    let base = find(ONE, Input::Full).context("no hwtrace row")?;
+    println!();
+    println!(
+        "{:<36} {:>7} {:>9} {:>8} {:>9} {:>8} {:>7} {:>5} {:>7}",
+        "decoder", "trace", "MB/s", "Minsn/s", "peak RSS", "vs 1T", "errors", "runs", "spread"
+    );
+    for r in rows {
+        let spread = match (r.walls.first(), r.walls.last()) {
+            (Some(a), Some(b)) if a.as_secs_f64() > 0.0 && r.walls.len() > 1 => {
+                format!("{:.0}%", (b.as_secs_f64() / a.as_secs_f64() - 1.0) * 100.0)
+            }
+            _ => "-".into(),
+        };
+        let vs = find(ONE, r.input).map_or("-".into(), |b| format!("{:.3}x", r.mb_s() / b.mb_s()));
+        println!(
+            "{:<36} {:>6.0}M {:>9.2} {:>8} {:>5} MiB {:>8} {:>7} {:>5} {:>7}",
+            r.name,
+            mib(r.bytes),
+            r.mb_s(),
+            r.insn_s().map_or("-".into(), |v| format!("{:.1}", v / 1e6)),
+            r.max_rss_kib / 1024,
+            vs,
+            r.counts.errors,
+            r.walls.len(),
+            spread
+        );
+        if let Some(note) = &r.counts.note {
+            println!("{:<36}   note: {note}", "");
+        }
+    }
+    println!(
+        "(vs 1T: the row's MB/s over `{ONE}`'s on the same trace; runs: the median is shown; spread: slowest run over fastest)"
+    );
+    println!();
+    println!(
+        "every row that counts instructions reported the sum of its per-trace counts over the trace's pieces"
+    );
+    println!("packet counts:");
+    for (name, n) in &packets {
+        println!("  {name}: {n}");
+    }
+
+    // The issue's goals.
+    println!();
+    println!("goals (issue 8):");
+    let jn = bench
+        .jobs
+        .and_then(|n| find(&format!("hwtrace flow --jobs {n}"), Input::Full));
+    match jn {
+        Some(r) => {
+            let x = base.wall.as_secs_f64() / r.wall.as_secs_f64();
+            println!(
+                "  parallel speed-up: --jobs {} {x:.2}x over --jobs 1 on the full trace (goal >= 1.9x on 2 cores): {}",
+                bench.jobs.unwrap_or(0),
+                met(x >= 1.9)
+            );
+        }
+        None => println!("  parallel speed-up: NOT met (hwtrace flow has no --jobs)"),
+    }
+    let ours = [ONE, "hwtrace-flow FastDecoder (library)"];
+    let vs = |ours: &str, peer: &str, goal: f64, what: &str| {
+        for input in [Input::Prefix, Input::Real] {
+            if let (Some(h), Some(p)) = (find(ours, input), find(peer, input)) {
+                let x = h.mb_s() / p.mb_s();
+                let failed = if p.counts.errors > 0 {
+                    format!(" ({} decode errors)", p.counts.errors)
+                } else {
+                    String::new()
+                };
+                let on = if input == Input::Real {
+                    "real traces"
+                } else {
+                    "corpus"
+                };
+                println!(
+                    "  {ours} vs {peer}{failed}, {on}: {x:.2}x (goal {what}): {}",
+                    met(x >= goal)
+                );
+            }
+        }
+    };
+    for o in ours {
+        vs(o, "libipt pt_blk_next", 20.0, ">= 20x");
+    }
+    for o in ours {
+        for peer in ["iptr-edge-analyzer (blocks)", "ptcov (edge bitmap)"] {
+            vs(o, peer, 1.0, "ahead, > 1x");
+        }
+    }
+    vs(
+        "hwtrace-packet (packets only)",
+        "iptr-decoder (packets only)",
+        1.0,
+        "ahead, > 1x",
+    );
+    let mut threads = vec![("--jobs 1".to_owned(), ONE.to_owned())];
+    if let Some(n) = bench.jobs {
+        threads.push((format!("--jobs {n}"), format!("hwtrace flow --jobs {n}")));
+    }
+    for (label, name) in threads {
+        if let (Some(small), Some(big)) = (find(&name, Input::Rss), find(&name, Input::Full)) {
+            let x = big.max_rss_kib as f64 / small.max_rss_kib.max(1) as f64;
+            println!(
+                "  peak RSS {label}: {} MiB on {:.0} MiB, {} MiB on {:.0} MiB ({x:.2}x; goal: flat, <= 1.1x): {}",
+                small.max_rss_kib / 1024,
+                mib(small.bytes),
+                big.max_rss_kib / 1024,
+                mib(big.bytes),
+                met(x <= 1.1)
+            );
+        }
+    }
+    if !mismatches.is_empty() {
+        bail!("instruction counts differ:\n  {}", mismatches.join("\n  "));
+    }
+    Ok(())
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok { "met" } else { "NOT met" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_line_gives_the_counts() {
+        let mut c = child::Counts::default();
+        assert!(parse_stats(
+            b"[stats: 1200 instructions, 30 blocks, 25 branches, 4 events, 2 errors, 100 bytes skipped]",
+            &mut c
+        ));
+        assert_eq!((c.insns, c.blocks, c.errors), (Some(1200), Some(30), 2));
+        assert!(!parse_stats(b"00007fff00001000", &mut c));
+    }
+}
