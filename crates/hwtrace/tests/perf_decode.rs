@@ -1431,6 +1431,16 @@ fn lbr_flags_types_and_hw_idx_read_like_perf() {
         };
         w.sample(&attrs[0].attr, 2, &s).unwrap();
     }
+    // The kernel could not write 4 samples.
+    let sid = SampleId {
+        pid_tid: Some((PID, PID + 1)),
+        time: Some(2_000),
+        cpu: Some(3),
+        id: Some(1),
+        ..SampleId::default()
+    };
+    w.write_event(record_type::LOST_SAMPLES, 0, &4u64.to_le_bytes(), &sid)
+        .unwrap();
     w.finished_round().unwrap();
     let bytes = w.finish(&FeatureData::default()).unwrap().into_inner();
     let file = dir.join("lbr.data");
@@ -1438,7 +1448,11 @@ fn lbr_flags_types_and_hw_idx_read_like_perf() {
 
     let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the LOST_SAMPLES record at file offset") && stderr.contains(": 4 samples"),
+        "{stderr}"
+    );
     let ours = lbr_lines(&out);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(

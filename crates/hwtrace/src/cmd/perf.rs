@@ -620,6 +620,13 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
     }
     if branch_stacks {
         let r = lbr::decode(&file, names.as_mut(), args.json, !args.stats, &mut out)?;
+        for (off, n) in &r.lost {
+            problems += 1;
+            writeln!(
+                diag,
+                "hwtrace perf decode: lost: the LOST_SAMPLES record at file offset {off}: {n} samples (and their branch stacks) lost"
+            )?;
+        }
         if args.stats {
             if args.json {
                 let v = serde_json::json!({"lbr_samples": r.samples, "lbr_entries": r.entries});

@@ -13,7 +13,8 @@
 use std::io::Write;
 
 use anyhow::Result;
-use hwtrace_perf::data::{BranchEntry, PerfData, PerfRecord};
+use hwtrace_perf::data::{BranchEntry, FileOffset, PerfData, PerfRecord};
+use hwtrace_perf::pevent::Body;
 use serde_json::json;
 
 use super::symbols::Names;
@@ -104,12 +105,14 @@ pub fn entry_text(e: &BranchEntry, from: &str, to: &str) -> String {
 }
 
 /// Counts of what was printed.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct LbrReport {
     /// Samples with a branch stack.
     pub samples: u64,
     /// Entries over all samples.
     pub entries: u64,
+    /// `PERF_RECORD_LOST_SAMPLES` records: file offset and samples lost.
+    pub lost: Vec<(FileOffset, u64)>,
 }
 
 /// Prints (when `print`) and counts every sample with a branch stack.
@@ -125,8 +128,15 @@ pub fn decode(
     let mut report = LbrReport::default();
     for item in file.records() {
         let Ok(item) = item else { continue };
-        let PerfRecord::Sample { sample, .. } = item.record else {
-            continue;
+        let sample = match item.record {
+            PerfRecord::Sample { sample, .. } => sample,
+            PerfRecord::Event(r) => {
+                if let Body::LostSamples(n) = r.body {
+                    report.lost.push((item.offset, n));
+                }
+                continue;
+            }
+            _ => continue,
         };
         let Some(stack) = sample.branch_stack else {
             continue;
