@@ -642,6 +642,29 @@ fn report(bench: &Bench, rows: &[Row], unit: &UnitCounts) -> Result<()> {
     println!(
         "(vs 1T: the row's MB/s over `{ONE}`'s on the same trace; runs: the median is shown; spread: slowest run over fastest)"
     );
+    // The same table in Markdown, for BENCHMARKS.md.
+    println!();
+    println!(
+        "| decoder | trace | MB/s | M instructions/s | peak RSS | vs `--jobs 1` | errors | runs |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for r in rows {
+        let trace = bench.trace(r.input);
+        let name = trace
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        println!(
+            "| {} | {name} ({:.0} MiB) | {:.2} | {} | {} MiB | {} | {} | {} |",
+            r.name,
+            mib(r.bytes),
+            r.mb_s(),
+            r.insn_s().map_or("-".into(), |v| format!("{:.1}", v / 1e6)),
+            r.max_rss_kib / 1024,
+            find(ONE, r.input).map_or("-".into(), |b| format!("{:.2}x", r.mb_s() / b.mb_s())),
+            r.counts.errors,
+            r.walls.len()
+        );
+    }
     println!();
     println!(
         "every row that counts instructions reported the sum of its per-trace counts over the trace's pieces"
