@@ -1,9 +1,8 @@
 //! `hwtrace flow`: the instructions (or blocks, or branches) a PT trace
 //! says were executed, over code images and/or a physical memory dump.
 
-use crate::flow::{Blocks, Branches, FlowMemory, Format, Item, Items, Printer, Stats};
+use crate::flow::{Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Printer, Stats};
 use crate::image_args::ImageArgs;
-use crate::input::MappedFile;
 use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
@@ -205,7 +204,7 @@ fn memory(args: &FlowArgs) -> Result<FlowMemory> {
 
 /// Runs `hwtrace flow`: exit code 2 when the trace had errors.
 pub fn run(args: FlowArgs) -> Result<ExitCode> {
-    let trace = MappedFile::open(&args.trace)?;
+    let trace = MappedTrace::open(&args.trace)?;
     let mem = memory(&args)?;
     let config = decoder_config(args.cpu);
     let bytes = trace.bytes();
@@ -215,7 +214,7 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
     };
     if jobs <= 1 {
         let items = Items::new(InsnDecoder::new(bytes, config, mem));
-        return output(&args, bytes.len() as u64, items);
+        return output(&args, &trace, items);
     }
     let mut parallel = ParallelConfig::new(jobs);
     if let Some(unit) = args.unit_bytes {
@@ -223,7 +222,7 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
     }
     let mem = &mem;
     if args.quiet && !args.blocks && !args.branches {
-        return quiet(&args, bytes, &parallel, || {
+        return quiet(&args, &trace, &parallel, || {
             InsnDecoder::new(bytes, config, mem)
         });
     }
@@ -241,7 +240,7 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
             )
         });
         let items = rx.iter().flatten().map(Item::from);
-        let code = output(&args, bytes.len() as u64, items);
+        let code = output(&args, &trace, items);
         // A failed output drops the receiver, which stops the decode.
         match decoder.join() {
             Ok(_) => code,
@@ -256,6 +255,8 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
 #[derive(Debug)]
 struct Tally {
     trace_len: u64,
+    /// The offset of the last instruction.
+    offset: u64,
     stats: Stats,
     failures: Vec<Item>,
 }
@@ -264,7 +265,10 @@ impl Sink for Tally {
     fn push(&mut self, item: FlowItem) {
         let item = Item::from(item);
         match item {
-            Item::Insn { .. } => self.stats.insns += 1,
+            Item::Insn { offset, .. } => {
+                self.stats.insns += 1;
+                self.offset = offset;
+            }
             Item::Error(_) | Item::Stuck { .. } => self.failures.push(item),
             _ => {}
         }
@@ -275,14 +279,16 @@ impl Sink for Tally {
 /// `--quiet` (without `--blocks`/`--branches`) on several threads.
 fn quiet<S: StepSource + Send>(
     args: &FlowArgs,
-    bytes: &[u8],
+    trace: &MappedTrace,
     parallel: &ParallelConfig,
     make: impl Fn() -> S + Sync,
 ) -> Result<ExitCode> {
+    let bytes = trace.bytes();
     let trace_len = bytes.len() as u64;
     let mut stats = Stats::default();
     let new = |_| Tally {
         trace_len,
+        offset: 0,
         stats: Stats::default(),
         failures: Vec::new(),
     };
@@ -296,6 +302,7 @@ fn quiet<S: StepSource + Send>(
         stats.events += t.stats.events;
         stats.errors += t.stats.errors;
         stats.skipped += t.stats.skipped;
+        trace.decoded_to(t.offset);
         Ok(())
     };
     match parallel::decode_into(bytes, parallel, make, new, summed) {
@@ -332,13 +339,21 @@ fn report_failure(args: &FlowArgs, item: &Item) {
 }
 
 /// Writes `items` as `args` ask: exit code 2 when the trace had errors.
-fn output(args: &FlowArgs, len: u64, items: impl Iterator<Item = Item>) -> Result<ExitCode> {
+fn output(
+    args: &FlowArgs,
+    trace: &MappedTrace,
+    items: impl Iterator<Item = Item>,
+) -> Result<ExitCode> {
+    let len = trace.bytes().len() as u64;
     // Instructions are counted as decoded: --blocks and --branches fold
     // them into other items.
     let insns = std::cell::Cell::new(0u64);
     let mut items = items.inspect(|item| {
-        if let Item::Insn { .. } = item {
+        if let Item::Insn { offset, .. } = item {
             insns.set(insns.get() + 1);
+            if insns.get() & 0xffff == 0 {
+                trace.decoded_to(*offset);
+            }
         }
     });
     let out = std::io::stdout().lock();

@@ -18,11 +18,13 @@
 //! printers reuse their buffers.
 
 mod items;
+mod mapped;
 mod memory;
 mod print;
 mod shape;
 
 pub use items::{Item, Items};
+pub use mapped::MappedTrace;
 pub use memory::FlowMemory;
 pub use print::{Format, Printer, Stats};
 pub use shape::{Blocks, Branches};

@@ -1,0 +1,83 @@
+//! [`MappedTrace`]: the trace `hwtrace flow` decodes, memory-mapped, with
+//! the pages already decoded handed back to the kernel, so the resident
+//! size stays flat however large the trace is.
+
+use anyhow::{Context, Result};
+use std::cell::Cell;
+use std::fs::File;
+use std::path::Path;
+
+/// How far behind the decode released pages stay (the decoders only read
+/// forward; a released page read again is simply read from the file).
+const MARGIN: u64 = 1 << 20;
+/// Release in steps of this much at least (one system call each).
+const STEP: u64 = 16 << 20;
+/// The page size madvise ranges are aligned to (x86-64).
+const PAGE: u64 = 4096;
+
+/// A trace file mapped read-only (an empty file, which cannot be mapped,
+/// is an empty slice).
+#[derive(Debug)]
+pub struct MappedTrace {
+    map: Option<memmap2::Mmap>,
+    /// Bytes from the start already released.
+    released: Cell<u64>,
+}
+
+impl MappedTrace {
+    /// Maps `path` read-only.
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let len = file
+            .metadata()
+            .with_context(|| format!("cannot stat {}", path.display()))?
+            .len();
+        let released = Cell::new(0);
+        if len == 0 {
+            return Ok(Self {
+                map: None,
+                released,
+            });
+        }
+        // SAFETY: read-only and private to this process; trace files are
+        // not modified while hwtrace reads them (a concurrent truncation
+        // would end the run with SIGBUS, not corrupt what is read).
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("cannot map {}", path.display()))?;
+        Ok(Self {
+            map: Some(map),
+            released,
+        })
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        self.map.as_deref().unwrap_or(&[])
+    }
+
+    /// The decode has reached `offset`: the pages well before it are
+    /// dropped from this process (they count towards its resident size
+    /// otherwise, a whole trace's worth by the end).
+    pub fn decoded_to(&self, offset: u64) {
+        let Some(map) = &self.map else { return };
+        let end = offset.saturating_sub(MARGIN) / PAGE * PAGE;
+        if end < self.released.get().saturating_add(STEP) {
+            return;
+        }
+        let from = self.released.get();
+        let (Ok(at), Ok(len)) = (usize::try_from(from), usize::try_from(end - from)) else {
+            return;
+        };
+        // SAFETY: MADV_DONTNEED on a private, read-only file mapping that
+        // was never written drops the resident pages; the next access reads
+        // the same bytes from the file again, so slices into the map stay
+        // valid and unchanged. Advice that fails only costs memory.
+        #[allow(unsafe_code)]
+        let done =
+            unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, len) };
+        if done.is_ok() {
+            self.released.set(end);
+        }
+    }
+}
