@@ -2,7 +2,9 @@
 //! (`hwtrace record --portable`, real files in its MMAP2 records) gives
 //! the same blocks and edges as the raw PT stream it holds decoded over
 //! the same files with `--elf`, its drcov modules are the real files at
-//! their load addresses, and bad input is refused with a message.
+//! their load addresses, an intel_bts recording gives the blocks between
+//! the branches `hwtrace perf decode` lists for it, and bad input is
+//! refused with a message.
 //!
 //! Needs `qemu-x86_64` (`scripts/setup.sh`).
 
@@ -167,5 +169,62 @@ fn bad_input_is_refused_with_a_reason() {
     assert!(
         err.contains("--drcov: cannot create /nonexistent/dir/out.drcov"),
         "{err}"
+    );
+}
+
+/// An intel_bts perf.data (`hwtrace record --portable --bts`): the blocks
+/// between consecutive branches and the edges between them, exactly as
+/// the branches `hwtrace perf decode` lists for the same file give them.
+#[test]
+fn intel_bts_perf_data_gives_the_blocks_between_its_branches() {
+    assert!(
+        Path::new("/usr/bin/qemu-x86_64").exists(),
+        "qemu-x86_64 missing: install Debian package qemu-user (scripts/setup.sh)"
+    );
+    let dir = Scratch::new("bts");
+    let data = dir.path("bts.data");
+    ok(&[
+        "record",
+        "--portable",
+        "--bts",
+        "-o",
+        &data,
+        "--",
+        "/bin/echo",
+        "bts",
+    ]);
+    // `tid cpu from -> to kind`, oldest first.
+    let listed: Vec<(u64, u64)> = ok(&["perf", "decode", &data])
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(w[3], "->", "{l}");
+            let h = |s: &str| u64::from_str_radix(s, 16).unwrap();
+            (h(w[2]), h(w[4]))
+        })
+        .collect();
+    assert!(listed.len() > 1000, "{} branches", listed.len());
+    let mut want_blocks = Blocks::new();
+    let mut want_edges = Edges::new();
+    let mut prev = None;
+    for pair in listed.windows(2) {
+        let key = (pair[0].1, pair[1].0 + 1);
+        *want_blocks.entry(key).or_insert(0) += 1;
+        if let Some(p) = prev.replace(key) {
+            *want_edges.entry((p, key)).or_insert(0) += 1;
+        }
+    }
+    let json = dir.path("bts.json");
+    ok(&["coverage", &data, "--json", &json]);
+    let (v, blocks, edges) = read_json(&json);
+    assert_eq!(blocks, want_blocks);
+    assert_eq!(edges, want_edges);
+    assert!(
+        v["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["module"].is_u64()),
+        "a block outside the recorded files"
     );
 }

@@ -5,7 +5,6 @@
 //! record), an LBR stack at most 32 entries.
 
 use super::source::SourceArgs;
-use crate::flow::FlowMemory;
 use crate::input::MappedFile;
 use anyhow::{Context, Result, anyhow, bail};
 use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
@@ -108,7 +107,7 @@ pub fn lbr(args: &SourceArgs, path: &Path) -> Result<Vec<(Ip, Ip)>> {
 
 /// The class of the instruction at `ip` in the images or dump given
 /// (64-bit code), `InsnClass::Unknown` without code there.
-pub fn class_at(memory: Option<&FlowMemory>, ip: Ip) -> InsnClass {
+pub fn class_at<M: ReadMemory>(memory: Option<&M>, ip: Ip) -> InsnClass {
     let Some(memory) = memory else {
         return InsnClass::Unknown;
     };

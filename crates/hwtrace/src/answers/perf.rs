@@ -1,12 +1,19 @@
 //! perf.data Intel PT streams as [`Exec`] records: each AUX queue decoded
 //! over the code of the processes that ran there, with `Exec::Thread` at
 //! its start and at every thread switch the sideband times, and
-//! `Exec::Gap` where perf lost data.
+//! `Exec::Gap` where perf lost data. intel_bts queues give their records
+//! as `Exec::Branch`.
+//!
+//! Each queue is decoded over one image holding the code of every
+//! process that ran there (`perfdecode`'s image-switching driver is
+//! private to it): where two processes map different code at one address,
+//! the later mapping's is read.
 //!
 //! This wraps [`crate::perfdecode`]'s public API (sideband, images,
 //! decoder settings) the way `hwtrace perf decode` uses it, but hands the
 //! items on instead of printing them.
 
+use super::branches::class_at;
 use super::pt::ItemMapper;
 use super::source::{Sink, SourceArgs, SourceReport};
 use crate::flow::Items;
@@ -18,26 +25,32 @@ use crate::perfdecode::stream::{MAX_JOIN, PtSettings, perf_time};
 use anyhow::{Context, Result, bail};
 use hwtrace_flow::ErrorKind;
 use hwtrace_flow::insn::InsnDecoder;
-use hwtrace_perf::data::{AuxQueue, AuxStreams, AuxtraceKind, PerfData, PerfRecord, QueueKey};
+use hwtrace_perf::data::{
+    AuxQueue, AuxStreams, AuxtraceKind, FileOffset, PerfData, PerfRecord, QueueKey,
+};
+use hwtrace_regs::bts::BtsRecord;
+use hwtrace_regs::ds::DsFormat;
 use hwtrace_report::exec::{Exec, GapKind, Mapping};
-use hwtrace_types::Ip;
+use hwtrace_types::{Ip, TraceOffset};
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-/// A perf.data file with Intel PT data, mapped.
+/// A perf.data file with Intel PT (or BTS) data, mapped.
 #[derive(Debug)]
 pub struct PerfInput {
     path: PathBuf,
     file: MappedFile,
-    settings: PtSettings,
+    /// The PT decoder's settings; `None`: an intel_bts recording.
+    settings: Option<PtSettings>,
     options: ImageOptions,
 }
 
 impl PerfInput {
-    /// Checks that `file` is an Intel PT recording and reads its settings.
+    /// Checks that `file` is an Intel PT (or intel_bts) recording and
+    /// reads its settings.
     pub fn open(path: &Path, file: MappedFile, args: &SourceArgs) -> Result<Self> {
         let data = PerfData::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
         let mut pt = None;
@@ -54,24 +67,21 @@ impl PerfInput {
                 }
             }
         }
-        let Some(info) = pt else {
-            if bts {
-                bail!(
-                    "{}: an intel_bts recording: decoding BTS from perf.data is not supported yet",
-                    path.display()
-                );
+        let settings = match pt {
+            Some(info) => {
+                let event_config = records
+                    .attrs()
+                    .iter()
+                    .find(|a| a.attr.kind == info.pmu_type)
+                    .map(|a| a.attr.config);
+                Some(PtSettings::new(&info, event_config))
             }
-            bail!(
-                "{}: no intel_pt AUXTRACE_INFO record: not an Intel PT recording",
+            None if bts => None,
+            None => bail!(
+                "{}: no intel_pt or intel_bts AUXTRACE_INFO record: not a hardware trace recording",
                 path.display()
-            );
+            ),
         };
-        let event_config = records
-            .attrs()
-            .iter()
-            .find(|a| a.attr.kind == info.pmu_type)
-            .map(|a| a.attr.config);
-        let settings = PtSettings::new(&info, event_config);
         drop(records);
         Ok(Self {
             path: path.to_path_buf(),
@@ -164,16 +174,23 @@ impl PerfInput {
         }
         let mut cache = BuildIdCache::default();
         for (key, queue) in &streams.queues {
-            self.queue(*key, queue, &sb, &mut cache, sink, report)?;
+            match self.settings {
+                Some(settings) => {
+                    self.queue(*key, queue, &sb, settings, &mut cache, sink, report)?;
+                }
+                None => self.bts_queue(*key, queue, &sb, &mut cache, sink, report)?,
+            }
         }
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn queue(
         &self,
         key: QueueKey,
         queue: &AuxQueue<'_>,
         sb: &Sideband,
+        settings: PtSettings,
         cache: &mut BuildIdCache,
         sink: Sink<'_>,
         report: &mut SourceReport,
@@ -182,7 +199,7 @@ impl PerfInput {
         let timed = key.tid == u32::MAX
             && cpu.is_some()
             && sb.switches.contains_key(&key.cpu)
-            && (self.settings.tsc.cap_user_time_zero || self.settings.tsc.time_mult != 0);
+            && (settings.tsc.cap_user_time_zero || settings.tsc.time_mult != 0);
         let mut tid = if key.tid != u32::MAX {
             Some(key.tid)
         } else {
@@ -236,13 +253,13 @@ impl PerfInput {
             if gap_at.contains(&start) {
                 map.gap(start, GapKind::Lost, sink, report)?;
             }
-            let dec = InsnDecoder::new(&trace, self.settings.config, &built.image);
+            let dec = InsnDecoder::new(&trace, settings.config, &built.image);
             for item in Items::new(dec) {
                 if timed
                     && let crate::flow::Item::Event { event, .. } = &item
                     && let Some(tsc) = map.new_time(event)
                 {
-                    let time = perf_time(&self.settings.tsc, tsc);
+                    let time = perf_time(&settings.tsc, tsc);
                     let now = sb.thread_at(key.cpu, time);
                     if now.is_some() && now != tid {
                         tid = now;
@@ -273,6 +290,111 @@ impl PerfInput {
         }
         Ok(())
     }
+}
+
+impl PerfInput {
+    /// An intel_bts queue: its 24-byte records (a record may straddle two
+    /// AUXTRACE buffers) as `Exec::Branch`, classified from the thread's
+    /// process image; all-zero padding records skipped; lost data a gap.
+    fn bts_queue(
+        &self,
+        key: QueueKey,
+        queue: &AuxQueue<'_>,
+        sb: &Sideband,
+        cache: &mut BuildIdCache,
+        sink: Sink<'_>,
+        report: &mut SourceReport,
+    ) -> Result<()> {
+        let cpu = (key.cpu != u32::MAX).then_some(key.cpu);
+        let tid = if key.tid != u32::MAX {
+            Some(key.tid)
+        } else {
+            cpu.and_then(|c| sb.only_thread_on(c))
+        };
+        let pid = tid.and_then(|t| sb.pid_of.get(&t).copied());
+        let pids = pid.map(|p| BTreeSet::from([p]));
+        let built = image::build(sb, pids.as_ref(), &self.options, cache);
+        sink(Exec::Thread { pid, tid, cpu })?;
+        let lost_at: BTreeMap<FileOffset, u64> = queue
+            .gaps
+            .iter()
+            .map(|g| (g.record_offset, g.lost_bytes()))
+            .collect();
+        let mut carry: Vec<u8> = Vec::with_capacity(BTS_RECORD);
+        let mut carry_at = 0u64;
+        let cut = |carry: &mut Vec<u8>, at: u64, report: &mut SourceReport| {
+            if !carry.is_empty() {
+                report.skipped_bytes += carry.len() as u64;
+                report.problem(format!(
+                    "{key}: a BTS record cut short: {} of its {BTS_RECORD} bytes at stream offset {at:#x}",
+                    carry.len()
+                ));
+                carry.clear();
+            }
+        };
+        for c in &queue.chunks {
+            if let Some(&lost) = lost_at.get(&c.record_offset) {
+                report.lost_bytes += lost;
+                report.problem(format!(
+                    "{key}: lost {lost} bytes of BTS records at stream offset {:#x}",
+                    c.stream_offset
+                ));
+                cut(&mut carry, carry_at, report);
+                report.gaps += 1;
+                sink(Exec::Gap {
+                    offset: TraceOffset(c.stream_offset),
+                    why: GapKind::Lost,
+                })?;
+            }
+            let mut data = c.data;
+            let mut at = c.stream_offset;
+            if !carry.is_empty() {
+                let need = (BTS_RECORD - carry.len()).min(data.len());
+                carry.extend_from_slice(&data[..need]);
+                data = &data[need..];
+                at += need as u64;
+                if carry.len() == BTS_RECORD {
+                    bts_record(&carry, &built.image, sink, report)?;
+                    carry.clear();
+                }
+            }
+            let mut records = data.chunks_exact(BTS_RECORD);
+            for rec in &mut records {
+                bts_record(rec, &built.image, sink, report)?;
+                at += BTS_RECORD as u64;
+            }
+            if !records.remainder().is_empty() {
+                carry_at = at;
+                carry.extend_from_slice(records.remainder());
+            }
+        }
+        cut(&mut carry, carry_at, report);
+        Ok(())
+    }
+}
+
+/// Bytes of one 64-bit BTS record.
+const BTS_RECORD: usize = 24;
+
+/// One intel_bts record as `Exec::Branch` (padding skipped).
+fn bts_record(
+    rec: &[u8],
+    image: &hwtrace_mem::image::Image,
+    sink: Sink<'_>,
+    report: &mut SourceReport,
+) -> Result<()> {
+    let Ok(r) = BtsRecord::parse(rec, DsFormat::Bits64) else {
+        return Ok(());
+    };
+    if r.from.0 == 0 && r.to.0 == 0 {
+        return Ok(());
+    }
+    report.branches += 1;
+    sink(Exec::Branch {
+        from: r.from,
+        to: r.to,
+        class: class_at(Some(image), r.from),
+    })
 }
 
 /// Index ranges of `queue.chunks` to decode as one trace: split at gaps
