@@ -1143,6 +1143,88 @@ fn bts_gaps_cut_records_and_padding_are_reported_with_where_and_how_much() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+#[test]
+fn per_cpu_bts_buffers_go_to_the_thread_switched_in_when_they_were_read() {
+    let dir = scratch("bts-cpu");
+    let taken = hwtrace_sim::branches(&recorded().execution).unwrap();
+    let rec = |i: usize| bts_record(taken[i].from.0, taken[i].to.0);
+    let (a, b) = (PID, PID + 1);
+    let mut attr = intel_pt_attr(BTS_PMU, 0);
+    attr.set(flag::MMAP2, true);
+    attr.set(flag::COMM, true);
+    attr.set(flag::CONTEXT_SWITCH, true);
+    let attrs = [EventAttr { attr, ids: vec![1] }];
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    w.auxtrace_info_bts(&hwtrace_perf::data::IntelBtsInfo {
+        pmu_type: BTS_PMU,
+        tsc: TscConversion {
+            time_shift: 0,
+            time_mult: 1,
+            time_zero: 0,
+            cap_user_time_zero: true,
+        },
+        snapshot_mode: false,
+    })
+    .unwrap();
+    let sid = |tid: u32, time: u64| SampleId {
+        pid_tid: Some((PID, tid)),
+        cpu: Some(0),
+        time: Some(time),
+        identifier: Some(1),
+        ..SampleId::default()
+    };
+    w.comm(PID, a, "true", true, &sid(a, 100)).unwrap();
+    for m in &recorded().maps {
+        w.mmap2(
+            2,
+            PID,
+            a,
+            m.addr,
+            m.len,
+            m.pgoff,
+            5,
+            2,
+            &m.path,
+            &sid(a, 100),
+        )
+        .unwrap();
+    }
+    // Thread a runs from 900, thread b (of the same process) from 2000.
+    w.write_event(record_type::SWITCH, 0, &[], &sid(a, 900))
+        .unwrap();
+    w.write_event(record_type::SWITCH, 0, &[], &sid(b, 2000))
+        .unwrap();
+    w.finished_round().unwrap();
+    // Buffers read at TSC 1000 (a's) and 3000 (b's).
+    let first: Vec<u8> = (0..10).flat_map(rec).collect();
+    let second: Vec<u8> = (10..20).flat_map(rec).collect();
+    w.auxtrace(&first, 0, 1000, 0, u32::MAX, 0).unwrap();
+    w.auxtrace(&second, first.len() as u64, 3000, 0, u32::MAX, 0)
+        .unwrap();
+    w.finished_round().unwrap();
+    let bytes = w.finish(&FeatureData::default()).unwrap().into_inner();
+    let file = dir.join("bts.data");
+    std::fs::write(&file, bytes).unwrap();
+
+    let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let lines = bts_lines(&out);
+    let tids: Vec<String> = lines.iter().map(|l| l.0.clone()).collect();
+    let want: Vec<String> = (0..20)
+        .map(|i| if i < 10 { a } else { b }.to_string())
+        .collect();
+    assert_eq!(tids, want);
+    let pairs: Vec<(u64, u64)> = lines.iter().map(|l| (l.1, l.2)).collect();
+    let taken20: Vec<(u64, u64)> = taken[..20].iter().map(|t| (t.from.0, t.to.0)).collect();
+    assert_eq!(pairs, taken20);
+    assert!(
+        lines.iter().all(|l| l.3 != "?"),
+        "kinds from the process's image"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 // ---- kernel code: --kcore, --kallsyms ---------------------------------------
 
 const KTEXT: u64 = 0xffff_ffff_8100_0000;

@@ -469,7 +469,7 @@ fn dump_aux(path: &Path, cpu: Option<u32>, tid: Option<u32>, output: &Path) -> R
 }
 
 fn decode(args: &DecodeArgs) -> Result<ExitCode> {
-    use crate::perfdecode::bts::BtsDecoder;
+    use crate::perfdecode::bts::{BtsDecoder, BufferTimes};
     use crate::perfdecode::kernel::Kernel;
     use crate::perfdecode::stream::{PtSettings, QueueDecoder};
     use crate::perfdecode::symbols::Names;
@@ -480,24 +480,30 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
     let map = MappedFile::open(path)?;
     let file = PerfData::parse(map.bytes()).with_context(|| format!("{}", path.display()))?;
     let mut pt = None;
-    let mut bts = false;
+    let mut bts = None;
+    // Each AUXTRACE record's `reference` (the TSC perf record read it at):
+    // the time of a BTS buffer.
+    let mut references = BTreeMap::new();
     let mut records = file.records();
     for r in &mut records {
-        if let Ok(r) = r
-            && let PerfRecord::AuxtraceInfo(i) = r.record
-        {
-            match i.kind {
+        let Ok(r) = r else { continue };
+        match r.record {
+            PerfRecord::AuxtraceInfo(i) => match i.kind {
                 AuxtraceKind::IntelPt(p) if pt.is_none() => pt = Some(p),
-                AuxtraceKind::IntelBts(_) => bts = true,
+                AuxtraceKind::IntelBts(b) => bts = Some(b),
                 _ => {}
+            },
+            PerfRecord::Auxtrace(a) => {
+                references.insert(r.offset, a.reference);
             }
+            _ => {}
         }
     }
     let branch_stacks = records
         .attrs()
         .iter()
         .any(|a| a.attr.sample_type & sample::BRANCH_STACK != 0);
-    if pt.is_none() && !bts && !branch_stacks {
+    if pt.is_none() && bts.is_none() && !branch_stacks {
         bail!(
             "{}: nothing to decode: no intel_pt or intel_bts AUXTRACE_INFO record and no event samples branch stacks (LBR)",
             path.display()
@@ -568,7 +574,7 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
         problems += 1;
         writeln!(diag, "hwtrace perf decode: {}: {e}", path.display())?;
     }
-    if (pt.is_some() || bts) && streams.queues.is_empty() {
+    if (pt.is_some() || bts.is_some()) && streams.queues.is_empty() {
         writeln!(diag, "hwtrace perf decode: {}: no AUX data", path.display())?;
     }
     let mut said = std::collections::BTreeSet::new();
@@ -603,7 +609,11 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
             }
             dec.run(queue, names.as_mut(), &mut out, &mut diag)?
         } else {
-            let dec = BtsDecoder::new(*key, &sb, &opts, &kernel, &mut build_ids, &mut diag)?;
+            let times = bts.map(|b| BufferTimes {
+                tsc: b.tsc,
+                reference: &references,
+            });
+            let dec = BtsDecoder::new(*key, &sb, &opts, times, &kernel, &mut build_ids, &mut diag)?;
             for m in dec.missing() {
                 say_missing(&mut diag, m)?;
             }

@@ -21,7 +21,7 @@ use std::io::Write;
 use anyhow::Result;
 use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
 use hwtrace_packet::ExecMode;
-use hwtrace_perf::data::{AuxQueue, FileOffset, QueueKey};
+use hwtrace_perf::data::{AuxQueue, FileOffset, QueueKey, TscConversion};
 use hwtrace_regs::bts::BtsRecord;
 use hwtrace_regs::ds::DsFormat;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory};
@@ -30,7 +30,7 @@ use serde_json::json;
 use super::image::{self, ProcessImage};
 use super::kernel::Kernel;
 use super::sideband::Sideband;
-use super::stream::{Options, QueueReport, Shown, show};
+use super::stream::{Options, QueueReport, Shown, perf_time, show};
 use super::symbols::Names;
 
 /// Bytes per record (the 64-bit DS layout).
@@ -60,12 +60,30 @@ fn kind_at(image: &ProcessImage, from: u64) -> Option<&'static str> {
     })
 }
 
+/// When each AUXTRACE buffer was read: perf record puts the TSC in the
+/// record's `reference`; BTS records carry no time, so on a per-CPU queue
+/// a buffer's branches go to the thread switched in at that time (as
+/// perf's intel-bts decoder attributes them).
+#[derive(Clone, Copy, Debug)]
+pub struct BufferTimes<'a> {
+    /// AUXTRACE_INFO's TSC conversion.
+    pub tsc: TscConversion,
+    /// Each AUXTRACE record's `reference`, by its file offset.
+    pub reference: &'a BTreeMap<FileOffset, u64>,
+}
+
 /// Decodes one intel_bts queue.
 pub struct BtsDecoder<'s> {
     key: QueueKey,
     tid: Option<u32>,
     pid: Option<u32>,
-    image: ProcessImage,
+    /// Image 0: the queue's thread's process, or every process that ran
+    /// on the CPU; with buffer times, one image per process after it.
+    images: Vec<ProcessImage>,
+    image_of_pid: BTreeMap<u32, usize>,
+    current: usize,
+    /// Per-CPU queues with timed switch records and buffer times.
+    timeline: Option<(&'s Sideband, BufferTimes<'s>)>,
     opts: &'s Options,
     /// Per missing mapping (MMAP record offset): branches not classified.
     blame: BTreeMap<FileOffset, u64>,
@@ -75,36 +93,77 @@ pub struct BtsDecoder<'s> {
 }
 
 impl<'s> BtsDecoder<'s> {
-    /// Works out the thread and builds its process's image.
+    /// Works out the thread (per buffer, from `times`, on per-CPU queues
+    /// with switch records) and builds the images.
     pub fn new(
         key: QueueKey,
         sb: &'s Sideband,
         opts: &'s Options,
+        times: Option<BufferTimes<'s>>,
         kernel: &Kernel,
         build_ids: &mut image::BuildIdCache,
         diag: &mut dyn Write,
     ) -> Result<Self> {
+        let times = times.filter(|t| {
+            key.tid == u32::MAX
+                && key.cpu != u32::MAX
+                && sb.switches.contains_key(&key.cpu)
+                && (t.tsc.cap_user_time_zero || t.tsc.time_mult != 0)
+        });
         let tid = if key.tid != u32::MAX {
             Some(key.tid)
         } else {
             let t = sb.only_thread_on(key.cpu);
-            if t.is_none() {
+            if t.is_none() && times.is_none() {
                 writeln!(
                     diag,
-                    "hwtrace perf decode: {key}: {} threads ran on this CPU and BTS records carry no time: its branches are shown with tid ?",
+                    "hwtrace perf decode: {key}: {} threads ran on this CPU, BTS records carry no time and no timed switch records say which ran when: its branches are shown with tid ?",
                     sb.thread_count_on(key.cpu)
                 )?;
             }
             t
         };
         let pid = tid.and_then(|t| sb.pid_of.get(&t).copied());
-        let pids = pid.map(|p| BTreeSet::from([p]));
-        let image = image::build_with_kernel(sb, pids.as_ref(), &opts.image, kernel, build_ids)?;
+        let pids: Option<BTreeSet<u32>> = if times.is_some() {
+            let on_cpu = sb.switches.get(&key.cpu).into_iter().flatten();
+            Some(
+                on_cpu
+                    .filter(|&&(_, t)| t != 0)
+                    .filter_map(|&(_, t)| sb.pid_of.get(&t).copied())
+                    .collect(),
+            )
+        } else {
+            pid.map(|p| BTreeSet::from([p]))
+        };
+        let mut images = vec![image::build_with_kernel(
+            sb,
+            pids.as_ref(),
+            &opts.image,
+            kernel,
+            build_ids,
+        )?];
+        let mut image_of_pid = BTreeMap::new();
+        if times.is_some() {
+            for &p in pids.iter().flatten() {
+                let one = BTreeSet::from([p]);
+                image_of_pid.insert(p, images.len());
+                images.push(image::build_with_kernel(
+                    sb,
+                    Some(&one),
+                    &opts.image,
+                    kernel,
+                    build_ids,
+                )?);
+            }
+        }
         Ok(Self {
             key,
             tid,
             pid,
-            image,
+            images,
+            image_of_pid,
+            current: 0,
+            timeline: times.map(|t| (sb, t)),
             opts,
             blame: BTreeMap::new(),
             unmapped: 0,
@@ -112,9 +171,30 @@ impl<'s> BtsDecoder<'s> {
         })
     }
 
-    /// The mappings that could not be loaded.
-    pub fn missing(&self) -> &[image::Missing] {
-        &self.image.missing
+    /// The mappings that could not be loaded, over all images (the same
+    /// mapping may be listed more than once).
+    pub fn missing(&self) -> impl Iterator<Item = &image::Missing> {
+        self.images.iter().flat_map(|i| &i.missing)
+    }
+
+    /// The buffer at `record` was read: the thread switched in then runs.
+    fn at_buffer(&mut self, record: FileOffset) {
+        let Some((sb, times)) = self.timeline else {
+            return;
+        };
+        let Some(&reference) = times.reference.get(&record) else {
+            return;
+        };
+        let time = perf_time(&times.tsc, reference);
+        let Some(tid) = sb.thread_at(self.key.cpu, time) else {
+            return;
+        };
+        self.tid = Some(tid);
+        self.pid = sb.pid_of.get(&tid).copied();
+        self.current = self
+            .pid
+            .and_then(|p| self.image_of_pid.get(&p).copied())
+            .unwrap_or(0);
     }
 
     /// Decodes every record of `queue`.
@@ -135,6 +215,7 @@ impl<'s> BtsDecoder<'s> {
         let mut carry: Vec<u8> = Vec::with_capacity(RECORD);
         let mut carry_at = 0u64;
         for c in &queue.chunks {
+            self.at_buffer(c.record_offset);
             if let Some(&lost) = gap_at.get(&c.record_offset) {
                 self.report.lost_bytes += lost;
                 self.report.problems += 1;
@@ -207,14 +288,15 @@ impl<'s> BtsDecoder<'s> {
             return Ok(());
         }
         self.report.branches += 1;
-        let kind = kind_at(&self.image, from);
+        let image = &self.images[self.current];
+        let kind = kind_at(image, from);
         if kind.is_none() {
             self.report.errors += 1;
-            match self.image.missing_at(from) {
+            match image.missing_at(from) {
                 Some(i) => {
                     *self
                         .blame
-                        .entry(self.image.missing[i].mapping.record_offset)
+                        .entry(image.missing[i].mapping.record_offset)
                         .or_default() += 1
                 }
                 None => self.unmapped += 1,
@@ -254,10 +336,14 @@ impl<'s> BtsDecoder<'s> {
 
     fn report_missing(&mut self, diag: &mut dyn Write) -> Result<()> {
         let key = self.key;
-        for m in &self.image.missing {
+        let mut said = BTreeSet::new();
+        for m in self.images.iter().flat_map(|i| &i.missing) {
             let Some(&n) = self.blame.get(&m.mapping.record_offset) else {
                 continue;
             };
+            if !said.insert(m.mapping.record_offset) {
+                continue;
+            }
             self.report.problems += 1;
             writeln!(
                 diag,
