@@ -3,7 +3,9 @@
 //! read with [`hwtrace_regs::BtsRecord`]), 24 bytes each, one after the
 //! other in the AUX stream.
 //!
-//! Each record is one taken branch (or interrupt) of the queue's thread.
+//! Each record is one taken branch (or interrupt) of the queue's thread; on
+//! a per-CPU queue, of the thread switched in when perf read the buffer
+//! (see [`BufferTimes`]).
 //! Its kind is read from the code at `from` in the process's image, as
 //! perf's intel-bts decoder does; where that code is missing the kind is
 //! `?` and the mapping is blamed, with a count, at the end. All-zero
