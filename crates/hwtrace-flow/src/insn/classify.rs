@@ -129,10 +129,10 @@ fn fred_return(bytes: &[u8]) -> Option<Decoded> {
 /// Decodes the instruction at the start of `bytes`, located at `ip`.
 pub fn classify(bytes: &[u8], ip: u64, mode: ExecMode) -> Result<Decoded, ClassifyError> {
     let bits = bitness(mode).ok_or(ClassifyError::Invalid)?;
-    if bits == 64 {
-        if let Some(d) = jmpabs(bytes) {
-            return Ok(d);
-        }
+    if bits == 64
+        && let Some(d) = jmpabs(bytes)
+    {
+        return Ok(d);
     }
     if let Some(d) = fred_return(bytes) {
         return Ok(d);

@@ -650,11 +650,12 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 if ev.ip_suppressed {
                     true
                 } else {
-                    if let Some((_, d)) = insn {
-                        if aborted && self.query.config().errata.bdm64 {
-                            let d = *d;
-                            self.handle_bdm64(&d, ip)?;
-                        }
+                    if let Some((_, d)) = insn
+                        && aborted
+                        && self.query.config().errata.bdm64
+                    {
+                        let d = *d;
+                        self.handle_bdm64(&d, ip)?;
                     }
                     self.ip == ip
                 }
@@ -734,10 +735,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         insn.raw = c.raw;
         let d = c.decoded;
         let at = *insn;
-        if let Some(status) = self.check_insn_event(&at, &d).map_err(|k| self.err(k))? {
-            if status.event_pending {
-                return Ok(status);
-            }
+        if let Some(status) = self.check_insn_event(&at, &d).map_err(|k| self.err(k))?
+            && status.event_pending
+        {
+            return Ok(status);
         }
         self.proceed(&at, &d).map_err(|k| self.err(k))?;
         self.check_ip_event(Some((&at, &d)))
@@ -767,10 +768,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 self.enabled = true;
             }
             EventKind::AsyncDisabled { at, .. } | EventKind::Disabled { ip: at } => {
-                if let EventKind::AsyncDisabled { .. } = ev.kind {
-                    if !ev.ip_suppressed && self.ip != at {
-                        return Err(ErrorKind::BadQuery);
-                    }
+                if let EventKind::AsyncDisabled { .. } = ev.kind
+                    && !ev.ip_suppressed
+                    && self.ip != at
+                {
+                    return Err(ErrorKind::BadQuery);
                 }
                 if ev.status_update {
                     if self.enabled {
@@ -897,10 +899,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             return Ok((ev, status.map_err(|k| self.err(k))?));
         }
         if let Some((insn, d)) = self.postponed {
-            if let Some(status) = self.check_insn_event(&insn, &d).map_err(|k| self.err(k))? {
-                if status.event_pending {
-                    return Ok((ev, status));
-                }
+            if let Some(status) = self.check_insn_event(&insn, &d).map_err(|k| self.err(k))?
+                && status.event_pending
+            {
+                return Ok((ev, status));
             }
             self.proceed_postponed().map_err(|k| self.err(k))?;
         }

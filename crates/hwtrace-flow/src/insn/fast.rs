@@ -255,10 +255,10 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             if let Some(step) = self.fast_step() {
                 return Ok(Some(step));
             }
-        } else if self.dec.disable_pending() {
-            if let Some(step) = self.step_to_disable()? {
-                return Ok(Some(step));
-            }
+        } else if self.dec.disable_pending()
+            && let Some(step) = self.step_to_disable()?
+        {
+            return Ok(Some(step));
         }
         self.slow_step()
     }
@@ -274,10 +274,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             self.space_id = self.cache.space_id(space);
             self.hint = NO_BLOCK;
         }
-        if let Some(b) = self.cache.get(self.hint) {
-            if b.ip == ip && b.mode == mode && b.space == self.space_id {
-                return Some(self.hint);
-            }
+        if let Some(b) = self.cache.get(self.hint)
+            && b.ip == ip
+            && b.mode == mode
+            && b.space == self.space_id
+        {
+            return Some(self.hint);
         }
         let before = self.cache.len();
         let dec = &mut self.dec;

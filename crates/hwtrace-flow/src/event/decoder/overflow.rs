@@ -53,30 +53,31 @@ impl<'a> EventDecoder<'a> {
         let offset = match found {
             Ok(Some(n)) => n,
             Ok(None) | Err(_) => {
-                if self.config.errata.skd010 {
-                    if let Some(step) = self.handle_skd010()? {
-                        return Ok(step);
-                    }
+                if self.config.errata.skd010
+                    && let Some(step) = self.handle_skd010()?
+                {
+                    return Ok(step);
                 }
-                if self.config.errata.apl11 && found == Err(ErrorKind::BadContext) {
-                    if let Some(step) = self.handle_apl11()? {
-                        return Ok(step);
-                    }
+                if self.config.errata.apl11
+                    && found == Err(ErrorKind::BadContext)
+                    && let Some(step) = self.handle_apl11()?
+                {
+                    return Ok(step);
                 }
-                if let Err(e) = found {
-                    if e != ErrorKind::Eos {
-                        return Err(e);
-                    }
+                if let Err(e) = found
+                    && e != ErrorKind::Eos
+                {
+                    return Err(e);
                 }
                 self.standalone(EventKind::Overflow { ip: 0 }).ip_suppressed = true;
                 self.fetch_packet();
                 return Ok(Step::Event);
             }
         };
-        if self.config.errata.apl12 {
-            if let Some(step) = self.handle_apl12(offset)? {
-                return Ok(step);
-            }
+        if self.config.errata.apl12
+            && let Some(step) = self.handle_apl12(offset)?
+        {
+            return Ok(step);
         }
         let mut ev = Event::new(EventKind::Overflow { ip: 0 });
         self.clock.stamp(&mut ev);
