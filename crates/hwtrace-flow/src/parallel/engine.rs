@@ -3,7 +3,7 @@
 
 use super::StepSource;
 use super::driver::{Flow, FlowItem, Seam, SeamAt};
-use super::segment::{Unit, units};
+use super::segment::{Splitter, Unit};
 use hwtrace_types::TraceOffset;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -48,7 +48,8 @@ impl ParallelConfig {
 /// the merging thread.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ParallelStats {
-    /// Work units the trace was split into.
+    /// Work units the trace was split into (when the decode runs on one
+    /// thread: as far as it had been split to find that out).
     pub units: usize,
     /// Units whose own decode was spliced on at their anchor.
     pub spliced: usize,
@@ -133,20 +134,21 @@ where
     K: Sink,
     N: Fn(usize) -> K + Sync,
 {
-    let units = units(trace, config.unit_bytes);
+    let mut split = Splitter::new(trace, config.unit_bytes);
+    let several = split.get(1).is_some();
     let pool = match rayon::ThreadPoolBuilder::new()
         .num_threads(config.threads.max(1))
         .thread_name(|i| format!("hwtrace-flow-{i}"))
         .build()
     {
-        Ok(pool) if units.len() > 1 => pool,
+        Ok(pool) if several => pool,
         // One unit, or no threads to be had: the sequential decode is the
         // answer.
         _ => {
             let mut merge = Merge::new(config, &new_sink, &mut emit);
             merge.finish_open(Flow::new(make()).with_max_stall(config.max_stall))?;
-            merge.stats.units = units.len();
-            merge.stats.continued = units.len();
+            merge.stats.units = split.found();
+            merge.stats.continued = split.found();
             return Ok(merge.stats);
         }
     };
@@ -159,11 +161,13 @@ where
         let mut ready: BTreeMap<usize, Decoded<S, K>> = BTreeMap::new();
         let mut spawned = 0;
         let mut merge = Merge::new(config, &new_sink, &mut emit);
-        let (units, sources, cancel, make, new_sink) =
-            (&units, &sources, &cancel, &make, &new_sink);
+        let (sources, cancel, make, new_sink) = (&sources, &cancel, &make, &new_sink);
         let mut result = Ok(());
-        for i in 0..units.len() {
-            while spawned < units.len() && spawned < i + window {
+        let mut i = 0;
+        while let Some(unit) = split.get(i) {
+            while spawned < i + window {
+                let Some(job) = split.get(spawned) else { break };
+                let next = split.get(spawned + 1);
                 let tx = tx.clone();
                 let at = spawned;
                 scope.spawn(move |_| {
@@ -172,8 +176,9 @@ where
                     }
                     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         work(
-                            units,
                             at,
+                            job,
+                            next,
                             take_source(sources, make),
                             make,
                             new_sink,
@@ -201,7 +206,7 @@ where
                     // (each job sends), but never wait forever.
                     Err(_) => {
                         break Decoded {
-                            unit: units[i],
+                            unit,
                             anchor: None,
                             items: new_sink(0),
                             end: End::Done,
@@ -213,12 +218,13 @@ where
                 result = Err(e);
                 break;
             }
+            i += 1;
         }
         if result.is_ok() {
             result = merge.flush();
         }
         cancel.store(true, Ordering::Relaxed);
-        merge.stats.units = units.len();
+        merge.stats.units = split.found();
         result.map(|()| merge.stats)
     })
 }
@@ -259,15 +265,14 @@ fn anchor<S: StepSource>(flow: &mut Flow<S>, unit: Unit) -> Option<Seam> {
 /// One worker's job: unit `i` from its PSB, then on to the next unit's
 /// anchor.
 fn work<S: StepSource, K: Sink>(
-    units: &[Unit],
     i: usize,
+    unit: Unit,
+    next: Option<Unit>,
     src: S,
     make: &(impl Fn() -> S + Sync),
     new_sink: &(impl Fn(usize) -> K + Sync),
     max_stall: u64,
 ) -> Decoded<S, K> {
-    let unit = units[i];
-    let next = units.get(i + 1).copied();
     // The next unit's anchor, found as its own worker will find it.
     let (next_anchor, src) = match next {
         Some(n) => {

@@ -47,7 +47,7 @@ mod segment;
 
 pub use driver::{Flow, FlowItem, MAX_STALL, Seam, SeamAt};
 pub use engine::{ParallelConfig, ParallelStats, Sink, decode, decode_into};
-pub use segment::{Unit, psb_offsets, units};
+pub use segment::{Splitter, Unit, psb_offsets, units};
 
 use crate::Error;
 use crate::event::{Event, Status};

@@ -41,28 +41,84 @@ pub struct Unit {
     pub end: TraceOffset,
 }
 
-/// Splits `trace` at its PSBs into units of at least `min_bytes` each
-/// (the last may be smaller): PSB segments are often a few KiB, too small
-/// to be worth a task, so consecutive ones are grouped.
-pub fn units(trace: &[u8], min_bytes: u64) -> Vec<Unit> {
-    let len = trace.len() as u64;
-    let mut out = Vec::new();
-    let mut start = 0u64;
-    for psb in psb_offsets(trace) {
-        // The first PSB is where the first unit's decode synchronises.
-        if psb.0 > start && psb.0 - start >= min_bytes.max(1) {
-            out.push(Unit {
-                start: TraceOffset(start),
-                end: psb,
-            });
-            start = psb.0;
+/// The first PSB at or after `from`.
+fn psb_from(trace: &[u8], from: usize) -> Option<usize> {
+    let finder = memchr::memmem::Finder::new(&PSB);
+    let mut pos = from;
+    while let Some(hit) = trace.get(pos..).and_then(|rest| finder.find(rest)) {
+        let mut end = pos + hit + PSB.len();
+        while trace.get(end..end + 2) == Some(&[0x02, 0x82][..]) {
+            end += 2;
+        }
+        let at = end - PSB.len();
+        if is_psb_at(trace, at) {
+            return Some(at);
+        }
+        pos = end;
+    }
+    None
+}
+
+/// Splits a trace at its PSBs into units of at least `min_bytes` each
+/// (the last may be smaller), scanning only as far as the units asked
+/// for: a scan of the whole trace up front would read (and keep
+/// resident) every page of it before decoding began. PSB segments are
+/// often a few KiB, too small to be worth a task, so consecutive ones are
+/// grouped.
+#[derive(Debug)]
+pub struct Splitter<'a> {
+    trace: &'a [u8],
+    min_bytes: u64,
+    found: Vec<Unit>,
+    done: bool,
+}
+
+impl<'a> Splitter<'a> {
+    /// Splits `trace`; nothing is scanned yet.
+    pub fn new(trace: &'a [u8], min_bytes: u64) -> Self {
+        Self {
+            trace,
+            min_bytes: min_bytes.max(1),
+            found: Vec::new(),
+            done: false,
         }
     }
-    out.push(Unit {
-        start: TraceOffset(start),
-        end: TraceOffset(len),
-    });
-    out
+
+    /// Unit `i`, or `None` past the last.
+    pub fn get(&mut self, i: usize) -> Option<Unit> {
+        while self.found.len() <= i && !self.done {
+            let start = self.found.last().map_or(0, |u| u.end.0);
+            let len = self.trace.len() as u64;
+            let from = usize::try_from(start.saturating_add(self.min_bytes)).unwrap_or(usize::MAX);
+            let end = match psb_from(self.trace, from) {
+                Some(psb) => TraceOffset(psb as u64),
+                None => {
+                    self.done = true;
+                    TraceOffset(len)
+                }
+            };
+            self.found.push(Unit {
+                start: TraceOffset(start),
+                end,
+            });
+        }
+        self.found.get(i).copied()
+    }
+
+    /// How many units were found so far.
+    pub fn found(&self) -> usize {
+        self.found.len()
+    }
+}
+
+/// Every unit of `trace` ([`Splitter`]).
+pub fn units(trace: &[u8], min_bytes: u64) -> Vec<Unit> {
+    let mut split = Splitter::new(trace, min_bytes);
+    let mut i = 0;
+    while split.get(i).is_some() {
+        i += 1;
+    }
+    split.found
 }
 
 #[cfg(test)]
