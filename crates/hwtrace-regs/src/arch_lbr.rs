@@ -129,13 +129,13 @@ pub enum LbrDepthError {
 /// Checks an IA32_LBR_DEPTH value against the architecture and, if given,
 /// the CPUID.(EAX=1CH,ECX=0):EAX[7:0] bitmap.
 pub fn check_depth(depth: u64, cpuid_bitmap: Option<u8>) -> Result<u8, LbrDepthError> {
-    if depth == 0 || depth > 64 || depth % 8 != 0 {
+    if depth == 0 || depth > 64 || !depth.is_multiple_of(8) {
         return Err(LbrDepthError::NotArchitectural(depth));
     }
-    if let Some(bitmap) = cpuid_bitmap {
-        if (bitmap >> (depth / 8 - 1)) & 1 == 0 {
-            return Err(LbrDepthError::NotSupported { depth, bitmap });
-        }
+    if let Some(bitmap) = cpuid_bitmap
+        && (bitmap >> (depth / 8 - 1)) & 1 == 0
+    {
+        return Err(LbrDepthError::NotSupported { depth, bitmap });
     }
     Ok(depth as u8)
 }

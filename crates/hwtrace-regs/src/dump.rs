@@ -380,13 +380,13 @@ impl<'a> LbrStack<'a> {
         if depth == 0 || depth > usize::from(LBR_MAX_ENTRIES) {
             return Err(LbrDumpError::Depth(depth));
         }
-        if let Some(info) = info {
-            if info.len() != depth {
-                return Err(LbrDumpError::InfoLengthMismatch {
-                    info: info.len(),
-                    depth,
-                });
-            }
+        if let Some(info) = info
+            && info.len() != depth
+        {
+            return Err(LbrDumpError::InfoLengthMismatch {
+                info: info.len(),
+                depth,
+            });
         }
         let tos = tos_index(tos, depth as u8)?;
         Ok(Self {
@@ -638,7 +638,7 @@ mod tests {
         BtsRecord {
             from: Ip(0x8000_1000 + 16 * i),
             to: Ip(0x8000_2000 + 16 * i),
-            predicted: i % 3 != 0,
+            predicted: !i.is_multiple_of(3),
         }
     }
 
@@ -835,12 +835,11 @@ mod tests {
         ) {
             let format = if wide { DsFormat::Bits64 } else { DsFormat::Bits32 };
             let order = if circular { BtsOrder::Circular } else { BtsOrder::Linear };
-            if let Ok(area) = DsManagementArea::parse(&area, format) {
-                if let Ok(dump) = BtsDump::new(&area, &buf, format, order) {
+            if let Ok(area) = DsManagementArea::parse(&area, format)
+                && let Ok(dump) = BtsDump::new(&area, &buf, format, order) {
                     let n = dump.records().count() as u64;
                     prop_assert_eq!(n, dump.len());
                 }
-            }
             if let Ok(dump) = BtsDump::raw(&buf, format) {
                 prop_assert_eq!(dump.records().count() as u64, dump.len());
             }
@@ -872,11 +871,10 @@ mod tests {
         ) {
             if let Ok(dump) = LbrMsrDump::parse(&text) {
                 let format = LbrFormat::from_encoding(enc).expect("0..8 are formats");
-                if let Ok(values) = dump.values(dump.depth()) {
-                    if let Ok(stack) = values.stack(tos, format) {
+                if let Ok(values) = dump.values(dump.depth())
+                    && let Ok(stack) = values.stack(tos, format) {
                         prop_assert!(stack.entries().count() <= usize::from(stack.depth()));
                     }
-                }
             }
         }
 
@@ -901,13 +899,11 @@ mod tests {
                 text.push('\n');
             }
             let format = LbrFormat::from_encoding(enc).expect("0..8 are formats");
-            if let Ok(dump) = LbrMsrDump::parse(&text) {
-                if let Ok(values) = dump.values(dump.depth()) {
-                    if let Ok(stack) = values.stack(tos, format) {
+            if let Ok(dump) = LbrMsrDump::parse(&text)
+                && let Ok(values) = dump.values(dump.depth())
+                    && let Ok(stack) = values.stack(tos, format) {
                         prop_assert!(stack.entries().count() <= usize::from(stack.depth()));
                     }
-                }
-            }
         }
 
         #[test]

@@ -406,10 +406,10 @@ pub fn parse_number(s: &str) -> Option<u64> {
     if let Some(hex) = strip_prefix_ci(s, "0x") {
         return cleaned(hex);
     }
-    if let Some(hex) = strip_suffix_ci(s, "h") {
-        if hex.chars().next().is_some_and(|c| c.is_ascii_digit()) {
-            return cleaned(hex);
-        }
+    if let Some(hex) = strip_suffix_ci(s, "h")
+        && hex.chars().next().is_some_and(|c| c.is_ascii_digit())
+    {
+        return cleaned(hex);
     }
     if s.chars().all(|c| c.is_ascii_digit() || c == '_') && s.chars().any(|c| c.is_ascii_digit()) {
         return s.chars().filter(|c| *c != '_').try_fold(0u64, |v, c| {

@@ -152,7 +152,7 @@ fn write_bytes(f: &mut fmt::Formatter<'_>, b: u64) -> fmt::Result {
         (1 << 10, "KiB"),
     ];
     for (size, name) in UNITS {
-        if b >= size && b % size == 0 {
+        if b >= size && b.is_multiple_of(size) {
             return write!(f, "{} {name}", b / size);
         }
     }
@@ -250,13 +250,13 @@ impl FieldDef {
                         bits: width,
                     });
                 }
-                if let FieldKind::Enum(table) = self.kind {
-                    if !table.iter().any(|(v, _)| *v == value) {
-                        return Err(ComposeError::ReservedEncoding {
-                            field: self.name,
-                            value,
-                        });
-                    }
+                if let FieldKind::Enum(table) = self.kind
+                    && !table.iter().any(|(v, _)| *v == value)
+                {
+                    return Err(ComposeError::ReservedEncoding {
+                        field: self.name,
+                        value,
+                    });
                 }
                 Ok(self.bits.set(raw, value))
             }
