@@ -108,6 +108,13 @@ impl<S> Flow<S> {
         &self.src
     }
 
+    /// The step source, to change what it reads between two items (a
+    /// perf.data queue switches the decoder's code image when another
+    /// process is switched in).
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.src
+    }
+
     /// The step source back, for reuse (its code cache stays warm).
     pub fn into_source(self) -> S {
         self.src
