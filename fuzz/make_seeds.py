@@ -5,6 +5,14 @@ packet_decode: every trace of ../shared/corpus (libipt scenarios and real traces
 page_walk:     16 bytes of parameters (va, flags, cr3 page, MAXPHYADDR) followed by
                physical memory holding small but valid 4- and 5-level page tables,
                so the fuzzer starts from walks that reach every level.
+perf_data:     the perf.data fixtures of testdata/perf (Debian perf's file and pipe
+               format, hwtrace's Intel PT file) and, where `perf` can record here,
+               fresh `perf record` files: cpu-clock samples, --switch-events, pipe
+               format, zstd-compressed (-z) in file and pipe format, LBR-free
+               samples with callchains (-g); and what hwtrace's writer makes:
+               `hwtrace record --portable --pt|--bts|--lbr -- /bin/true` (Intel PT
+               AUX data, BTS AUX data, LBR samples with branch stacks), with the
+               binary named by $HWTRACE (default: target/debug/hwtrace, if built).
 
 Run from the repository root:  python3 fuzz/make_seeds.py
 """
@@ -12,6 +20,8 @@ import glob
 import os
 import shutil
 import struct
+import subprocess
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPUS = os.path.join(ROOT, "..", "shared", "corpus")
@@ -56,6 +66,51 @@ def page_walk_seeds():
                                            {1: 0x5000 | P | US}, {}])
 
 
+def perf_seeds():
+    out = os.path.join(OUT, "perf_data")
+    os.makedirs(out, exist_ok=True)
+    for path in glob.glob(os.path.join(ROOT, "testdata", "perf", "*.data")):
+        shutil.copy(path, os.path.join(out, os.path.basename(path)))
+    for path in glob.glob(os.path.join(ROOT, "testdata", "fuzz", "perf_data", "*")):
+        shutil.copy(path, os.path.join(out, "regression-" + os.path.basename(path)))
+    work = ["/bin/sh", "-c", "ls /usr >/dev/null"]
+    runs = {
+        "cpu-clock": ["-e", "cpu-clock", "-c", "100000"],
+        "switch": ["-e", "cpu-clock", "-c", "100000", "--switch-events"],
+        "callchain": ["-e", "cpu-clock", "-c", "100000", "-g"],
+        "zstd": ["-z", "-e", "cpu-clock", "-c", "100000", "--switch-events"],
+        "zstd-level9": ["--compression-level=9", "-e", "cpu-clock", "-c", "100000"],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, args in runs.items():
+            for pipe in (False, True):
+                dest = os.path.join(out, "perf-" + name + ("-pipe" if pipe else "") + ".data")
+                target = "-" if pipe else os.path.join(tmp, "f.data")
+                try:
+                    r = subprocess.run(["perf", "record", "-q", "-o", target] + args + ["--"] + work,
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=60)
+                except (OSError, subprocess.TimeoutExpired) as e:
+                    print("perf_data: no `perf record` seeds:", e)
+                    return
+                if r.returncode != 0:
+                    print("perf_data: perf record", name, "failed; seed skipped")
+                    continue
+                data = r.stdout if pipe else open(target, "rb").read()
+                start = data.find(b"PERFILE2")
+                if start >= 0:
+                    with open(dest, "wb") as f:
+                        f.write(data[start:])
+        hwtrace = os.environ.get("HWTRACE", os.path.join(ROOT, "target", "debug", "hwtrace"))
+        for kind in ("pt", "bts", "lbr"):
+            dest = os.path.join(out, "hwtrace-portable-" + kind + ".data")
+            try:
+                subprocess.run([hwtrace, "record", "--portable", "--" + kind, "-o", dest, "--", "/bin/true"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=True)
+            except (OSError, subprocess.SubprocessError) as e:
+                print("perf_data: no hwtrace writer seed for", kind + ":", e)
+
+
 if __name__ == "__main__":
     packet_seeds()
     page_walk_seeds()
+    perf_seeds()
