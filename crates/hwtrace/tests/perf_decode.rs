@@ -15,6 +15,8 @@
 //! Debian's `perf` and `qemu-x86_64` are required (scripts/setup.sh
 //! installs them): their absence fails the tests.
 
+mod common;
+
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -1800,6 +1802,58 @@ fn a_per_cpu_stream_decodes_each_process_over_its_own_image() {
     // true's code without end (more than 10^8 lines before it was
     // stopped); without the buffer's TSC reference it crashes. The
     // executed instructions are the oracle.
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The answers read perf.data through the same per-process images as
+/// `perf decode`: `hwtrace coverage` on the per-CPU two-process stream
+/// finds exactly the blocks (with their hits) and edges of each
+/// execution, under its own process; without the switch records (one
+/// thread and image for both) it cannot.
+#[test]
+fn coverage_of_a_per_cpu_stream_has_each_process_blocks() {
+    use common::qemu::{from_json, truth};
+    let dir = scratch("two-coverage");
+    let (a, b) = (recorded(), second());
+    let coverage = |file: &Path, json: &Path| {
+        hwtrace(&[
+            "coverage",
+            file.to_str().unwrap(),
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ])
+    };
+    let file = write_two_processes(&dir, true, false);
+    let json = dir.join("two.json");
+    let out = coverage(&file, &json);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    for (pid, execution) in [(PID, &a.execution), (PID_B, &b.execution)] {
+        let want = truth(execution).unwrap();
+        let got = from_json(&json, Some(u64::from(pid))).unwrap();
+        assert!(!want.blocks.is_empty());
+        assert_eq!(got.blocks, want.blocks, "pid {pid}: blocks");
+        assert_eq!(got.edges, want.edges, "pid {pid}: edges");
+    }
+    // No block outside the two processes.
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let both =
+        truth(&a.execution).unwrap().blocks.len() + truth(&b.execution).unwrap().blocks.len();
+    assert_eq!(doc["blocks"].as_array().map(Vec::len), Some(both));
+
+    let file = write_two_processes(&dir, false, false);
+    let json = dir.join("one-image.json");
+    let out = coverage(&file, &json);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Everything is true's thread's then, echo's code read as true's.
+    let got = from_json(&json, Some(u64::from(PID))).unwrap();
+    assert_ne!(got.blocks, truth(&a.execution).unwrap().blocks);
     std::fs::remove_dir_all(&dir).ok();
 }
 

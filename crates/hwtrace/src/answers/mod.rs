@@ -19,5 +19,7 @@ mod branches;
 mod perf;
 mod pt;
 pub mod source;
+#[cfg(test)]
+pub(crate) mod testing;
 
 pub use source::{Source, SourceArgs, SourceReport};

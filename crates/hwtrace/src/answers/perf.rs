@@ -4,27 +4,27 @@
 //! `Exec::Gap` where perf lost data. intel_bts queues give their records
 //! as `Exec::Branch`.
 //!
-//! Each queue is decoded over one image holding the code of every
-//! process that ran there (`perfdecode`'s image-switching driver is
-//! private to it): where two processes map different code at one address,
-//! the later mapping's is read.
-//!
-//! This wraps [`crate::perfdecode`]'s public API (sideband, images,
-//! decoder settings) the way `hwtrace perf decode` uses it, but hands the
-//! items on instead of printing them.
+//! The queues are decoded by [`crate::perfdecode::queue`], as `hwtrace
+//! perf decode` decodes them: on a per-CPU queue the code image follows
+//! the process switched in, and after an exec the new program's, so two
+//! processes mapping different code at one address each decode over their
+//! own. Kernel code comes from `--kcore` (its range from the kernel
+//! mappings or `--kallsyms`). Here the items are handed on instead of
+//! printed.
 
 use super::branches::class_at;
 use super::pt::ItemMapper;
 use super::source::{Sink, SourceArgs, SourceReport};
-use crate::flow::Items;
+use crate::flow::Item;
 use crate::input::MappedFile;
 use crate::perfdecode::ImageOptions;
-use crate::perfdecode::image::{self, BuildIdCache};
+use crate::perfdecode::image::{self, BuildIdCache, Missing};
+use crate::perfdecode::kernel::Kernel;
+use crate::perfdecode::queue::{QueueFlow, runs};
 use crate::perfdecode::sideband::Sideband;
-use crate::perfdecode::stream::{MAX_JOIN, PtSettings, perf_time};
+use crate::perfdecode::stream::PtSettings;
 use anyhow::{Context, Result, bail};
 use hwtrace_flow::ErrorKind;
-use hwtrace_flow::insn::InsnDecoder;
 use hwtrace_perf::data::{
     AuxQueue, AuxStreams, AuxtraceKind, FileOffset, PerfData, PerfRecord, QueueKey,
 };
@@ -32,7 +32,6 @@ use hwtrace_regs::bts::BtsRecord;
 use hwtrace_regs::ds::DsFormat;
 use hwtrace_report::exec::{Exec, GapKind, Mapping};
 use hwtrace_types::{Ip, TraceOffset};
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -46,6 +45,8 @@ pub struct PerfInput {
     /// The PT decoder's settings; `None`: an intel_bts recording.
     settings: Option<PtSettings>,
     options: ImageOptions,
+    sb: Sideband,
+    kernel: Kernel,
 }
 
 impl PerfInput {
@@ -83,6 +84,8 @@ impl PerfInput {
             ),
         };
         drop(records);
+        let sb = Sideband::collect(&data);
+        let kernel = Kernel::for_sideband(&sb, args.kcore.as_deref(), args.kallsyms.as_deref())?;
         Ok(Self {
             path: path.to_path_buf(),
             file,
@@ -91,6 +94,8 @@ impl PerfInput {
                 sysroot: args.sysroot.clone(),
                 vdso: args.vdso.clone(),
             },
+            sb,
+            kernel,
         })
     }
 
@@ -101,11 +106,8 @@ impl PerfInput {
     /// Every executable mapping of the sideband, at the path its code is
     /// read from (`--sysroot`, `--vdso` applied).
     pub fn mappings(&self) -> Vec<Mapping> {
-        let Ok(data) = self.data() else {
-            return Vec::new();
-        };
-        let sb = Sideband::collect(&data);
-        sb.mappings
+        self.sb
+            .mappings
             .iter()
             .map(|m| {
                 let kernel = m.addr >= 0xffff_8000_0000_0000 || m.filename.starts_with("[kernel");
@@ -151,7 +153,7 @@ impl PerfInput {
     /// Decodes every queue, one after the other.
     pub fn run(&self, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
         let data = self.data()?;
-        let sb = Sideband::collect(&data);
+        let sb = &self.sb;
         let streams = AuxStreams::collect(&data);
         for l in &streams.aux_losses {
             report.problem(format!(
@@ -176,55 +178,39 @@ impl PerfInput {
         for (key, queue) in &streams.queues {
             match self.settings {
                 Some(settings) => {
-                    self.queue(*key, queue, &sb, settings, &mut cache, sink, report)?;
+                    self.queue(*key, queue, settings, &mut cache, sink, report)?;
                 }
-                None => self.bts_queue(*key, queue, &sb, &mut cache, sink, report)?,
+                None => self.bts_queue(*key, queue, sb, &mut cache, sink, report)?,
             }
         }
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One Intel PT queue, over the image of the program running at each
+    /// point (see [`QueueFlow`]).
     fn queue(
         &self,
         key: QueueKey,
         queue: &AuxQueue<'_>,
-        sb: &Sideband,
         settings: PtSettings,
         cache: &mut BuildIdCache,
         sink: Sink<'_>,
         report: &mut SourceReport,
     ) -> Result<()> {
+        let sb = &self.sb;
+        let flow = QueueFlow::new(key, sb, settings, &self.options, &self.kernel, cache)?;
         let cpu = (key.cpu != u32::MAX).then_some(key.cpu);
-        let timed = key.tid == u32::MAX
-            && cpu.is_some()
-            && sb.switches.contains_key(&key.cpu)
-            && (settings.tsc.cap_user_time_zero || settings.tsc.time_mult != 0);
-        let mut tid = if key.tid != u32::MAX {
-            Some(key.tid)
-        } else {
-            cpu.and_then(|c| sb.only_thread_on(c))
-        };
-        // The code of every process that ran here, as `perf decode` builds it.
-        let pids: Option<BTreeSet<u32>> = if timed {
-            let tids = sb.switches.get(&key.cpu).into_iter().flatten();
-            tids.filter(|&&(_, t)| t != 0)
-                .map(|&(_, t)| sb.pid_of.get(&t).copied())
-                .collect()
-        } else {
-            tid.and_then(|t| sb.pid_of.get(&t))
-                .map(|&p| BTreeSet::from([p]))
-        };
-        let built = image::build(sb, pids.as_ref(), &self.options, cache);
-        // Decoding stops inside missing mappings: said once per mapping,
-        // at the end, as `hwtrace perf decode` says it.
-        let mut stops = vec![0u64; built.missing.len()];
         let thread = |tid: Option<u32>| Exec::Thread {
             pid: tid.and_then(|t| sb.pid_of.get(&t).copied()),
             tid,
             cpu,
         };
+        let mut tid = flow.tid();
         sink(thread(tid))?;
+        // Decoding stops inside missing mappings: said once per mapping
+        // (by MMAP record offset), at the end, as `hwtrace perf decode`
+        // says it.
+        let mut stops: BTreeMap<FileOffset, (Missing, u64)> = BTreeMap::new();
         let what = key.to_string();
         let gap_at: BTreeSet<u64> = queue.gaps.iter().map(|g| g.stream_offset).collect();
         for g in &queue.gaps {
@@ -237,40 +223,24 @@ impl PerfInput {
             ));
         }
         for run in runs(queue) {
-            let start = queue.chunks[run.start].stream_offset;
-            let trace: Cow<'_, [u8]> = if run.len() == 1 {
-                Cow::Borrowed(queue.chunks[run.start].data)
-            } else {
-                Cow::Owned(
-                    queue.chunks[run]
-                        .iter()
-                        .flat_map(|c| c.data.iter().copied())
-                        .collect(),
-                )
-            };
-            let len = trace.len() as u64;
+            let (start, len) = (run.start, run.trace.len() as u64);
             let mut map = ItemMapper::new(start, len, what.clone());
             if gap_at.contains(&start) {
                 map.gap(start, GapKind::Lost, sink, report)?;
             }
-            let dec = InsnDecoder::new(&trace, settings.config, &built.image);
-            for item in Items::new(dec) {
-                if timed
-                    && let crate::flow::Item::Event { event, .. } = &item
-                    && let Some(tsc) = map.new_time(event)
-                {
-                    let time = perf_time(&settings.tsc, tsc);
-                    let now = sb.thread_at(key.cpu, time);
-                    if now.is_some() && now != tid {
-                        tid = now;
-                        sink(thread(tid))?;
-                    }
+            for item in flow.items(&run.trace) {
+                // The time line switched thread at this item's timed event.
+                if flow.tid() != tid {
+                    tid = flow.tid();
+                    sink(thread(tid))?;
                 }
-                if let crate::flow::Item::Error(e) = &item
+                if let Item::Error(e) = &item
                     && matches!(e.kind, ErrorKind::NoMap | ErrorKind::BadInsn)
-                    && let Some(i) = e.ip.and_then(|ip| built.missing_at(ip))
+                    && let Some(i) = e.ip.and_then(|ip| flow.image().missing_at(ip))
                 {
-                    stops[i] += 1;
+                    let m = &flow.image().missing[i];
+                    let at = m.mapping.record_offset;
+                    stops.entry(at).or_insert_with(|| (m.clone(), 0)).1 += 1;
                     map.explained_error(e.offset.0, sink, report)?;
                     continue;
                 }
@@ -278,7 +248,7 @@ impl PerfInput {
             }
             map.gap(start + len, GapKind::Disabled, sink, report)?;
         }
-        for (m, n) in built.missing.iter().zip(stops).filter(|(_, n)| *n > 0) {
+        for (m, n) in stops.values() {
             report.problem(format!(
                 "{key}: cannot decode code of {} mapped at {:#x}-{:#x} (pid {}): {}; decoding stopped {n} times inside it",
                 m.path,
@@ -313,7 +283,8 @@ impl PerfInput {
         };
         let pid = tid.and_then(|t| sb.pid_of.get(&t).copied());
         let pids = pid.map(|p| BTreeSet::from([p]));
-        let built = image::build(sb, pids.as_ref(), &self.options, cache);
+        let built =
+            image::build_with_kernel(sb, pids.as_ref(), &self.options, &self.kernel, cache)?;
         sink(Exec::Thread { pid, tid, cpu })?;
         let lost_at: BTreeMap<FileOffset, u64> = queue
             .gaps
@@ -395,25 +366,4 @@ fn bts_record(
         to: r.to,
         class: class_at(Some(image), r.from),
     })
-}
-
-/// Index ranges of `queue.chunks` to decode as one trace: split at gaps
-/// and at [`MAX_JOIN`] bytes (as `hwtrace perf decode` does).
-fn runs(queue: &AuxQueue<'_>) -> Vec<std::ops::Range<usize>> {
-    let gap_at: BTreeSet<_> = queue.gaps.iter().map(|g| g.record_offset).collect();
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut bytes = 0usize;
-    for (i, c) in queue.chunks.iter().enumerate() {
-        if i > start && (gap_at.contains(&c.record_offset) || bytes + c.data.len() > MAX_JOIN) {
-            out.push(start..i);
-            start = i;
-            bytes = 0;
-        }
-        bytes += c.data.len();
-    }
-    if start < queue.chunks.len() {
-        out.push(start..queue.chunks.len());
-    }
-    out
 }

@@ -4,7 +4,8 @@
 //! ```text
 //! TRACE                         raw Intel PT, or perf.data (by its magic)
 //!   --image/--elf/--pe/--pages/--cr3, --dump/--la57, --cpu   (raw PT, as `hwtrace flow`)
-//!   --sysroot DIR, --vdso FILE                               (perf.data, as `hwtrace perf decode`)
+//!   --sysroot DIR, --vdso FILE, --kcore DIR|FILE, --kallsyms FILE
+//!                                                            (perf.data, as `hwtrace perf decode`)
 //! --bts FILE | --bts-ds DS --bts-buffer BUF [--bts-format 32|64]
 //! --lbr FILE [--lbr-format N] [--lbr-uarch NAME] [--lbr-tos N]
 //! ```
@@ -49,6 +50,17 @@ pub struct SourceArgs {
     /// perf.data: a dump of the traced process's vDSO.
     #[arg(long, value_name = "FILE")]
     pub vdso: Option<PathBuf>,
+    /// perf.data: kernel code, as `hwtrace perf decode --kcore`: `perf
+    /// record --kcore`'s directory (its `kcore`, and its `kallsyms` unless
+    /// --kallsyms is given), or an ELF core whose segments are kernel
+    /// virtual addresses, like /proc/kcore.
+    #[arg(long, value_name = "DIR|FILE")]
+    pub kcore: Option<PathBuf>,
+    /// perf.data: kernel symbols (/proc/kallsyms text); with --kcore and
+    /// no kernel mapping in the sideband, its _stext.._etext is the kernel
+    /// code read.
+    #[arg(long, value_name = "FILE")]
+    pub kallsyms: Option<PathBuf>,
     /// BTS: raw 64- or 32-bit records, oldest first (instead of TRACE).
     #[arg(long, value_name = "RAWFILE", conflicts_with_all = ["trace", "bts_ds", "lbr"])]
     pub bts: Option<PathBuf>,
@@ -283,9 +295,10 @@ fn show(path: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answers::testing::{psb_plus, tnt};
     use clap::Parser;
     use hwtrace_flow::insn::InsnClass;
-    use hwtrace_packet::{ModeExec, Packet, Pip, Tnt, TraceBuilder};
+    use hwtrace_packet::{Packet, TraceBuilder};
     use hwtrace_report::exec::ExecInsn;
     use hwtrace_types::{AddressSpace, Cr3, TraceOffset};
 
@@ -350,28 +363,9 @@ mod tests {
     #[test]
     fn raw_pt_gives_instructions_spaces_times_and_gaps() {
         let mut t = TraceBuilder::new();
-        t.push(Packet::Psb).unwrap();
-        t.push(Packet::Tsc(0x5000)).unwrap();
-        t.push(Packet::Pip(Pip {
-            cr3: Cr3(0xa000),
-            nr: false,
-        }))
-        .unwrap();
-        t.push(Packet::ModeExec(ModeExec {
-            csl: true,
-            csd: false,
-            iflag: false,
-        }))
-        .unwrap();
-        t.ip(Packet::Fup, 0x1000).unwrap();
-        t.push(Packet::Psbend).unwrap();
+        psb_plus(&mut t, Some(0x5000), Some(Cr3(0xa000)), 0x1000);
         // jz taken, then not taken; the ret leaves tracing off.
-        t.push(Packet::Tnt(Tnt {
-            bits: 0b10,
-            len: 2,
-            long: false,
-        }))
-        .unwrap();
+        tnt(&mut t, 0b10, 2);
         t.ip(Packet::TipPgd, 0).unwrap();
         let trace = tmp("pt", &t.finish());
         let code = tmp("code", &CODE);
@@ -428,9 +422,7 @@ mod tests {
     #[test]
     fn a_decode_error_is_a_gap_and_a_problem_naming_the_offset() {
         let mut t = TraceBuilder::new();
-        t.push(Packet::Psb).unwrap();
-        t.ip(Packet::Fup, 0x1000).unwrap();
-        t.push(Packet::Psbend).unwrap();
+        psb_plus(&mut t, None, None, 0x1000);
         // A TIP where the jz wants a TNT bit.
         t.ip(Packet::Tip, 0x1000).unwrap();
         let trace = tmp("bad", &t.finish());

@@ -474,7 +474,6 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
     use crate::perfdecode::stream::{PtSettings, QueueDecoder};
     use crate::perfdecode::symbols::Names;
     use crate::perfdecode::{Format, ImageOptions, Options, image, lbr, sideband::Sideband};
-    use hwtrace_types::Ip;
 
     let path = &args.file;
     let map = MappedFile::open(path)?;
@@ -532,17 +531,7 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
         json: args.json,
     };
     let sb = Sideband::collect(&file);
-    let kernel_maps: Vec<(Ip, Ip)> = sb
-        .mappings
-        .iter()
-        .filter(|m| image::is_kernel(m) && m.len > 0)
-        .map(|m| (Ip(m.addr), Ip(m.addr.saturating_add(m.len - 1))))
-        .collect();
-    let kernel = Kernel::open(
-        args.kcore.as_deref(),
-        args.kallsyms.as_deref(),
-        &kernel_maps,
-    )?;
+    let kernel = Kernel::for_sideband(&sb, args.kcore.as_deref(), args.kallsyms.as_deref())?;
     let mut names = args.sym.then(|| Names::new(&sb, &opts.image, &kernel));
     let streams = AuxStreams::collect(&file);
     let stdout = std::io::stdout();

@@ -3,26 +3,22 @@
 //! stream: per-CPU queues interleave processes, and two processes may map
 //! different code at one address.
 //!
-//! It yields the [`Item`]s [`crate::flow::Items`] yields, in the same way
-//! (synchronise at the first PSB, after an error report it and go on at the
-//! next PSB, give up on an endless untraced loop at [`MAX_STALL`]). It
-//! differs in one point: [`Items`](crate::flow::Items) owns its decoder
-//! and cannot replace the decoder's memory, which the switch needs
-//! ([`InsnDecoder::set_memory`], which also forgets the decoded
-//! instructions of the previous process). Each timed event (one that
-//! carries a TSC: PSB+, TSC packets at enables) is passed to a
-//! [`Switcher`] before the next instruction is decoded.
+//! The decode itself is hwtrace-flow's [`Flow`], as for
+//! [`crate::flow::Items`] (synchronise at the first PSB, after an error
+//! report it and go on at the next PSB, give up on an endless untraced
+//! loop). Each timed event it yields (one that carries a TSC: PSB+, TSC
+//! packets at enables) is passed to a [`Switcher`] before the next
+//! instruction is decoded; when the switcher names another image, the
+//! decoder's memory is replaced ([`InsnDecoder::set_memory`], which also
+//! forgets the decoded instructions of the previous process).
 
-use hwtrace_flow::ErrorKind;
-use hwtrace_flow::event::{Event, Status};
-use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder};
+use hwtrace_flow::event::Event;
+use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_flow::parallel::{Flow, FlowItem};
 use hwtrace_mem::image::Image;
 
+use super::image::ProcessImage;
 use crate::flow::Item;
-
-/// Instructions in a row without the trace offset moving before the
-/// decoder is taken to loop forever (as `crate::flow::Items` does).
-const MAX_STALL: u64 = 1 << 24;
 
 /// Decides the image at each timed event.
 pub trait Switcher {
@@ -31,38 +27,21 @@ pub trait Switcher {
     fn at_tsc(&mut self, tsc: u64) -> Option<usize>;
 }
 
-#[derive(Clone, Copy, Debug)]
-enum State {
-    Sync { after_error: Option<u64> },
-    Run(Status),
-    Done,
-}
-
 /// The decoder, its images and the switcher, as an iterator of items.
 pub struct Driver<'a, 'i, S> {
-    dec: InsnDecoder<'a, &'i Image>,
-    images: &'i [&'i Image],
+    flow: Flow<InsnDecoder<'a, &'i Image>>,
+    images: &'i [ProcessImage],
     switcher: S,
-    state: State,
-    queued: Option<Item>,
-    last_sync: Option<u64>,
-    stall_offset: u64,
-    stall: u64,
 }
 
 impl<'a, 'i, S: Switcher> Driver<'a, 'i, S> {
     /// Decodes `dec`'s trace from its first PSB; `switcher` picks among
     /// `images` at timed events.
-    pub fn new(dec: InsnDecoder<'a, &'i Image>, images: &'i [&'i Image], switcher: S) -> Self {
+    pub fn new(dec: InsnDecoder<'a, &'i Image>, images: &'i [ProcessImage], switcher: S) -> Self {
         Self {
-            dec,
+            flow: Flow::new(dec),
             images,
             switcher,
-            state: State::Sync { after_error: None },
-            queued: None,
-            last_sync: None,
-            stall_offset: u64::MAX,
-            stall: 0,
         }
     }
 
@@ -71,64 +50,9 @@ impl<'a, 'i, S: Switcher> Driver<'a, 'i, S> {
             return;
         }
         if let Some(i) = self.switcher.at_tsc(event.tsc)
-            && let Some(image) = self.images.get(i)
+            && let Some(p) = self.images.get(i)
         {
-            self.dec.set_memory(image);
-        }
-    }
-
-    fn stalled(&mut self, offset: u64, ip: u64) -> Option<Item> {
-        if offset != self.stall_offset {
-            self.stall_offset = offset;
-            self.stall = 0;
-        }
-        self.stall += 1;
-        if self.stall < MAX_STALL {
-            return None;
-        }
-        let insns = std::mem::take(&mut self.stall);
-        self.stall_offset = u64::MAX;
-        self.state = State::Sync {
-            after_error: Some(offset),
-        };
-        Some(Item::Stuck { offset, ip, insns })
-    }
-
-    fn fail(&mut self, e: hwtrace_flow::Error) -> Item {
-        self.state = State::Sync {
-            after_error: Some(e.offset.0),
-        };
-        Item::Error(e)
-    }
-
-    fn sync(&mut self, after_error: Option<u64>) -> Option<Item> {
-        match self.dec.sync_forward() {
-            Ok(status) => {
-                let to = self.dec.sync_offset().map(|o| o.0);
-                if to.is_some() && to <= self.last_sync {
-                    self.state = State::Done;
-                    return after_error.map(|from| Item::Resync { from, to: None });
-                }
-                self.last_sync = to;
-                self.state = State::Run(status);
-                after_error.map(|from| Item::Resync { from, to })
-            }
-            Err(e) if e.kind == ErrorKind::Eos => {
-                self.state = State::Done;
-                after_error.map(|from| Item::Resync { from, to: None })
-            }
-            Err(e) => {
-                let at = Some(e.offset.0);
-                if at <= self.last_sync {
-                    self.state = State::Done;
-                } else {
-                    self.last_sync = at;
-                    self.state = State::Sync {
-                        after_error: after_error.or(at),
-                    };
-                }
-                Some(Item::Error(e))
-            }
+            self.flow.source_mut().set_memory(&p.image);
         }
     }
 }
@@ -137,68 +61,20 @@ impl<S: Switcher> Iterator for Driver<'_, '_, S> {
     type Item = Item;
 
     fn next(&mut self) -> Option<Item> {
-        if let Some(item) = self.queued.take() {
-            return Some(item);
+        let item = self.flow.next()?;
+        if let FlowItem::Event { event, .. } = &item {
+            self.timed(event);
         }
-        loop {
-            let status = match self.state {
-                State::Done => return None,
-                State::Sync { after_error } => {
-                    if let Some(item) = self.sync(after_error) {
-                        return Some(item);
-                    }
-                    continue;
-                }
-                State::Run(status) => status,
-            };
-            if status.event_pending {
-                let offset = self.dec.offset().0;
-                return Some(match self.dec.event() {
-                    Ok((event, status)) => {
-                        self.state = State::Run(status);
-                        self.timed(&event);
-                        Item::Event { offset, event }
-                    }
-                    Err(e) => self.fail(e),
-                });
-            }
-            if status.eos {
-                self.state = State::Done;
-                return None;
-            }
-            let offset = self.dec.offset().0;
-            let mut insn = Insn::empty(0, None, false);
-            match self.dec.next_insn(&mut insn) {
-                Ok(status) => {
-                    self.state = State::Run(status);
-                    self.queued = self.stalled(offset, insn.ip);
-                    return Some(Item::Insn { offset, insn });
-                }
-                Err(e) => {
-                    let error = if e.kind == ErrorKind::Eos {
-                        self.state = State::Done;
-                        None
-                    } else {
-                        Some(self.fail(e))
-                    };
-                    if insn.class != InsnClass::Unknown {
-                        self.queued = error;
-                        return Some(Item::Insn { offset, insn });
-                    }
-                    if error.is_some() {
-                        return error;
-                    }
-                }
-            }
-        }
+        Some(Item::from(item))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answers::testing::{psb_plus, tnt};
     use hwtrace_flow::Config;
-    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_packet::TraceBuilder;
     use hwtrace_types::Ip;
 
     /// Switches to image 1 at the first TSC at or after `at`.
@@ -218,31 +94,21 @@ mod tests {
     fn trace() -> Vec<u8> {
         let mut t = TraceBuilder::new();
         for tsc in [100, 200] {
-            t.push(Packet::Psb).unwrap();
-            t.push(Packet::Tsc(tsc)).unwrap();
-            t.push(Packet::ModeExec(ModeExec {
-                csl: true,
-                csd: false,
-                iflag: false,
-            }))
-            .unwrap();
-            t.ip(Packet::Fup, 0x1000).unwrap();
-            t.push(Packet::Psbend).unwrap();
-            t.push(Packet::Tnt(Tnt {
-                bits: 1,
-                len: 1,
-                long: false,
-            }))
-            .unwrap();
+            psb_plus(&mut t, Some(tsc), None, 0x1000);
+            tnt(&mut t, 1, 1);
         }
         t.finish()
     }
 
-    fn image(code: &[u8]) -> Image {
-        let mut i = Image::new();
-        i.add_bytes(None, Ip(0x1000), code.to_vec(), "code")
+    fn image(code: &[u8]) -> ProcessImage {
+        let mut image = Image::new();
+        image
+            .add_bytes(None, Ip(0x1000), code.to_vec(), "code")
             .unwrap();
-        i
+        ProcessImage {
+            image,
+            missing: Vec::new(),
+        }
     }
 
     fn ips(items: impl Iterator<Item = Item>) -> Vec<u64> {
@@ -258,10 +124,10 @@ mod tests {
     fn the_image_switches_at_the_timed_event_and_forgets_decoded_code() {
         // A: 1000: je 1002; 1002: jmp 1000. B: 1000: nop; 1001: je 1000.
         let (a, b) = (image(&[0x74, 0x00, 0xeb, 0xfc]), image(&[0x90, 0x74, 0xfd]));
-        let images = [&a, &b];
+        let images = [a, b];
         let trace = trace();
         let run = |switcher: At| {
-            let dec = InsnDecoder::new(&trace, Config::default(), images[0]);
+            let dec = InsnDecoder::new(&trace, Config::default(), &images[0].image);
             ips(Driver::new(dec, &images, switcher))
         };
         let switched = run(At(200));

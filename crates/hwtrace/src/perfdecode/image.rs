@@ -106,20 +106,10 @@ pub fn is_kernel(m: &Mapping) -> bool {
 /// that each file is read once however many streams map it.
 pub type BuildIdCache = std::collections::HashMap<PathBuf, Option<Vec<u8>>>;
 
-/// Builds the image of the mappings `pids` owns (`None`: every process's),
-/// without kernel code (kernel mappings are [`MissingReason::Kernel`]).
-pub fn build(
-    sb: &Sideband,
-    pids: Option<&BTreeSet<u32>>,
-    opts: &ImageOptions,
-    cache: &mut BuildIdCache,
-) -> ProcessImage {
-    // Without --kcore nothing is added that could fail.
-    build_with_kernel(sb, pids, opts, &Kernel::default(), cache).unwrap_or_default()
-}
-
-/// [`build`], with the kernel's code when `--kcore` gave it (adding it
-/// can fail: a kcore range that cannot be read).
+/// Builds the image of the mappings `pids` owns (`None`: every
+/// process's), with the kernel's code when `--kcore` gave it (adding it
+/// can fail: a kcore range that cannot be read; without it kernel
+/// mappings are [`MissingReason::Kernel`]).
 pub fn build_with_kernel(
     sb: &Sideband,
     pids: Option<&BTreeSet<u32>>,

@@ -17,6 +17,9 @@ use anyhow::{Context, Result, bail};
 use hwtrace_mem::image::{Image, Kcore};
 use hwtrace_types::Ip;
 
+use super::image::is_kernel;
+use super::sideband::Sideband;
+
 /// The first kernel address: the upper half of the canonical space.
 pub const KERNEL_START: u64 = 0xffff_8000_0000_0000;
 
@@ -175,6 +178,23 @@ impl Kernel {
             kallsyms,
             ranges,
         })
+    }
+
+    /// [`Self::open`] with the kernel mappings `sb` recorded: what
+    /// `--kcore`/`--kallsyms` mean for a perf.data file, wherever it is
+    /// decoded.
+    pub fn for_sideband(
+        sb: &Sideband,
+        kcore: Option<&Path>,
+        kallsyms: Option<&Path>,
+    ) -> Result<Self> {
+        let mapped: Vec<(Ip, Ip)> = sb
+            .mappings
+            .iter()
+            .filter(|m| is_kernel(m) && m.len > 0)
+            .map(|m| (Ip(m.addr), Ip(m.addr.saturating_add(m.len - 1))))
+            .collect();
+        Self::open(kcore, kallsyms, &mapped)
     }
 
     /// Adds the kernel code to `image`; returns the bytes added.

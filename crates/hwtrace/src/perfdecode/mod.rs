@@ -8,10 +8,12 @@
 //! - [`image`]: a process's code image from its mappings (files under
 //!   `--sysroot`, build-id checked; the vDSO from `--vdso`), and what could
 //!   not be mapped;
-//! - [`stream`]: one Intel PT AUX queue decoded with hwtrace-flow's
-//!   instruction decoder, every error blamed on the missing mapping it fell
-//!   in, every gap said with where and how much; on per-CPU queues the
-//!   image follows the process switched in (`drive`);
+//! - [`queue`]: one Intel PT AUX queue as decoder items (hwtrace-flow's
+//!   instruction flow, `drive`), the image following the process switched
+//!   in on per-CPU queues and the program after an exec; shared with the
+//!   answers front end;
+//! - [`stream`]: those items printed, every error blamed on the missing
+//!   mapping it fell in, every gap said with where and how much;
 //! - [`bts`]: one intel_bts AUX queue, its 24-byte records as branches;
 //! - [`lbr`]: SAMPLE records with branch stacks (LBR), one line per sample;
 //! - [`kernel`]: kernel code (`--kcore`) and symbols (`--kallsyms`);
@@ -26,6 +28,7 @@ mod drive;
 pub mod image;
 pub mod kernel;
 pub mod lbr;
+pub mod queue;
 pub mod sideband;
 pub mod stream;
 pub mod symbols;

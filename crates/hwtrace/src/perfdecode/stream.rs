@@ -1,22 +1,18 @@
-//! One AUX queue decoded: runs of contiguous AUXTRACE buffers through the
-//! instruction decoder, instructions attributed to the queue's thread,
+//! One AUX queue decoded and printed: the items of its runs
+//! ([`super::queue`]) as instructions or branches of the thread running,
 //! errors blamed on missing code, gaps reported.
 
-use std::borrow::Cow;
-use std::cell::Cell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write;
-use std::rc::Rc;
 
 use anyhow::Result;
-use hwtrace_flow::insn::InsnDecoder;
 use hwtrace_flow::{Config, ErrorKind};
 use hwtrace_perf::data::{AuxQueue, FileOffset, IntelPtInfo, QueueKey, TscConversion};
 use serde_json::json;
 
-use super::drive::{Driver, Switcher};
-use super::image::{self, ImageOptions, ProcessImage};
+use super::image::{self, ImageOptions};
 use super::kernel::Kernel;
+use super::queue::{QueueFlow, runs};
 use super::sideband::Sideband;
 use super::symbols::Names;
 use crate::flow::{Branches, Item};
@@ -145,66 +141,15 @@ struct Blame {
     skipped: u64,
 }
 
-/// The thread and image at each timed event: on a per-CPU queue the
-/// thread switched in last at the event's perf time runs (per-thread
-/// queues have theirs), with the image of its process's program at that
-/// time (an exec starts a new one).
-struct Timeline<'s> {
-    sb: &'s Sideband,
-    cpu: u32,
-    /// The queue's thread, on per-thread queues.
-    fixed_tid: Option<u32>,
-    tsc: TscConversion,
-    /// Image index per process and program (see
-    /// [`Sideband::generation_at`]).
-    image_of: BTreeMap<(u32, usize), usize>,
-    tid: Rc<Cell<Option<u32>>>,
-    current: Rc<Cell<usize>>,
-}
-
-impl Switcher for Timeline<'_> {
-    fn at_tsc(&mut self, tsc: u64) -> Option<usize> {
-        let time = perf_time(&self.tsc, tsc);
-        let tid = match self.fixed_tid {
-            Some(t) => t,
-            None => self.sb.thread_at(self.cpu, time)?,
-        };
-        self.tid.set(Some(tid));
-        let &pid = self.sb.pid_of.get(&tid)?;
-        let generation = self.sb.generation_at(pid, time);
-        let i = *self.image_of.get(&(pid, generation))?;
-        (i != self.current.get()).then(|| {
-            self.current.set(i);
-            i
-        })
-    }
-}
-
-/// No timeline (a queue with one thread, or none known): nothing
-/// switches.
-impl Switcher for Option<Timeline<'_>> {
-    fn at_tsc(&mut self, tsc: u64) -> Option<usize> {
-        self.as_mut()?.at_tsc(tsc)
-    }
-}
-
-/// Decodes one queue.
+/// Decodes one queue ([`QueueFlow`]) and prints its items.
 pub struct QueueDecoder<'s> {
+    flow: QueueFlow<'s>,
+    printer: Printer<'s>,
+}
+
+/// What printing the items of one queue keeps.
+struct Printer<'s> {
     key: QueueKey,
-    /// The thread running (changed by the timeline at timed events).
-    tid: Rc<Cell<Option<u32>>>,
-    /// Queues with a time line (per-CPU queues with timed switch records,
-    /// processes that exec'd): the sideband, and the queue's own thread on
-    /// per-thread queues.
-    timeline: Option<(&'s Sideband, Option<u32>)>,
-    /// Image 0 holds the code of every process that may run here (the
-    /// fallback before the first timed event and for threads of unknown
-    /// process); with a timeline, image `i > 0` holds one program's.
-    images: Vec<ProcessImage>,
-    image_of: BTreeMap<(u32, usize), usize>,
-    /// The image decoding uses now.
-    current: Rc<Cell<usize>>,
-    settings: PtSettings,
     opts: &'s Options,
     /// Per missing mapping (by MMAP record offset).
     blame: BTreeMap<FileOffset, Blame>,
@@ -225,82 +170,23 @@ impl<'s> QueueDecoder<'s> {
         build_ids: &mut image::BuildIdCache,
         diag: &mut dyn Write,
     ) -> Result<Self> {
-        let has_time = settings.tsc.cap_user_time_zero || settings.tsc.time_mult != 0;
-        let switched = key.tid == u32::MAX
-            && key.cpu != u32::MAX
-            && sb.switches.contains_key(&key.cpu)
-            && has_time;
-        let tid = if key.tid != u32::MAX {
-            Some(key.tid)
-        } else if key.cpu != u32::MAX {
-            let t = sb.only_thread_on(key.cpu);
-            if t.is_none() && !switched {
-                writeln!(
-                    diag,
-                    "hwtrace perf decode: {key}: {} threads ran on this CPU and no timed switch records say when: its instructions are shown with tid ?",
-                    sb.thread_count_on(key.cpu)
-                )?;
-            }
-            t
-        } else {
-            None
-        };
-        // The processes that may run here: those switched in on this CPU,
-        // or the queue's thread's.
-        let pids: Option<BTreeSet<u32>> = if switched {
-            let on_cpu = sb.switches.get(&key.cpu).into_iter().flatten();
-            Some(
-                on_cpu
-                    .filter(|&&(_, t)| t != 0)
-                    .filter_map(|&(_, t)| sb.pid_of.get(&t).copied())
-                    .collect(),
-            )
-        } else {
-            tid.and_then(|t| sb.pid_of.get(&t))
-                .map(|&p| BTreeSet::from([p]))
-        };
-        let execs = has_time && pids.iter().flatten().any(|&p| sb.generations(p) > 1);
-        let timed = switched || execs;
-        let mut images = vec![image::build_with_kernel(
-            sb,
-            pids.as_ref(),
-            &opts.image,
-            kernel,
-            build_ids,
-        )?];
-        let mut image_of = BTreeMap::new();
-        if timed {
-            for &pid in pids.iter().flatten() {
-                for generation in 0..sb.generations(pid) {
-                    image_of.insert((pid, generation), images.len());
-                    images.push(image::build_program(
-                        sb,
-                        pid,
-                        generation,
-                        &opts.image,
-                        kernel,
-                        build_ids,
-                    )?);
-                }
-            }
+        let flow = QueueFlow::new(key, sb, settings, &opts.image, kernel, build_ids)?;
+        if let Some(n) = flow.unattributed_threads() {
+            writeln!(
+                diag,
+                "hwtrace perf decode: {key}: {n} threads ran on this CPU and no timed switch records say when: its instructions are shown with tid ?"
+            )?;
         }
         Ok(Self {
-            key,
-            tid: Rc::new(Cell::new(tid)),
-            timeline: timed.then_some((sb, tid.filter(|_| !switched))),
-            images,
-            image_of,
-            current: Rc::new(Cell::new(0)),
-            settings,
-            opts,
-            blame: BTreeMap::new(),
-            last_blamed: None,
-            report: QueueReport::default(),
+            flow,
+            printer: Printer {
+                key,
+                opts,
+                blame: BTreeMap::new(),
+                last_blamed: None,
+                report: QueueReport::default(),
+            },
         })
-    }
-
-    fn tid_text(&self) -> Shown {
-        self.tid.get().map_or(Shown::Unknown, Shown::Num)
     }
 
     /// Decodes the queue's buffers, writing instructions or branches to
@@ -312,11 +198,11 @@ impl<'s> QueueDecoder<'s> {
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<QueueReport> {
-        let key = self.key;
+        let key = self.flow.key();
         let mut names = names;
         for g in &queue.gaps {
-            self.report.lost_bytes += g.lost_bytes();
-            self.report.problems += 1;
+            self.printer.report.lost_bytes += g.lost_bytes();
+            self.printer.report.problems += 1;
             writeln!(
                 diag,
                 "hwtrace perf decode: {key}: lost {} bytes of trace at stream offset {:#x} (before the AUXTRACE record at file offset {}): aux offset {:#x} expected, {:#x} found",
@@ -328,73 +214,27 @@ impl<'s> QueueDecoder<'s> {
             )?;
         }
         for run in runs(queue) {
-            let start = queue.chunks[run.start].stream_offset;
-            let trace: Cow<'_, [u8]> = if run.len() == 1 {
-                Cow::Borrowed(queue.chunks[run.start].data)
-            } else {
-                let mut v = Vec::new();
-                for c in &queue.chunks[run] {
-                    v.extend_from_slice(c.data);
-                }
-                Cow::Owned(v)
-            };
-            self.decode_run(&trace, start, names.as_deref_mut(), out, diag)?;
+            self.decode_run(&run.trace, run.start, names.as_deref_mut(), out, diag)?;
         }
-        self.report_missing(diag)?;
-        Ok(self.report)
+        self.printer.report_missing(diag)?;
+        Ok(self.printer.report)
     }
 
     fn decode_run(
         &mut self,
         trace: &[u8],
         start: u64,
-        names: Option<&mut Names<'_>>,
-        out: &mut dyn Write,
-        diag: &mut dyn Write,
-    ) -> Result<()> {
-        // The images leave `self` while the decoder borrows them.
-        let images: Vec<ProcessImage> = std::mem::take(&mut self.images);
-        let result = self.decode_over(&images, trace, start, names, out, diag);
-        self.images = images;
-        result
-    }
-
-    fn decode_over(
-        &mut self,
-        images: &[ProcessImage],
-        trace: &[u8],
-        start: u64,
         mut names: Option<&mut Names<'_>>,
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<()> {
-        let refs: Vec<&hwtrace_mem::image::Image> = images.iter().map(|p| &p.image).collect();
-        // Each run starts over with the image of every process that ran
-        // here, until a timed event says which one runs.
-        self.current.set(0);
-        let dec = InsnDecoder::new(trace, self.settings.config, refs[0]);
-        let branches = self.opts.format == Format::Branches;
-        let timeline = self.timeline.map(|(sb, fixed_tid)| Timeline {
-            sb,
-            cpu: self.key.cpu,
-            fixed_tid,
-            tsc: self.settings.tsc,
-            image_of: self.image_of.clone(),
-            tid: Rc::clone(&self.tid),
-            current: Rc::clone(&self.current),
-        });
-        let items = Driver::new(dec, &refs, timeline);
-        let mut each = |item: Item| {
-            self.item(
-                item,
-                images,
-                start,
-                trace.len() as u64,
-                names.as_deref_mut(),
-                out,
-                diag,
-            )
-        };
+        let branches = self.printer.opts.format == Format::Branches;
+        let flow = &self.flow;
+        let printer = &mut self.printer;
+        let items = flow.items(trace);
+        let len = trace.len() as u64;
+        let mut each =
+            |item: Item| printer.item(item, flow, start, len, names.as_deref_mut(), out, diag);
         if branches {
             Branches::new(items).try_for_each(&mut each)
         } else {
@@ -402,11 +242,19 @@ impl<'s> QueueDecoder<'s> {
         }
     }
 
+    /// The mappings that could not be loaded, over all images (reported by
+    /// the caller before decoding; the same mapping may be listed twice).
+    pub fn missing(&self) -> impl Iterator<Item = &image::Missing> {
+        self.flow.missing()
+    }
+}
+
+impl Printer<'_> {
     #[allow(clippy::too_many_arguments)]
     fn item(
         &mut self,
         item: Item,
-        images: &[ProcessImage],
+        flow: &QueueFlow<'_>,
         start: u64,
         len: u64,
         names: Option<&mut Names<'_>>,
@@ -414,7 +262,8 @@ impl<'s> QueueDecoder<'s> {
         diag: &mut dyn Write,
     ) -> Result<()> {
         let key = self.key;
-        let tid = self.tid.get();
+        let tid = flow.tid();
+        let tid_text = tid.map_or(Shown::Unknown, Shown::Num);
         match item {
             Item::Insn { insn, .. } => {
                 self.report.insns += 1;
@@ -436,7 +285,7 @@ impl<'s> QueueDecoder<'s> {
                     writeln!(
                         out,
                         "{} {} {:x}{}",
-                        self.tid_text(),
+                        tid_text,
                         show(key.cpu),
                         insn.ip,
                         sym.as_deref().unwrap_or("")
@@ -470,7 +319,7 @@ impl<'s> QueueDecoder<'s> {
                     writeln!(
                         out,
                         "{} {} {}{fs} -> {}{ts} {}",
-                        self.tid_text(),
+                        tid_text,
                         show(key.cpu),
                         hex(b.from),
                         hex(b.to),
@@ -481,7 +330,7 @@ impl<'s> QueueDecoder<'s> {
             Item::Error(e) => {
                 self.report.errors += 1;
                 self.last_blamed = None;
-                let image = &images[self.current.get().min(images.len() - 1)];
+                let image = flow.image();
                 let missing = match (e.kind, e.ip) {
                     (ErrorKind::NoMap | ErrorKind::BadInsn, Some(ip)) => image.missing_at(ip),
                     _ => None,
@@ -560,39 +409,11 @@ impl<'s> QueueDecoder<'s> {
         }
         Ok(())
     }
-
-    /// The mappings that could not be loaded, over all images (reported by
-    /// the caller before decoding; the same mapping may be listed twice).
-    pub fn missing(&self) -> impl Iterator<Item = &image::Missing> {
-        self.images.iter().flat_map(|i| &i.missing)
-    }
-}
-
-/// Index ranges of `queue.chunks` to decode as one trace: split at gaps
-/// and at [`MAX_JOIN`] bytes.
-fn runs(queue: &AuxQueue<'_>) -> Vec<std::ops::Range<usize>> {
-    let gap_at: BTreeSet<_> = queue.gaps.iter().map(|g| g.record_offset).collect();
-    let mut out = Vec::new();
-    let mut start = 0;
-    let mut bytes = 0usize;
-    for (i, c) in queue.chunks.iter().enumerate() {
-        if i > start && (gap_at.contains(&c.record_offset) || bytes + c.data.len() > MAX_JOIN) {
-            out.push(start..i);
-            start = i;
-            bytes = 0;
-        }
-        bytes += c.data.len();
-    }
-    if start < queue.chunks.len() {
-        out.push(start..queue.chunks.len());
-    }
-    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hwtrace_perf::data::{AuxChunk, AuxGap};
 
     #[test]
     fn perf_time_is_perfs_tsc_conversion() {
@@ -613,38 +434,5 @@ mod tests {
             cap_user_time_zero: true,
         };
         assert_eq!(perf_time(&big, u64::MAX), u64::MAX);
-    }
-
-    fn chunk(n: u64, data: &'static [u8], stream_offset: u64) -> AuxChunk<'static> {
-        AuxChunk {
-            record_offset: FileOffset(n * 0x100),
-            aux_offset: stream_offset,
-            stream_offset,
-            data,
-        }
-    }
-
-    #[test]
-    fn runs_split_at_gaps_only() {
-        static B: [u8; 8] = [0; 8];
-        let queue = AuxQueue {
-            chunks: vec![
-                chunk(1, &B, 0),
-                chunk(2, &B, 8),
-                chunk(3, &B, 16),
-                chunk(4, &B, 24),
-            ],
-            gaps: vec![AuxGap {
-                stream_offset: 16,
-                record_offset: FileOffset(0x300),
-                expected_aux_offset: 16,
-                found_aux_offset: 48,
-            }],
-        };
-        assert_eq!(runs(&queue), [0..2, 2..4]);
-        assert_eq!(
-            runs(&AuxQueue::default()),
-            Vec::<std::ops::Range<usize>>::new()
-        );
     }
 }

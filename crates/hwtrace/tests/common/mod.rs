@@ -3,6 +3,8 @@
 
 use std::process::{Command, Output};
 
+pub mod qemu;
+
 /// Runs `hwtrace ARGS…`.
 pub fn hwtrace(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_hwtrace"))
