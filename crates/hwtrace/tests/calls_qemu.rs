@@ -16,74 +16,28 @@
 //! [`MAX_INSNS`] instructions, python3's start-up at [`PYTHON_INSNS`].
 //! Needs `qemu-x86_64` (`scripts/setup.sh`) and `ldd` (libc-bin).
 
+mod common;
+
 use anyhow::{Context, Result, bail, ensure};
-use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd, Recording, TscModel};
+use common::qemu::{self, Scratch, need, record};
+use hwtrace_sim::{Execution, PtConfig, PtEncoder, RecordEnd, Recording, TscModel};
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 /// The most instructions gzip and sort are recorded for.
 const MAX_INSNS: usize = 400_000;
 /// python3's start-up: ld.so, libc and the interpreter's early start.
 const PYTHON_INSNS: usize = 250_000;
 
-fn qemu_present() -> bool {
-    Path::new("/usr/bin/qemu-x86_64").exists()
-}
-
-fn record(program: &str, args: &[&str], max: usize) -> Result<Recording> {
-    let limits = Limits {
-        max_instructions: Some(max),
-        timeout: Some(Duration::from_secs(90)),
-    };
-    Execution::record_qemu(program, args, limits)
-        .with_context(|| format!("recording {program} {args:?}"))
-}
-
-/// A scratch folder, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Result<Self> {
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "hwtrace-calls-qemu-{}-{n}-{name}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Scratch(dir))
-    }
-
-    fn file(&self, name: &str, contents: &[u8]) -> Result<PathBuf> {
-        let path = self.0.join(name);
-        std::fs::write(&path, contents)?;
-        Ok(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Deterministic text: `n` lines of pseudo-random words.
+/// Gzip's and sort's input lines.
 fn text(n: usize) -> String {
-    const WORDS: [&str; 6] = ["call", "return", "frame", "stack", "flame", "trace"];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut out = String::new();
-    for i in 0..n {
-        for _ in 0..4 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            out += WORDS[(x >> 61) as usize % WORDS.len()];
-            out.push(' ');
-        }
-        out += &format!("{}\n", x % 1000 + i as u64);
-    }
-    out
+    qemu::text(
+        n,
+        &["call", "return", "frame", "stack", "flame", "trace"],
+        4,
+    )
 }
 
 /// An ELF file as this test reads it.
@@ -270,7 +224,7 @@ struct Inputs {
 }
 
 fn inputs(name: &str, program: &str, rec: &Recording, config: PtConfig) -> Result<Inputs> {
-    let dir = Scratch::new(name)?;
+    let dir = Scratch::new("calls-qemu", name)?;
     let trace = PtEncoder::new(config).encode(&rec.execution)?;
     let trace_path = dir.file("trace.pt", &trace.bytes)?;
     let elves = loaded(program, &rec.execution)?;
@@ -401,8 +355,8 @@ fn check_entries(name: &str, program: &str, rec: &Recording) -> Result<()> {
 
 #[test]
 fn gzip_function_entries_equal_the_truth() -> Result<()> {
-    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
-    let dir = Scratch::new("gzip-input")?;
+    need("qemu-x86_64", "qemu-user")?;
+    let dir = Scratch::new("calls-qemu", "gzip-input")?;
     let input = dir.file("input.txt", text(40).as_bytes())?;
     let rec = record(
         "/usr/bin/gzip",
@@ -419,8 +373,8 @@ fn gzip_function_entries_equal_the_truth() -> Result<()> {
 
 #[test]
 fn sort_function_entries_equal_the_truth() -> Result<()> {
-    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
-    let dir = Scratch::new("sort-input")?;
+    need("qemu-x86_64", "qemu-user")?;
+    let dir = Scratch::new("calls-qemu", "sort-input")?;
     let input = dir.file("input.txt", text(30).as_bytes())?;
     let rec = record(
         "/usr/bin/sort",
@@ -432,7 +386,7 @@ fn sort_function_entries_equal_the_truth() -> Result<()> {
 
 #[test]
 fn python3_start_up_function_entries_equal_the_truth() -> Result<()> {
-    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
+    need("qemu-x86_64", "qemu-user")?;
     let rec = record("/usr/bin/python3", &["-c", "pass"], PYTHON_INSNS)?;
     ensure!(rec.end == RecordEnd::Limit, "{:?}", rec.end);
     let program = std::fs::canonicalize("/usr/bin/python3")?;
@@ -523,8 +477,8 @@ fn validate_timeline(doc: &serde_json::Value) -> Result<BTreeMap<(u64, u64), usi
 /// ends at the execution's instruction count.
 #[test]
 fn gzip_timeline_is_a_valid_chrome_trace() -> Result<()> {
-    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
-    let dir = Scratch::new("gzip-timeline-input")?;
+    need("qemu-x86_64", "qemu-user")?;
+    let dir = Scratch::new("calls-qemu", "gzip-timeline-input")?;
     let input = dir.file("input.txt", text(20).as_bytes())?;
     let rec = record(
         "/usr/bin/gzip",
@@ -591,8 +545,8 @@ fn gzip_timeline_is_a_valid_chrome_trace() -> Result<()> {
 /// functions are named, and the outputs asked for are written and listed.
 #[test]
 fn sort_report_counts_the_execution() -> Result<()> {
-    ensure!(qemu_present(), "qemu-x86_64 missing: run scripts/setup.sh");
-    let dir = Scratch::new("sort-report-input")?;
+    need("qemu-x86_64", "qemu-user")?;
+    let dir = Scratch::new("calls-qemu", "sort-report-input")?;
     let input = dir.file("input.txt", text(10).as_bytes())?;
     let rec = record(
         "/usr/bin/sort",

@@ -20,14 +20,13 @@
 //! Needs `qemu-x86_64`, `gcc` and `genhtml` (`scripts/setup.sh`).
 //! Budgets: short runs (a debug build on a shared 2-core machine).
 
+mod common;
+
 use anyhow::{Context, Result, bail, ensure};
-use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
-use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd, Recording};
-use hwtrace_types::{AddressSpace, ReadMemory};
+use common::qemu::{self, Key, Scratch, Truth, from_json, need, record, truth};
+use hwtrace_sim::{PtConfig, PtEncoder, RecordEnd, Recording};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 /// The most instructions a program is recorded for.
 const MAX_INSNS: usize = 150_000;
@@ -35,110 +34,9 @@ const MAX_INSNS: usize = 150_000;
 /// interpreter's early start); the trace ends with TIP.PGD there.
 const PYTHON_INSNS: usize = 100_000;
 
-fn need(tool: &str, package: &str) -> Result<()> {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()));
-    ensure!(
-        found,
-        "{tool} missing: install Debian package {package} (scripts/setup.sh)"
-    );
-    Ok(())
-}
-
-fn record(program: &str, args: &[&str], max: usize) -> Result<Recording> {
-    need("qemu-x86_64", "qemu-user")?;
-    let limits = Limits {
-        max_instructions: Some(max),
-        timeout: Some(Duration::from_secs(90)),
-    };
-    Execution::record_qemu(program, args, limits)
-        .with_context(|| format!("recording {program} {args:?}"))
-}
-
-/// A scratch folder, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Result<Self> {
-        let dir =
-            std::env::temp_dir().join(format!("hwtrace-coverage-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        Ok(Self(dir))
-    }
-
-    fn file(&self, name: &str, bytes: &[u8]) -> Result<PathBuf> {
-        let path = self.0.join(name);
-        std::fs::write(&path, bytes)?;
-        Ok(path)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Deterministic text: `n` lines of pseudo-random words.
+/// Gzip's and sort's input lines.
 fn text(n: usize) -> String {
-    const WORDS: [&str; 6] = ["block", "edge", "drcov", "lcov", "bitmap", "hit"];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let mut out = String::new();
-    for i in 0..n {
-        for _ in 0..3 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            out += WORDS[(x >> 61) as usize % WORDS.len()];
-            out.push(' ');
-        }
-        out += &format!("{}\n", x % 997 + i as u64);
-    }
-    out
-}
-
-/// A block as the truth and the JSON name it: first byte, end.
-type Key = (u64, u64);
-
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Truth {
-    /// Block → (address of its last instruction, hits).
-    blocks: BTreeMap<Key, (u64, u64)>,
-    edges: BTreeMap<(Key, Key), u64>,
-}
-
-/// The coverage of the recorded instructions.
-fn truth(execution: &Execution) -> Result<Truth> {
-    let mem = execution.memory();
-    let mut t = Truth::default();
-    let mut open: Option<(u64, u64, u64)> = None;
-    let mut prev: Option<Key> = None;
-    let mut close = |open: &mut Option<(u64, u64, u64)>, t: &mut Truth| {
-        if let Some((start, end, last)) = open.take() {
-            let key = (start, end);
-            t.blocks.entry(key).or_insert((last, 0)).1 += 1;
-            if let Some(p) = prev.replace(key) {
-                *t.edges.entry((p, key)).or_insert(0) += 1;
-            }
-        }
-    };
-    for (i, ip) in execution.insns().iter().enumerate() {
-        let mut buf = [0u8; MAX_INSN_SIZE];
-        let n = mem
-            .read_memory(AddressSpace::UNKNOWN, *ip, &mut buf)
-            .map_err(|e| anyhow::anyhow!("{ip:?}: {e}"))?;
-        let d = classify(&buf[..n], ip.0, execution.mode_at(i))
-            .map_err(|e| anyhow::anyhow!("{ip:?}: {e:?}"))?;
-        if open.is_some_and(|(_, end, _)| end != ip.0) {
-            close(&mut open, &mut t);
-        }
-        let end = ip.0 + u64::from(d.size);
-        let (start, _, _) = open.unwrap_or((ip.0, 0, 0));
-        open = Some((start, end, ip.0));
-        if !matches!(d.class, InsnClass::Other | InsnClass::Ptwrite) {
-            close(&mut open, &mut t);
-        }
-    }
-    close(&mut open, &mut t);
-    Ok(t)
+    qemu::text(n, &["block", "edge", "drcov", "lcov", "bitmap", "hit"], 3)
 }
 
 /// libxdc's edge hash, written out again from its definition.
@@ -153,34 +51,6 @@ fn afl_map(t: &Truth) -> Vec<u8> {
         }
     }
     map
-}
-
-fn hex(v: &serde_json::Value) -> Result<u64> {
-    let s = v.as_str().context("a hex string")?;
-    Ok(u64::from_str_radix(s.trim_start_matches("0x"), 16)?)
-}
-
-/// What the JSON output says, in the truth's terms.
-fn from_json(path: &Path) -> Result<Truth> {
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
-    let mut t = Truth::default();
-    let mut keys = Vec::new();
-    for b in v["blocks"].as_array().context("blocks")? {
-        let key = (hex(&b["start"])?, hex(&b["end"])?);
-        let hits = b["hits"].as_u64().context("hits")?;
-        ensure!(
-            t.blocks.insert(key, (hex(&b["last"])?, hits)).is_none(),
-            "block {key:x?} twice"
-        );
-        keys.push(key);
-    }
-    for e in v["edges"].as_array().context("edges")? {
-        let from = keys[usize::try_from(e["from"].as_u64().context("from")?)?];
-        let to = keys[usize::try_from(e["to"].as_u64().context("to")?)?];
-        t.edges
-            .insert((from, to), e["hits"].as_u64().context("hits")?);
-    }
-    Ok(t)
 }
 
 /// Where one side has what the other lacks, for a readable failure.
@@ -216,7 +86,7 @@ fn check(name: &str, rec: &Recording, extra: &[String]) -> Result<(Scratch, Trut
     let execution = &rec.execution;
     let trace = PtEncoder::new(PtConfig::default()).encode(execution)?;
     ensure!(trace.stats.disables > 0, "no system call left tracing");
-    let dir = Scratch::new(name)?;
+    let dir = Scratch::new("coverage", name)?;
     let trace_path = dir.file("trace.pt", &trace.bytes)?;
     let segments = execution.memory().segments();
     let mut args: Vec<String> = vec!["coverage".into(), trace_path.display().to_string()];
@@ -264,7 +134,7 @@ fn check(name: &str, rec: &Recording, extra: &[String]) -> Result<(Scratch, Trut
         "{summary}"
     );
 
-    let got = from_json(&dir.0.join("cov.json"))?;
+    let got = from_json(&dir.0.join("cov.json"), None)?;
     compare("blocks (last instruction, hits)", &got.blocks, &want.blocks)?;
     compare("edge hits", &got.edges, &want.edges)?;
 
@@ -326,7 +196,7 @@ fn check(name: &str, rec: &Recording, extra: &[String]) -> Result<(Scratch, Trut
 
 #[test]
 fn gzip() -> Result<()> {
-    let dir = Scratch::new("gzip-input")?;
+    let dir = Scratch::new("coverage", "gzip-input")?;
     let input = dir.file("in.txt", text(30).as_bytes())?;
     let rec = record(
         "/usr/bin/gzip",
@@ -343,7 +213,7 @@ fn gzip() -> Result<()> {
 
 #[test]
 fn sort() -> Result<()> {
-    let dir = Scratch::new("sort-input")?;
+    let dir = Scratch::new("coverage", "sort-input")?;
     let input = dir.file("in.txt", text(25).as_bytes())?;
     let rec = record(
         "/usr/bin/sort",
@@ -396,7 +266,7 @@ const PRINTF: u32 = 18;
 fn lcov_of_a_program_with_dwarf_renders_in_genhtml() -> Result<()> {
     need("gcc", "gcc")?;
     need("genhtml", "lcov")?;
-    let build = Scratch::new("lcov-build")?;
+    let build = Scratch::new("coverage", "lcov-build")?;
     let src = build.file("loop.c", PROGRAM.as_bytes())?;
     let exe = build.0.join("loop");
     let status = Command::new("gcc")
@@ -481,7 +351,7 @@ fn bts_records_of_a_run_give_the_blocks_between_branches() -> Result<()> {
             *want.edges.entry((p, key)).or_insert(0) += 1;
         }
     }
-    let dir = Scratch::new("bts")?;
+    let dir = Scratch::new("coverage", "bts")?;
     let records = dir.file("bts.raw", &raw)?;
     let json = dir.0.join("bts.json");
     let run = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
@@ -496,7 +366,7 @@ fn bts_records_of_a_run_give_the_blocks_between_branches() -> Result<()> {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
-    let got = from_json(&json)?;
+    let got = from_json(&json, None)?;
     compare("BTS blocks", &got.blocks, &want.blocks)?;
     compare("BTS edges", &got.edges, &want.edges)?;
     Ok(())
