@@ -127,13 +127,7 @@ impl<'s> BtsDecoder<'s> {
         };
         let pid = tid.and_then(|t| sb.pid_of.get(&t).copied());
         let pids: Option<BTreeSet<u32>> = if times.is_some() {
-            let on_cpu = sb.switches.get(&key.cpu).into_iter().flatten();
-            Some(
-                on_cpu
-                    .filter(|&&(_, t)| t != 0)
-                    .filter_map(|&(_, t)| sb.pid_of.get(&t).copied())
-                    .collect(),
-            )
+            Some(sb.pids_switched_in(key.cpu))
         } else {
             pid.map(|p| BTreeSet::from([p]))
         };

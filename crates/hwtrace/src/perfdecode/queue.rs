@@ -125,13 +125,7 @@ impl<'s> QueueFlow<'s> {
         // The processes that may run here: those switched in on this CPU,
         // or the queue's thread's.
         let pids: Option<BTreeSet<u32>> = if switched {
-            let on_cpu = sb.switches.get(&key.cpu).into_iter().flatten();
-            Some(
-                on_cpu
-                    .filter(|&&(_, t)| t != 0)
-                    .filter_map(|&(_, t)| sb.pid_of.get(&t).copied())
-                    .collect(),
-            )
+            Some(sb.pids_switched_in(key.cpu))
         } else {
             tid.and_then(|t| sb.pid_of.get(&t))
                 .map(|&p| BTreeSet::from([p]))

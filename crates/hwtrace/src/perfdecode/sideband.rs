@@ -213,6 +213,16 @@ impl Sideband {
             .get(&cpu)
             .map_or(0, |t| t.iter().filter(|&&t| t != 0).count())
     }
+
+    /// The processes whose threads timed switch records put on `cpu` (the
+    /// idle task, tid 0, left out): the code a per-CPU queue may run.
+    pub fn pids_switched_in(&self, cpu: u32) -> BTreeSet<u32> {
+        let on_cpu = self.switches.get(&cpu).into_iter().flatten();
+        on_cpu
+            .filter(|&&(_, t)| t != 0)
+            .filter_map(|&(_, t)| self.pid_of.get(&t).copied())
+            .collect()
+    }
 }
 
 #[cfg(test)]
