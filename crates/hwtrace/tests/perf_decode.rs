@@ -1974,6 +1974,36 @@ fn kernel_instructions_of_a_pt_trace_decode_over_kcore() {
             "(far_away+0x1)"
         ]
     );
+
+    // The answers take --kcore with the same meaning: without it the
+    // kernel mapping is blamed and nothing is covered; with it, exactly
+    // the executed kernel blocks.
+    let json = dir.join("kernel.json");
+    let coverage = |extra: &[&str]| {
+        let mut args = vec!["coverage", f, "--json", json.to_str().unwrap()];
+        args.extend(extra);
+        hwtrace(&args)
+    };
+    let out = coverage(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("[kernel.kallsyms]_text") && stderr.contains("give --kcore"),
+        "{stderr}"
+    );
+    assert!(
+        common::qemu::from_json(&json, None)
+            .unwrap()
+            .blocks
+            .is_empty()
+    );
+    let out = coverage(&["--quiet", "--kcore", kcore_dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let got = common::qemu::from_json(&json, None).unwrap();
+    let want = common::qemu::truth(&execution).unwrap();
+    assert_eq!(got.blocks.len(), 4, "{got:x?}");
+    assert_eq!(got, want);
     std::fs::remove_dir_all(&dir).ok();
 }
 
