@@ -77,7 +77,7 @@ pub struct Plan {
 
 fn check_size(what: &str, size: u64, page: u64) -> Result<(), CaptureError> {
     let pages = size / page;
-    if size % page != 0 || !pages.is_power_of_two() {
+    if !size.is_multiple_of(page) || !pages.is_power_of_two() {
         return Err(CaptureError::BadOption(format!(
             "{what} size {size} is not a power-of-two number of {page}-byte pages"
         )));

@@ -210,7 +210,7 @@ impl Rings {
 
     /// A u64 field of the header page, as an atomic.
     fn word(&self, offset: usize) -> &AtomicU64 {
-        debug_assert!(offset % 8 == 0 && offset + 8 <= self.base.len);
+        debug_assert!(offset.is_multiple_of(8) && offset + 8 <= self.base.len);
         // SAFETY: the header page is mapped for the life of `self`, page
         // aligned (so `offset`, a multiple of 8, is aligned for u64), and the
         // kernel accesses these fields concurrently: an atomic is the right

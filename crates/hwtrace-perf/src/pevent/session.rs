@@ -724,10 +724,10 @@ impl Session {
                 Present::Keep
             });
         }
-        if old.kernelish() || state.location.kernelish() {
-            if let Some(id) = self.switch_contexts(ch, out)? {
-                return Ok(Present::Switched(id));
-            }
+        if (old.kernelish() || state.location.kernelish())
+            && let Some(id) = self.switch_contexts(ch, out)?
+        {
+            return Ok(Present::Switched(id));
         }
         Ok(Present::Keep)
     }

@@ -36,7 +36,7 @@ impl Rec {
     fn str(mut self, s: &str) -> Self {
         self.body.extend_from_slice(s.as_bytes());
         self.body.push(0);
-        while self.body.len() % 8 != 0 {
+        while !self.body.len().is_multiple_of(8) {
             self.body.push(0);
         }
         self
