@@ -6,13 +6,17 @@
 //! compression, a PSB every 512 B and 4 KiB, with overflows from a slow
 //! consumer). Several thread counts and tiny work units put seams at
 //! nearly every PSB. `hwtrace flow --jobs N` prints the same bytes as
-//! `--jobs 1` in every output format.
+//! `--jobs 1` in every output format. The block-cached fast decoder
+//! driven through [`FastSource`] gives the instruction decoder's items,
+//! sequentially and in parallel, expanding its runs or only counting them.
 //!
 //! Needs `qemu-x86_64` (`scripts/setup.sh`) for the recorded executions.
 
 use anyhow::{Context, Result, ensure};
-use hwtrace_flow::insn::InsnDecoder;
-use hwtrace_flow::parallel::{Flow, FlowItem, ParallelConfig, ParallelStats, decode};
+use hwtrace_flow::insn::{FastDecoder, Insn, InsnDecoder};
+use hwtrace_flow::parallel::{
+    FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, decode,
+};
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::image::{Image, parse_image_arg};
 use hwtrace_mem::pagecache::PageCache;
@@ -78,6 +82,81 @@ fn same<M: ReadMemory + Sync>(
     Ok(total)
 }
 
+/// What a caller that only counts keeps of an item: instructions as their
+/// trace offset.
+fn counted(item: &FlowItem) -> FlowItem {
+    match *item {
+        FlowItem::Insn { offset, .. } => FlowItem::Insn {
+            offset,
+            insn: Insn::empty(0, None, false),
+        },
+        other => other,
+    }
+}
+
+/// `items` against `want`, naming the first difference.
+fn check(what: &str, how: &str, items: &[FlowItem], want: &[FlowItem]) -> Result<()> {
+    if items != want {
+        let at = items.iter().zip(want).take_while(|(a, b)| a == b).count();
+        anyhow::bail!(
+            "{what}: {how}: item {at} of {} differs: instruction decoder {:?}, fast {:?}",
+            want.len(),
+            want.get(at),
+            items.get(at)
+        );
+    }
+    Ok(())
+}
+
+/// The fast decoder through [`FastSource`] against the instruction
+/// decoder's sequential decode: sequentially and in parallel (one unit
+/// per PSB on 2 threads, and units of 700 B on 3), runs expanded, and
+/// runs only counted (instructions compared by trace offset).
+fn same_fast<M: ReadMemory + Sync>(
+    what: &str,
+    trace: &[u8],
+    config: Config,
+    mem: &M,
+) -> Result<()> {
+    let want: Vec<FlowItem> = Flow::new(InsnDecoder::new(trace, config, mem)).collect();
+    let want_counted: Vec<FlowItem> = want.iter().map(counted).collect();
+    let expand = || FastSource::new(FastDecoder::new(trace, config, mem));
+    let count = || FastSource::counting(FastDecoder::new(trace, config, mem), MAX_STALL);
+    let got: Vec<FlowItem> = Flow::new(expand()).collect();
+    check(what, "sequential", &got, &want)?;
+    let got: Vec<FlowItem> = Flow::new(count()).map(|i| counted(&i)).collect();
+    check(what, "sequential, counting", &got, &want_counted)?;
+    for (threads, unit_bytes) in [(2, 1), (3, 700)] {
+        let pc = ParallelConfig {
+            unit_bytes,
+            window: 2 * threads,
+            batch: 7,
+            ..ParallelConfig::new(threads)
+        };
+        let how = format!("{threads} threads, units of {unit_bytes} B");
+        let mut got = Vec::new();
+        let mut got_counted = Vec::new();
+        let emit = |batch: Vec<FlowItem>| {
+            got.extend(batch);
+            Ok::<(), ()>(())
+        };
+        decode(trace, &pc, expand, emit).map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
+        check(what, &how, &got, &want)?;
+        let emit = |batch: Vec<FlowItem>| {
+            got_counted.extend(batch.iter().map(counted));
+            Ok::<(), ()>(())
+        };
+        decode(trace, &pc, count, emit).map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
+        check(
+            what,
+            &format!("{how}, counting"),
+            &got_counted,
+            &want_counted,
+        )?;
+    }
+    Ok(())
+}
+
 /// The processor `--cpu F/M` names, as errata.
 fn config_for(cpu: Option<&str>) -> Config {
     let Some((family, model)) = cpu.and_then(|c| {
@@ -125,7 +204,9 @@ fn every_libipt_case_decodes_the_same_in_parallel() -> Result<()> {
         };
         let trace = std::fs::read(dir.path().join(trace))?;
         let name = dir.file_name().to_string_lossy().into_owned();
-        same(&name, &trace, config_for(case["cpu"].as_str()), &image)?;
+        let config = config_for(case["cpu"].as_str());
+        same(&name, &trace, config, &image)?;
+        same_fast(&name, &trace, config, &image)?;
         checked += 1;
     }
     ensure!(checked > 300, "only {checked} cases found");
@@ -142,6 +223,7 @@ fn the_real_traces_decode_the_same_in_parallel() -> Result<()> {
         image.add_page_cache(None, cache, name);
         let trace = std::fs::read(dir.join("trace.pt"))?;
         let stats = same(name, &trace, Config::default(), &image)?;
+        same_fast(name, &trace, Config::default(), &image)?;
         eprintln!("{name}: {} bytes, {stats:?}", trace.len());
         if name == "foo" {
             // foo has a PSB every few KiB and no errors: its seams must be
@@ -186,6 +268,7 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
             let encoded = PtEncoder::new(config).encode(&rec.execution)?;
             let what = format!("echo, retc={return_compression}, PSB every {psb_period} B");
             let stats = same(&what, &encoded.bytes, Config::default(), code)?;
+            same_fast(&what, &encoded.bytes, Config::default(), code)?;
             ensure!(stats.spliced * 2 > stats.units, "{what}: {stats:?}");
             // A consumer too slow for the output buffer: packets are lost
             // and OVF marks where, before a PSB.
@@ -204,12 +287,9 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
                 encoded.bytes.len()
             );
             overflows += lost;
-            same(
-                &format!("{what}, with {lost} overflows"),
-                &run.stream,
-                Config::default(),
-                code,
-            )?;
+            let what = format!("{what}, with {lost} overflows");
+            same(&what, &run.stream, Config::default(), code)?;
+            same_fast(&what, &run.stream, Config::default(), code)?;
         }
     }
     eprintln!("{overflows} overflows checked");

@@ -193,6 +193,23 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         self.dec.time()
     }
 
+    /// What the instruction decoder returned for the last instruction of
+    /// the step just taken: its status, or the error (the end of the
+    /// trace included) met after it. A driver that hands a run out one
+    /// instruction at a time, as [`InsnDecoder::next_insn`] would, gives
+    /// this with the run's last instruction.
+    pub fn step_result(&self) -> Result<Status, Error> {
+        match self.pending {
+            Some(e) => Err(e),
+            None if self.done => Err(Error {
+                offset: self.dec.offset(),
+                ip: None,
+                kind: ErrorKind::Eos,
+            }),
+            None => Ok(self.last),
+        }
+    }
+
     fn restart(&mut self, status: Status) -> Status {
         self.pending = None;
         self.done = false;

@@ -161,7 +161,10 @@ impl<S: StepSource> Flow<S> {
         let State::Run(status) = self.state else {
             return None;
         };
-        if self.queued.is_some() || !matches!(item, FlowItem::Insn { .. }) {
+        if self.queued.is_some()
+            || !matches!(item, FlowItem::Insn { .. })
+            || !self.src.seam_ready()
+        {
             return None;
         }
         Some(Seam {

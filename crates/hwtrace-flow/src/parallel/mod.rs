@@ -39,14 +39,17 @@
 //! bounded whatever the trace's size.
 //!
 //! The engine is generic over its step source ([`StepSource`]): the
-//! instruction decoder today, any decoder with the same verbs tomorrow.
+//! instruction decoder, or the block-cached fast decoder handing out its
+//! runs ([`FastSource`]).
 
 mod driver;
 mod engine;
+mod fast;
 mod segment;
 
 pub use driver::{Flow, FlowItem, MAX_STALL, Seam, SeamAt};
 pub use engine::{ParallelConfig, ParallelStats, Sink, decode, decode_into};
+pub use fast::FastSource;
 pub use segment::{Splitter, Unit, psb_offsets, units};
 
 use crate::Error;
@@ -83,6 +86,13 @@ pub trait StepSource {
     fn next_insn(&mut self, insn: &mut Insn) -> Result<Status, Error>;
     /// The state seams compare.
     fn probe(&self) -> Probe;
+    /// Whether [`probe`](Self::probe) and [`offset`](Self::offset) say all
+    /// that decides the items to come, so a seam may be taken here (a
+    /// source that hands out a batch of instructions one by one is not,
+    /// inside a batch).
+    fn seam_ready(&self) -> bool {
+        true
+    }
 }
 
 impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {

@@ -6,8 +6,8 @@ use crate::image_args::ImageArgs;
 use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
-use hwtrace_flow::insn::InsnDecoder;
-use hwtrace_flow::parallel::{self, FlowItem, ParallelConfig, Sink, StepSource};
+use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
+use hwtrace_flow::parallel::{self, FastSource, FlowItem, ParallelConfig, Sink, StepSource};
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
@@ -57,6 +57,20 @@ pub struct FlowArgs {
     /// units to put seams everywhere).
     #[arg(long, value_name = "BYTES", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
     unit_bytes: Option<u64>,
+    /// The decoder underneath: the block-cached one, or the instruction
+    /// decoder it must agree with (kept so tests compare the two through
+    /// this command).
+    #[arg(long, value_enum, default_value_t = Decoder::Fast, hide = true)]
+    decoder: Decoder,
+}
+
+/// `--decoder`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Decoder {
+    /// [`FastDecoder`]: straight-line code decoded once per block.
+    Fast,
+    /// [`InsnDecoder`]: one instruction at a time.
+    Insn,
 }
 
 pub(crate) fn parse_cpu(text: &str) -> Result<Cpu, String> {
@@ -212,35 +226,53 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         Some(n) => usize::try_from(n).unwrap_or(1),
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    if jobs <= 1 {
-        let items = Items::new(InsnDecoder::new(bytes, config, mem));
-        return output(&args, &trace, items);
-    }
     let mut parallel = ParallelConfig::new(jobs);
     if let Some(unit) = args.unit_bytes {
         parallel.unit_bytes = unit;
     }
     let mem = &mem;
-    if args.quiet && !args.blocks && !args.branches {
-        return quiet(&args, &trace, &parallel, || {
+    // Only counts are printed: the fast decoder's runs need not be
+    // expanded into instructions.
+    let counting = args.quiet && !args.blocks && !args.branches;
+    let max_stall = parallel.max_stall;
+    match args.decoder {
+        Decoder::Insn => decode(&args, &trace, jobs, &parallel, || {
             InsnDecoder::new(bytes, config, mem)
-        });
+        }),
+        Decoder::Fast if counting => decode(&args, &trace, jobs, &parallel, || {
+            FastSource::counting(FastDecoder::new(bytes, config, mem), max_stall)
+        }),
+        Decoder::Fast => decode(&args, &trace, jobs, &parallel, || {
+            FastSource::new(FastDecoder::new(bytes, config, mem))
+        }),
+    }
+}
+
+/// Decodes with the step sources `make` creates, on `jobs` threads.
+fn decode<S: StepSource + Send>(
+    args: &FlowArgs,
+    trace: &MappedTrace,
+    jobs: usize,
+    parallel: &ParallelConfig,
+    make: impl Fn() -> S + Sync,
+) -> Result<ExitCode> {
+    if jobs <= 1 {
+        return output(args, trace, Items::new(make()));
+    }
+    let bytes = trace.bytes();
+    if args.quiet && !args.blocks && !args.branches {
+        return quiet(args, trace, parallel, make);
     }
     std::thread::scope(|scope| {
         // The decode and merge run beside the printing; batches of items
         // cross in a bounded channel, so memory stays bounded when
         // printing is the slower side.
         let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FlowItem>>(parallel.window);
-        let decoder = scope.spawn(move || {
-            parallel::decode(
-                bytes,
-                &parallel,
-                || InsnDecoder::new(bytes, config, mem),
-                |batch| tx.send(batch),
-            )
-        });
+        let make = &make;
+        let decoder =
+            scope.spawn(move || parallel::decode(bytes, parallel, make, |batch| tx.send(batch)));
         let items = rx.iter().flatten().map(Item::from);
-        let code = output(&args, &trace, items);
+        let code = output(args, trace, items);
         // A failed output drops the receiver, which stops the decode.
         match decoder.join() {
             Ok(_) => code,

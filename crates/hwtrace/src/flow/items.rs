@@ -4,9 +4,8 @@
 use super::shape::{Block, Branch};
 use hwtrace_flow::Error;
 use hwtrace_flow::event::Event;
-use hwtrace_flow::insn::{Insn, InsnDecoder};
-use hwtrace_flow::parallel::{Flow, FlowItem};
-use hwtrace_types::ReadMemory;
+use hwtrace_flow::insn::Insn;
+use hwtrace_flow::parallel::{Flow, FlowItem, StepSource};
 
 /// One thing the trace says happened, in trace order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,19 +60,21 @@ impl From<FlowItem> for Item {
     }
 }
 
-/// The instruction decoder driven as ptxed drives it, as an iterator of
-/// instructions, events, errors and resynchronisations: hwtrace-flow's
-/// [`Flow`], the sequential decode the parallel one reproduces.
+/// A decoder (the instruction decoder, or the fast one through
+/// [`hwtrace_flow::parallel::FastSource`]) driven as ptxed drives it, as
+/// an iterator of instructions, events, errors and resynchronisations:
+/// hwtrace-flow's [`Flow`], the sequential decode the parallel one
+/// reproduces.
 #[derive(Debug)]
-pub struct Items<'a, M> {
-    flow: Flow<InsnDecoder<'a, M>>,
+pub struct Items<S> {
+    flow: Flow<S>,
 }
 
-impl<'a, M: ReadMemory> Items<'a, M> {
-    /// Decodes `dec`'s trace from its first PSB.
-    pub fn new(dec: InsnDecoder<'a, M>) -> Self {
+impl<S: StepSource> Items<S> {
+    /// Decodes `src`'s trace from its first PSB.
+    pub fn new(src: S) -> Self {
         Self {
-            flow: Flow::new(dec),
+            flow: Flow::new(src),
         }
     }
 
@@ -86,7 +87,7 @@ impl<'a, M: ReadMemory> Items<'a, M> {
     }
 }
 
-impl<M: ReadMemory> Iterator for Items<'_, M> {
+impl<S: StepSource> Iterator for Items<S> {
     type Item = Item;
 
     fn next(&mut self) -> Option<Item> {
@@ -98,8 +99,9 @@ impl<M: ReadMemory> Iterator for Items<'_, M> {
 mod tests {
     use super::*;
     use hwtrace_flow::Config;
+    use hwtrace_flow::insn::InsnDecoder;
     use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
-    use hwtrace_types::{AddressSpace, Ip, MemoryError};
+    use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
 
     /// `code` at 0x1000.
     struct Code(&'static [u8]);

@@ -1,8 +1,9 @@
 //! `hwtrace flow`'s engine: the loop that drives the instruction decoder,
 //! as small iterators of [`Item`]s, and the printers of those items.
 //!
-//! - [`Items`] drives [`hwtrace_flow::insn::InsnDecoder`] the way libipt's
-//!   ptxed does (synchronise, drain pending events before each instruction,
+//! - [`Items`] drives a decoder (the block-cached
+//!   [`hwtrace_flow::insn::FastDecoder`], or the instruction decoder) the
+//!   way libipt's ptxed does (synchronise, drain pending events before each instruction,
 //!   report an error and resynchronise at the next PSB) and yields one
 //!   [`Item`] per instruction, event, error and resynchronisation gap;
 //! - [`Blocks`] and [`Branches`] reshape that stream into basic blocks

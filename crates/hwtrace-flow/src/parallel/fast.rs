@@ -1,0 +1,363 @@
+//! [`FastSource`]: the block-cached [`FastDecoder`] as a [`StepSource`],
+//! so [`Flow`](super::Flow) and the parallel engine drive it exactly as
+//! they drive [`InsnDecoder`](crate::insn::InsnDecoder).
+//!
+//! The fast decoder yields runs of instructions; the driver asks for one
+//! instruction at a time. The source hands a run out instruction by
+//! instruction, with what the instruction decoder would have said between
+//! them: the trace offset before the run (the instructions before a run's
+//! last read no trace), no event pending, and after the last one the
+//! decoder's status or the error met after it. So the items a flow makes
+//! are the instruction decoder's, item for item.
+//!
+//! Two ways to hand a run out:
+//!
+//! - [`FastSource::new`] expands it ([`FastDecoder::expand`]): every
+//!   instruction with its address, bytes and class, for callers that
+//!   print or reshape instructions;
+//! - [`FastSource::counting`] does not: only a run's first and last
+//!   instruction are filled in (the last as the decoder ended the run,
+//!   address, class and mode), those between carry the run's first
+//!   address and no bytes. For callers that only count instructions and
+//!   place them in the trace, which is what decoding at full speed needs:
+//!   expanding costs an instruction-cache lookup per instruction, the bulk
+//!   of what the block cache saves. The one place a flow reports an
+//!   instruction's address from a run's middle, an endless loop given up
+//!   after `max_stall` instructions ([`super::FlowItem::Stuck`]), is kept
+//!   exact: a run that may hold that instruction is expanded.
+//!
+//! Seams are only taken between runs ([`StepSource::seam_ready`]): inside
+//! one, the decoder underneath is already past the run, and its state
+//! says nothing about how much of the run is still to come.
+
+use super::{Probe, StepSource};
+use crate::Error;
+use crate::ErrorKind;
+use crate::event::{Event, Status};
+use crate::insn::{BlockRun, FastDecoder, FastStep, Insn, InsnClass};
+use hwtrace_types::{Ip, ReadMemory, TraceOffset};
+
+/// The fast decoder driven one instruction at a time.
+#[derive(Debug)]
+pub struct FastSource<'a, M> {
+    dec: FastDecoder<'a, M>,
+    /// Expand runs into instructions (else count mode).
+    expand: bool,
+    /// The run being handed out, and how many of its instructions are
+    /// still to come.
+    run: Option<BlockRun>,
+    left: u32,
+    /// The run's instructions, expanded (expand mode, or a count-mode run
+    /// that might end in an endless loop's last instruction).
+    insns: Vec<Insn>,
+    /// The trace offset before the run.
+    before: TraceOffset,
+    /// The driver's stall counter as this source sees it (never below the
+    /// driver's own): the offset of the last instruction handed out and
+    /// how many in a row were at it.
+    stall_offset: TraceOffset,
+    stall: u64,
+    max_stall: u64,
+}
+
+impl<'a, M: ReadMemory> FastSource<'a, M> {
+    /// Hands `dec`'s runs out as fully decoded instructions.
+    pub fn new(dec: FastDecoder<'a, M>) -> Self {
+        Self::with_mode(dec, true, u64::MAX)
+    }
+
+    /// Hands `dec`'s runs out for counting (see the [module](self) doc):
+    /// `max_stall` must be the driving flow's ([`super::MAX_STALL`]
+    /// unless set otherwise) for its endless-loop report to stay exact.
+    pub fn counting(dec: FastDecoder<'a, M>, max_stall: u64) -> Self {
+        Self::with_mode(dec, false, max_stall)
+    }
+
+    fn with_mode(dec: FastDecoder<'a, M>, expand: bool, max_stall: u64) -> Self {
+        Self {
+            dec,
+            expand,
+            run: None,
+            left: 0,
+            insns: Vec::new(),
+            before: TraceOffset(0),
+            stall_offset: TraceOffset(u64::MAX),
+            stall: 0,
+            max_stall,
+        }
+    }
+
+    /// The fast decoder underneath.
+    pub fn decoder(&self) -> &FastDecoder<'a, M> {
+        &self.dec
+    }
+
+    /// Drops what is left of the run being handed out (a new
+    /// synchronisation starts over).
+    fn drop_run(&mut self) {
+        self.run = None;
+        self.left = 0;
+    }
+
+    /// Takes the next step of the fast decoder as the run to hand out;
+    /// `Err` when there is none (the error, or the end of the trace).
+    fn next_run(&mut self) -> Result<(), Error> {
+        let before = self.dec.offset();
+        let run = match self.dec.next()? {
+            Some(FastStep::Run(run)) => run,
+            // The driver asks for an instruction only when the status said
+            // no event is pending; a step that is an event anyway would be
+            // a disagreement between the two decoders.
+            Some(FastStep::Event(_)) => {
+                return Err(Error {
+                    offset: before,
+                    ip: Some(self.dec.ip()),
+                    kind: ErrorKind::Internal,
+                });
+            }
+            None => {
+                return Err(Error {
+                    offset: before,
+                    ip: None,
+                    kind: ErrorKind::Eos,
+                });
+            }
+        };
+        self.before = before;
+        // Every instruction of the run is handed out at `before`.
+        let stall = if before == self.stall_offset {
+            self.stall
+        } else {
+            0
+        };
+        let may_stall = stall.saturating_add(u64::from(run.insns)) >= self.max_stall;
+        self.insns.clear();
+        if self.expand || may_stall {
+            let insns = &mut self.insns;
+            self.dec.expand(&run, |insn| insns.push(*insn))?;
+        }
+        self.run = Some(run);
+        self.left = run.insns;
+        Ok(())
+    }
+
+    /// Instruction `i` of `run`, as far as count mode knows it.
+    fn counted(run: &BlockRun, i: u32) -> Insn {
+        if i + 1 == run.insns {
+            let mut insn = Insn::empty(run.end_ip.0, run.mode, run.speculative);
+            insn.class = run.end_class;
+            insn
+        } else {
+            let mut insn = Insn::empty(run.ip.0, run.mode, run.speculative);
+            insn.class = InsnClass::Other;
+            insn
+        }
+    }
+}
+
+impl<M: ReadMemory> StepSource for FastSource<'_, M> {
+    fn sync_forward(&mut self) -> Result<Status, Error> {
+        self.drop_run();
+        self.dec.sync_forward()
+    }
+
+    fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error> {
+        self.drop_run();
+        self.dec.sync_set(offset)
+    }
+
+    fn offset(&self) -> TraceOffset {
+        if self.left > 0 {
+            self.before
+        } else {
+            self.dec.offset()
+        }
+    }
+
+    fn sync_offset(&self) -> Option<TraceOffset> {
+        self.dec.sync_offset()
+    }
+
+    fn event(&mut self) -> Result<(Event, Status), Error> {
+        self.drop_run();
+        match self.dec.next()? {
+            Some(FastStep::Event(event)) => Ok((event, self.dec.step_result()?)),
+            // Asked for an event where the decoder has none: the two
+            // decoders disagree.
+            _ => Err(Error {
+                offset: self.dec.offset(),
+                ip: Some(self.dec.ip()),
+                kind: ErrorKind::Internal,
+            }),
+        }
+    }
+
+    fn next_insn(&mut self, insn: &mut Insn) -> Result<Status, Error> {
+        if self.left == 0 {
+            self.next_run()?;
+        }
+        let Some(run) = self.run else {
+            return Err(Error {
+                offset: self.dec.offset(),
+                ip: None,
+                kind: ErrorKind::Internal,
+            });
+        };
+        let i = run.insns - self.left;
+        *insn = match self.insns.get(i as usize) {
+            Some(expanded) => *expanded,
+            None => Self::counted(&run, i),
+        };
+        if self.before != self.stall_offset {
+            self.stall_offset = self.before;
+            self.stall = 0;
+        }
+        self.stall = self.stall.saturating_add(1);
+        self.left -= 1;
+        if self.left > 0 {
+            return Ok(Status::default());
+        }
+        self.run = None;
+        self.dec.step_result()
+    }
+
+    fn probe(&self) -> Probe {
+        Probe {
+            ip: Ip(self.dec.ip()),
+            space: self.dec.address_space(),
+            time: self.dec.time(),
+        }
+    }
+
+    fn seam_ready(&self) -> bool {
+        self.left == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Config;
+    use crate::insn::InsnDecoder;
+    use crate::parallel::{Flow, FlowItem};
+    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_types::{AddressSpace, MemoryError};
+
+    /// `code` at 0x1000.
+    struct Code(&'static [u8]);
+
+    impl ReadMemory for Code {
+        fn read_memory(
+            &self,
+            _: AddressSpace,
+            addr: Ip,
+            buf: &mut [u8],
+        ) -> Result<usize, MemoryError> {
+            let at = usize::try_from(addr.0.wrapping_sub(0x1000)).unwrap_or(usize::MAX);
+            let rest = self.0.get(at..).filter(|r| !r.is_empty());
+            let rest = rest.ok_or(MemoryError::Unmapped { addr })?;
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            Ok(n)
+        }
+    }
+
+    /// PSB+ with tracing on at 0x1000, then `tnt` (taken bits), twice.
+    fn trace(tnt: u64, len: u8) -> Vec<u8> {
+        let mut t = TraceBuilder::new();
+        for _ in 0..2 {
+            t.push(Packet::Psb).unwrap();
+            t.push(Packet::ModeExec(ModeExec {
+                csl: true,
+                csd: false,
+                iflag: false,
+            }))
+            .unwrap();
+            t.ip(Packet::Fup, 0x1000).unwrap();
+            t.push(Packet::Psbend).unwrap();
+            t.push(Packet::Tnt(Tnt {
+                bits: tnt,
+                len,
+                long: false,
+            }))
+            .unwrap();
+        }
+        t.finish()
+    }
+
+    /// What a counting caller keeps of an item: instructions as their
+    /// trace offset only.
+    fn counted(item: &FlowItem) -> FlowItem {
+        match *item {
+            FlowItem::Insn { offset, .. } => FlowItem::Insn {
+                offset,
+                insn: Insn::empty(0, None, false),
+            },
+            other => other,
+        }
+    }
+
+    /// 1000: nop x3; 1003: jnz 1000 (taken while the TNT says so); 1005:
+    /// nop; 1006: jmp 1005, a loop no trace can describe.
+    const LOOPS: &[u8] = &[0x90, 0x90, 0x90, 0x75, 0xfb, 0x90, 0xeb, 0xfd];
+
+    #[test]
+    fn runs_handed_out_are_the_instruction_decoders_items() {
+        for max_stall in [7, 8, 9, 100, 1000] {
+            let trace = trace(0b110, 3);
+            let want: Vec<FlowItem> =
+                Flow::new(InsnDecoder::new(&trace, Config::default(), Code(LOOPS)))
+                    .with_max_stall(max_stall)
+                    .collect();
+            // Given up inside the jnz loop (one TNT packet feeds it, so
+            // the trace offset stays put) or in the jmp loop, often in a
+            // block's middle.
+            assert!(
+                want.iter().any(|i| matches!(i, FlowItem::Stuck { .. })),
+                "{want:?}"
+            );
+            let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+            let got: Vec<FlowItem> = Flow::new(FastSource::new(fast))
+                .with_max_stall(max_stall)
+                .collect();
+            assert_eq!(got, want, "max_stall {max_stall}");
+            // Counting: the same items, instructions aside, and every
+            // endless loop reported at its exact last instruction.
+            let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+            let got: Vec<FlowItem> = Flow::new(FastSource::counting(fast, max_stall))
+                .with_max_stall(max_stall)
+                .collect();
+            let got: Vec<FlowItem> = got.iter().map(counted).collect();
+            let want: Vec<FlowItem> = want.iter().map(counted).collect();
+            assert_eq!(got, want, "counting, max_stall {max_stall}");
+        }
+    }
+
+    #[test]
+    fn seams_are_only_taken_between_runs() {
+        let trace = trace(0b1, 1);
+        let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+        let mut flow = Flow::new(FastSource::new(fast)).with_max_stall(50);
+        let mut seams = Vec::new();
+        while let Some(item) = flow.next() {
+            if let FlowItem::Insn { insn, .. } = item {
+                seams.push((insn.ip, flow.seam(&item).is_some()));
+            }
+            if seams.len() == 6 {
+                break;
+            }
+        }
+        // The first instruction after PSB+ is stepped alone; the block
+        // at 1000 then runs as one (a seam only after its jnz).
+        assert_eq!(
+            &seams[1..5],
+            [
+                (0x1001, false),
+                (0x1002, false),
+                (0x1003, true),
+                (0x1000, false)
+            ],
+            "{seams:?}"
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! `hwtrace flow` decodes with the block-cached fast decoder; the hidden
+//! `--decoder insn` keeps the instruction decoder it must agree with. Both
+//! must print the same bytes (stdout, stderr and exit code) in every output
+//! format — instructions with disassembly, JSON (every instruction's trace
+//! offset), blocks, branches, and `--quiet --stats`, where the fast path
+//! only counts its runs — sequentially and on several threads with a seam
+//! at every PSB, on the real traces `foo` (clean) and `Unzip` (with
+//! errors) and on a sample of libipt's corpus cases.
+
+use anyhow::{Context, Result, ensure};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn shared() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+}
+
+/// The output formats compared.
+const FORMATS: [&[&str]; 7] = [
+    &[],
+    &["--no-disasm", "--stats"],
+    &["--json"],
+    &["--blocks", "--json"],
+    &["--branches"],
+    &["--quiet", "--stats"],
+    &["--quiet", "--stats", "--json"],
+];
+
+/// Sequential, and 3 threads with one work unit per PSB.
+const JOBS: [&[&str]; 2] = [&["--jobs", "1"], &["--jobs", "3", "--unit-bytes", "1"]];
+
+/// Exit code, stdout and stderr of `hwtrace flow ARGS` in `dir`.
+type Run = (Option<i32>, Vec<u8>, Vec<u8>);
+
+fn flow(dir: &Path, args: &[&str]) -> Result<Run> {
+    let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .current_dir(dir)
+        .arg("flow")
+        .args(args)
+        .output()
+        .context("running hwtrace flow")?;
+    Ok((out.status.code(), out.stdout, out.stderr))
+}
+
+/// Runs `base` in every format and job count with the default (fast)
+/// decoder and with `--decoder insn`; fails naming the first difference.
+/// Returns the instruction decoder's runs, for the caller's own checks.
+fn same_both_ways(what: &str, dir: &Path, base: &[&str]) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for format in FORMATS {
+        for jobs in JOBS {
+            let args = [base, format, jobs].concat();
+            let insn = flow(dir, &[&args[..], &["--decoder", "insn"]].concat())?;
+            let fast = flow(dir, &args)?;
+            if fast != insn {
+                let (a, b) = (
+                    String::from_utf8_lossy(&fast.1),
+                    String::from_utf8_lossy(&insn.1),
+                );
+                let line = a.lines().zip(b.lines()).position(|(x, y)| x != y);
+                anyhow::bail!(
+                    "{what} {format:?} {jobs:?}: fast decoder differs (exit {:?} vs {:?}, {} vs {} bytes out, {} vs {} bytes err; first differing line {:?}: {:?} vs {:?})",
+                    fast.0,
+                    insn.0,
+                    fast.1.len(),
+                    insn.1.len(),
+                    fast.2.len(),
+                    insn.2.len(),
+                    line,
+                    line.and_then(|l| a.lines().nth(l)),
+                    line.and_then(|l| b.lines().nth(l)),
+                );
+            }
+            runs.push(insn);
+        }
+    }
+    Ok(runs)
+}
+
+#[test]
+fn the_real_traces_print_the_same_with_either_decoder() -> Result<()> {
+    for (name, code, insns) in [("foo", 0, Some(117_967)), ("Unzip", 2, None)] {
+        let dir = shared().join("real").join(name);
+        let runs = same_both_ways(name, &dir, &["trace.pt", "--pages", "."])?;
+        for run in &runs {
+            ensure!(
+                run.0 == Some(code) && !run.1.is_empty(),
+                "{name}: exit {:?}, {} bytes out",
+                run.0,
+                run.1.len()
+            );
+        }
+        if let Some(insns) = insns {
+            // --quiet --stats counted every instruction.
+            let stats = String::from_utf8_lossy(&runs[10].1).into_owned();
+            ensure!(
+                stats.starts_with(&format!("[stats: {insns} instructions")),
+                "{name}: {stats}"
+            );
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn libipt_cases_print_the_same_with_either_decoder() -> Result<()> {
+    let mut dirs: Vec<_> = std::fs::read_dir(shared().join("libipt"))
+        .context("../shared/corpus/libipt")?
+        .flatten()
+        .collect();
+    dirs.sort_by_key(|d| d.file_name());
+    let mut checked = 0;
+    let mut insns = 0;
+    // Every 30th case with an image and a trace: over a dozen, across the
+    // corpus's processors and packet kinds (each is run 28 times).
+    for dir in dirs.iter().step_by(30) {
+        let case: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("case.json"))?)?;
+        let (Some(image), Some(trace)) = (case["images"].get(0), case["trace"].as_str()) else {
+            continue;
+        };
+        let (Some(file), Some(at)) = (image["file"].as_str(), image["load_address"].as_str())
+        else {
+            continue;
+        };
+        let mut base = vec![trace.to_owned(), "--image".into(), format!("{file}@{at}")];
+        if let Some(cpu) = case["cpu"].as_str() {
+            base.extend(["--cpu".into(), cpu.to_owned()]);
+        }
+        let base: Vec<&str> = base.iter().map(String::as_str).collect();
+        let name = dir.file_name().to_string_lossy().into_owned();
+        let runs = same_both_ways(&name, &dir.path(), &base)?;
+        insns += String::from_utf8_lossy(&runs[0].1).lines().count();
+        checked += 1;
+    }
+    ensure!(checked >= 12, "only {checked} cases found");
+    ensure!(insns > 50, "only {insns} lines decoded in {checked} cases");
+    Ok(())
+}
