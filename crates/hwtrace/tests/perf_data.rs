@@ -191,24 +191,76 @@ fn sideband_capture_reads_back_with_perf_info() {
             .collect();
         assert_eq!(ours, theirs);
     }
-    // perf itself agrees on the records, when installed.
-    if let Ok(p) = Command::new("perf")
-        .current_dir(&dir)
-        .args(["report", "-D", "-f", "-i", "perf.data"])
+    // perf itself agrees on the records.
+    assert_counts_like_perf_report(&dir, "perf.data", &text);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Every record count `hwtrace perf info` printed (`text`) equals the one
+/// `perf report -D` prints for `file` (Debian's linux-perf, installed by
+/// scripts/setup.sh).
+fn assert_counts_like_perf_report(dir: &Path, file: &str, text: &str) {
+    let p = Command::new("perf")
+        .current_dir(dir)
+        .args(["report", "-D", "-f", "-i", file])
         .output()
-    {
-        let report = String::from_utf8_lossy(&p.stdout);
-        for line in text.lines().skip_while(|l| *l != "records:").skip(1) {
-            let (name, n) = line.trim().split_once(": ").unwrap();
-            let want = format!("{name} events:");
-            let theirs = report
-                .lines()
-                .find(|l| l.trim_start().starts_with(&want))
-                .and_then(|l| l.split_whitespace().nth(2))
-                .unwrap_or_else(|| panic!("perf report -D lacks {name}:\n{report}"));
-            assert_eq!(theirs, n, "{name}");
-        }
+        .expect("perf (Debian linux-perf, see scripts/setup.sh)");
+    let report = String::from_utf8_lossy(&p.stdout);
+    let mut compared = 0;
+    for line in text.lines().skip_while(|l| *l != "records:").skip(1) {
+        let Some((name, n)) = line.trim().split_once(": ") else {
+            break;
+        };
+        let want = format!("{name} events:");
+        let theirs = report
+            .lines()
+            .find(|l| l.trim_start().starts_with(&want))
+            .and_then(|l| l.split_whitespace().nth(2))
+            .unwrap_or_else(|| panic!("perf report -D lacks {name}:\n{report}"));
+        assert_eq!(theirs, n, "{name}");
+        compared += 1;
     }
+    assert!(compared > 0, "no record counts in:\n{text}");
+}
+
+/// `perf record -z` puts the samples and the sideband inside zstd
+/// COMPRESSED records: `perf info` counts what is inside, by type, as
+/// `perf report -D` does.
+#[test]
+fn perf_info_counts_the_records_inside_zstd_compressed_files() {
+    let dir = tmpdir("zstd");
+    let rec = Command::new("perf")
+        .current_dir(&dir)
+        .args([
+            "record",
+            "-q",
+            "-z",
+            "-e",
+            "cpu-clock",
+            "-c",
+            "10000",
+            "-o",
+            "z.data",
+        ])
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "i=0; while [ $i -lt 3000 ]; do i=$((i+1)); done",
+        ])
+        .output()
+        .expect("perf (Debian linux-perf, see scripts/setup.sh)");
+    assert!(rec.status.success(), "{}", stderr(&rec));
+    let info = hwtrace_in(&dir, &["perf", "info", "z.data"]);
+    assert!(info.status.success(), "{}", stderr(&info));
+    let text = stdout(&info);
+    for kind in ["COMPRESSED:", "SAMPLE:", "MMAP2:", "COMM:"] {
+        assert!(
+            text.lines().any(|l| l.trim().starts_with(kind)),
+            "{kind} missing:\n{text}"
+        );
+    }
+    assert_counts_like_perf_report(&dir, "z.data", &text);
     std::fs::remove_dir_all(&dir).ok();
 }
 

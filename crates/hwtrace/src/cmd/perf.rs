@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use hwtrace_perf::data::attr::{attr_type, sample};
 use hwtrace_perf::data::{
-    AuxStreams, AuxtraceKind, EventAttr, PerfData, PerfRecord, QueueKey, record_type_name,
+    AuxStreams, AuxtraceKind, EventAttr, Expanded, PerfData, PerfRecord, QueueKey, record_type_name,
 };
 
 use crate::input::MappedFile;
@@ -240,11 +240,20 @@ fn info(path: &Path) -> Result<ExitCode> {
     let mut infos = Vec::new();
     let mut errors = Vec::new();
     let mut records = file.records();
-    for r in &mut records {
-        match r {
-            Ok(r) => {
-                *counts.entry(record_type_name(r.header.kind)).or_default() += 1;
-                if let PerfRecord::AuxtraceInfo(i) = r.record {
+    // Records inside COMPRESSED ones (`perf record -z`) are counted by
+    // their own type too, as `perf report -D` counts them.
+    loop {
+        match records.next_expanded() {
+            Ok(None) => break,
+            Ok(Some(e)) => {
+                *counts
+                    .entry(record_type_name(e.item().header.kind))
+                    .or_default() += 1;
+                // AUXTRACE_INFO is never compressed (perf writes it with
+                // the file's own records).
+                if let Expanded::File(r) = e
+                    && let PerfRecord::AuxtraceInfo(i) = r.record
+                {
                     match &i.kind {
                         AuxtraceKind::IntelPt(p) => {
                             aux_pmus.insert(p.pmu_type, "intel_pt");

@@ -126,9 +126,16 @@ pub fn decode(
     out: &mut dyn Write,
 ) -> Result<LbrReport> {
     let mut report = LbrReport::default();
-    for item in file.records() {
-        let Ok(item) = item else { continue };
-        let sample = match item.record {
+    let mut records = file.records();
+    // Samples of `perf record -z -b` sit inside COMPRESSED records.
+    loop {
+        let expanded = match records.next_expanded() {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(_) => continue,
+        };
+        let item = expanded.item();
+        let sample = match item.record.clone() {
             PerfRecord::Sample { sample, .. } => sample,
             PerfRecord::Event(r) => {
                 if let Body::LostSamples(n) = r.body {

@@ -78,9 +78,16 @@ impl Sideband {
     pub fn collect(file: &PerfData<'_>) -> Self {
         let mut sb = Sideband::default();
         let mut records = file.records();
-        for item in &mut records {
-            let Ok(item) = item else { continue };
-            let PerfRecord::Event(r) = item.record else {
+        // `perf record -z` puts the sideband inside COMPRESSED records:
+        // walk the expanded stream, or mappings and switches go missing.
+        loop {
+            let expanded = match records.next_expanded() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(_) => continue,
+            };
+            let item = expanded.item();
+            let PerfRecord::Event(r) = item.record.clone() else {
                 continue;
             };
             if let Some((pid, tid)) = r.sample.pid_tid
