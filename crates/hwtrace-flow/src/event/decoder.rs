@@ -5,7 +5,7 @@ use super::{Event, EventKind};
 use crate::config::Config;
 use crate::error::ErrorKind;
 use crate::time::{Time, TimeCal, TimeError};
-use hwtrace_packet::{DecodedPacket, IpPayload, LastIp, LastIpError, Packet, PacketDecoder};
+use hwtrace_packet::{DecodedPacket, IpPayload, LastIp, LastIpError, Packet, PacketDecoder, Tnt};
 use hwtrace_types::{TraceOffset, Tsc};
 
 mod overflow;
@@ -301,6 +301,44 @@ impl<'a> EventDecoder<'a> {
             }
         }
         self.event.take().ok_or(ErrorKind::Internal)
+    }
+
+    /// The bits of the TNT packet being processed, used up without
+    /// building an [`Event`]: the query layer's fast path for runs of TNT
+    /// packets. `None` when [`next_event`](Self::next_event) would do more
+    /// than hand out a TNT event (an event deferred before it, tracing
+    /// disabled, no TNT packet); the decoder is then unchanged.
+    ///
+    /// Afterwards the decoder is exactly where `next_event` would have
+    /// left it, and [`tnt_event`](Self::tnt_event) builds the event it
+    /// would have returned, as long as nothing else was decoded since.
+    #[inline]
+    pub fn next_tnt(&mut self) -> Option<Tnt> {
+        if !self.enabled || !self.deferred.is_empty() {
+            return None;
+        }
+        match self.packet {
+            Some(DecodedPacket {
+                packet: Packet::Tnt(t),
+                ..
+            }) => {
+                self.fetch_packet();
+                Some(t)
+            }
+            _ => None,
+        }
+    }
+
+    /// The event [`next_event`](Self::next_event) would have returned for
+    /// the TNT packet [`next_tnt`](Self::next_tnt) just handed out: the
+    /// clock has not moved since, so its time stamp is the same.
+    pub fn tnt_event(&self, t: Tnt) -> Event {
+        let mut ev = Event::new(EventKind::Tnt {
+            bits: t.bits,
+            size: t.len,
+        });
+        self.clock.stamp(&mut ev);
+        ev
     }
 
     fn decode_packet(&mut self) -> Res {

@@ -28,8 +28,14 @@ pub struct Status {
 #[derive(Clone, Debug)]
 pub struct QueryDecoder<'a> {
     evdec: EventDecoder<'a>,
-    /// The next event, or the error that ended the event stream.
+    /// The next event, or the error that ended the event stream; stale
+    /// while `next_tnt` holds the next one.
     event: Result<Event, ErrorKind>,
+    /// The next event when it is a TNT packet's, kept as its bits: runs of
+    /// TNT packets reach the cache without an [`Event`] built for each
+    /// ([`EventDecoder::next_tnt`]); [`Self::pending`] builds the event
+    /// only when someone asks for it as an event.
+    next_tnt: Option<Tnt>,
     tnt: TntCache,
     /// The time at the last event, TIP or TNT handed out.
     last_time: Time,
@@ -45,6 +51,7 @@ impl<'a> QueryDecoder<'a> {
         Self {
             evdec: EventDecoder::new(trace, config),
             event: Err(ErrorKind::NoSync),
+            next_tnt: None,
             tnt: TntCache::new(),
             last_time: Time::new(),
         }
@@ -72,13 +79,15 @@ impl<'a> QueryDecoder<'a> {
 
     fn reset(&mut self) {
         self.event = Err(ErrorKind::NoSync);
+        self.next_tnt = None;
         self.tnt.clear();
         self.last_time = Time::new();
     }
 
     fn status(&self) -> Status {
         let mut s = Status::default();
-        if self.tnt.is_empty() {
+        // A TNT event is neither a user event nor the end.
+        if self.tnt.is_empty() && self.next_tnt.is_none() {
             match &self.event {
                 Err(ErrorKind::Eos) => s.eos = true,
                 // A trace error is reported as soon as the caller asks for
@@ -91,7 +100,18 @@ impl<'a> QueryDecoder<'a> {
     }
 
     fn fetch_event(&mut self) {
-        self.event = self.evdec.next_event();
+        self.next_tnt = self.evdec.next_tnt();
+        if self.next_tnt.is_none() {
+            self.event = self.evdec.next_event();
+        }
+    }
+
+    /// The next event, built now if it is a TNT packet's.
+    fn pending(&mut self) -> Result<Event, ErrorKind> {
+        if let Some(t) = self.next_tnt.take() {
+            self.event = Ok(self.evdec.tnt_event(t));
+        }
+        self.event
     }
 
     /// Synchronises at the next PSB; returns the IP tracing starts at (if
@@ -148,8 +168,8 @@ impl<'a> QueryDecoder<'a> {
         self.cache_tnt()?;
         match self.tnt.take() {
             Some(taken) => Ok((taken, self.status())),
-            None => match &self.event {
-                Err(e) => Err(*e),
+            None => match self.pending() {
+                Err(e) => Err(e),
                 Ok(_) => Err(ErrorKind::BadQuery),
             },
         }
@@ -175,9 +195,66 @@ impl<'a> QueryDecoder<'a> {
         }
     }
 
-    fn cache_tnt(&mut self) -> Result<(), ErrorKind> {
-        let ev = self.event.as_ref().map_err(|e| *e)?;
-        if let EventKind::Tnt { bits, size } = ev.kind {
+    /// With no TNT bit cached and the next event a TNT packet's, caches
+    /// its bits as [`cond_branch`](Self::cond_branch) would before using
+    /// the first: the block decoder's fast path then goes on without a
+    /// query. Does nothing otherwise (an empty TNT, too, is left to
+    /// `cond_branch`, which reports it).
+    #[inline]
+    pub fn refill_cached_tnt(&mut self) {
+        if !self.tnt.is_empty() {
+            return;
+        }
+        let len = match (&self.next_tnt, &self.event) {
+            (Some(t), _) => t.len,
+            (
+                None,
+                Ok(Event {
+                    kind: EventKind::Tnt { size, .. },
+                    ..
+                }),
+            ) => *size,
+            _ => return,
+        };
+        if len > 0 {
+            self.last_time = self.evdec.time().clone();
+            self.load_next_tnt();
+        }
+    }
+
+    /// The target of an indirect branch when no TNT bit is cached and the
+    /// next event is a TIP with an IP: what
+    /// [`indirect_branch`](Self::indirect_branch) returns then, for the
+    /// block decoder's fast path. `None` (nothing done) otherwise.
+    #[inline]
+    pub fn take_tip(&mut self) -> Option<(u64, Status)> {
+        if !self.tnt.is_empty() || self.next_tnt.is_some() {
+            return None;
+        }
+        let Ok(Event {
+            kind: EventKind::Tip { ip },
+            ip_suppressed: false,
+            ..
+        }) = self.event
+        else {
+            return None;
+        };
+        self.last_time = self.evdec.time().clone();
+        self.fetch_event();
+        Some((ip, self.status()))
+    }
+
+    /// If the next event is a TNT packet's: its bits into the cache, and
+    /// the event after it fetched.
+    fn load_next_tnt(&mut self) {
+        if let Some(t) = self.next_tnt.take() {
+            self.tnt.load(&t);
+            self.fetch_event();
+        } else if let Ok(Event {
+            kind: EventKind::Tnt { bits, size },
+            ..
+        }) = self.event
+        {
             self.tnt.load(&Tnt {
                 bits,
                 len: size,
@@ -185,15 +262,22 @@ impl<'a> QueryDecoder<'a> {
             });
             self.fetch_event();
         }
+    }
+
+    fn cache_tnt(&mut self) -> Result<(), ErrorKind> {
+        if self.next_tnt.is_none() {
+            self.event?;
+        }
+        self.load_next_tnt();
         Ok(())
     }
 
     /// The target of an indirect branch (`None` if suppressed).
     pub fn indirect_branch(&mut self) -> Result<(Option<u64>, Status), ErrorKind> {
-        let mut ev = self.event?;
+        let mut ev = self.pending()?;
         if !matches!(ev.kind, EventKind::Tip { .. }) {
             self.cache_tnt()?;
-            ev = self.event?;
+            ev = self.pending()?;
             if !matches!(ev.kind, EventKind::Tip { .. }) {
                 return Err(ErrorKind::BadQuery);
             }
@@ -213,7 +297,7 @@ impl<'a> QueryDecoder<'a> {
     /// TNT bits left: for resynchronising after an error.
     pub fn next_any(&mut self) -> Result<(Event, Status), ErrorKind> {
         self.tnt.clear();
-        let ev = self.event?;
+        let ev = self.pending()?;
         self.last_time = self.evdec.time().clone();
         self.fetch_event();
         Ok((ev, self.status()))
@@ -224,7 +308,7 @@ impl<'a> QueryDecoder<'a> {
         if !self.tnt.is_empty() {
             return Err(ErrorKind::BadQuery);
         }
-        let ev = self.event?;
+        let ev = self.pending()?;
         if !is_user_event(&ev) {
             return Err(ErrorKind::BadQuery);
         }

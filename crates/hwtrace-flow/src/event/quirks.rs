@@ -40,6 +40,9 @@ pub fn pwre_hw(bytes: &[u8]) -> bool {
 /// TMAs are skipped, SKD007's CYC-hidden OVF is an OVF, a TMA with
 /// reserved bits is an error, and PWRE's hardware flag is read from bit 3
 /// of its first payload byte.
+///
+/// Inlined: the event decoder calls it for every packet, PADs included.
+#[inline]
 pub fn next_packet(
     pkt: &mut PacketDecoder<'_>,
     errata: &Errata,

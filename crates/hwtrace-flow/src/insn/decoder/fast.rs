@@ -122,7 +122,14 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         let next = block.last_ip.0.wrapping_add(u64::from(d.size));
         // What `proceed` does for the branches that need no packet decoded
         // (direct calls and jumps, and conditional branches and compressed
-        // returns whose TNT bit is already cached), inline.
+        // returns whose TNT bit is already cached), inline. When the cache
+        // is empty and the next event is a TNT packet, it is loaded first,
+        // as `cond_branch` would: runs of TNT packets stay on this path.
+        if matches!(d.class, InsnClass::CondJump | InsnClass::Return)
+            && !self.query.config().tick_events
+        {
+            self.query.refill_cached_tnt();
+        }
         match (d.class, d.target) {
             (InsnClass::Other | InsnClass::Ptwrite, _) => {
                 self.icount += n;
@@ -155,6 +162,29 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 if let Some(to) = self.retstack.pop() {
                     self.ip = to;
                     return self.took_cached_tnt(block).map(Some);
+                }
+            }
+            // An indirect branch whose TIP is next, as `proceed` and
+            // `indirect_branch` take it (a compressed return's query finds
+            // no TNT bit and falls back to the TIP).
+            (InsnClass::Jump | InsnClass::Call | InsnClass::Return, None)
+                if !self.query.config().tick_events =>
+            {
+                if let Some((target, status)) = self.query.take_tip() {
+                    if d.class == InsnClass::Call {
+                        self.retstack.push(next);
+                    }
+                    self.icount = 0;
+                    self.ip = target;
+                    self.status = status;
+                    if !status.event_pending {
+                        return Ok(Some(self.insn_status(false)));
+                    }
+                    let insn = self.last_insn(block);
+                    return self
+                        .check_ip_event(Some((&insn, &d)))
+                        .map(Some)
+                        .map_err(|k| self.err(k));
                 }
             }
             _ => {}
