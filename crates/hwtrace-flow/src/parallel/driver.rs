@@ -161,9 +161,7 @@ impl<S: StepSource> Flow<S> {
         let State::Run(status) = self.state else {
             return None;
         };
-        if self.queued.is_some()
-            || !matches!(item, FlowItem::Insn { .. })
-            || !self.src.seam_ready()
+        if self.queued.is_some() || !matches!(item, FlowItem::Insn { .. }) || !self.src.seam_ready()
         {
             return None;
         }
@@ -194,6 +192,38 @@ impl<S: StepSource> Flow<S> {
         } else {
             self.seam(item).map_or(SeamAt::Before, SeamAt::Here)
         }
+    }
+
+    /// Passes over the instructions the source can hand out without trace
+    /// or status of their own ([`StepSource::take_insns`]), counting them
+    /// as executed at the source's [`offset`](StepSource::offset) instead
+    /// of making an item of each: for callers that only count
+    /// instructions. Returns how many; the items that follow are those
+    /// [`Iterator::next`] would have made after them. Never passes the
+    /// instruction an endless-loop report ([`FlowItem::Stuck`]) names.
+    pub fn skip_insns(&mut self) -> u64 {
+        let State::Run(status) = self.state else {
+            return 0;
+        };
+        if self.queued.is_some() || status.event_pending || status.eos {
+            return 0;
+        }
+        let offset = self.src.offset();
+        let stall = if offset == self.stall_offset {
+            self.stall
+        } else {
+            0
+        };
+        let room = self.max_stall.saturating_sub(stall).saturating_sub(1);
+        if room == 0 {
+            return 0;
+        }
+        let n = self.src.take_insns(room).min(room);
+        if n > 0 {
+            self.stall_offset = offset;
+            self.stall = stall + n;
+        }
+        n
     }
 
     /// Whether the flow is done.

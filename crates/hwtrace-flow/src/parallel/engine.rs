@@ -78,6 +78,29 @@ enum End<S> {
 pub trait Sink: Send {
     /// Takes the next item.
     fn push(&mut self, item: FlowItem);
+    /// Whether the sink only counts instructions: then runs of them are
+    /// passed over ([`Flow::skip_insns`]) and handed in as
+    /// [`push_insns`](Self::push_insns) instead of one item each.
+    fn counts_only(&self) -> bool {
+        false
+    }
+    /// Takes `n` instructions executed at trace `offset` (only called when
+    /// [`counts_only`](Self::counts_only)).
+    fn push_insns(&mut self, offset: TraceOffset, n: u64) {
+        let _ = (offset, n);
+    }
+}
+
+/// The next item of `flow`, instructions passed over first when `sink`
+/// only counts them.
+fn next_into<S: StepSource, K: Sink>(flow: &mut Flow<S>, sink: &mut K) -> Option<FlowItem> {
+    if sink.counts_only() {
+        let n = flow.skip_insns();
+        if n > 0 {
+            sink.push_insns(flow.source().offset(), n);
+        }
+    }
+    flow.next()
 }
 
 impl Sink for Vec<FlowItem> {
@@ -304,7 +327,7 @@ fn work<S: StepSource, K: Sink>(
     // rather than grow by copying.
     let guess = (unit.end.0 - unit.start.0).saturating_mul(4).min(1 << 20);
     let mut items = new_sink(usize::try_from(guess).unwrap_or(0));
-    while let Some(item) = flow.next() {
+    while let Some(item) = next_into(&mut flow, &mut items) {
         if i > 0 && is_failure(&item) {
             // Perhaps state from before the unit was missing: the decode
             // from the start goes through this unit instead.
@@ -420,9 +443,15 @@ where
         (self.emit)(items)
     }
 
+    /// The next item of `flow` (instructions passed over into the batch
+    /// first when it only counts them).
+    fn next(&mut self, flow: &mut Flow<S>) -> Option<FlowItem> {
+        next_into(flow, &mut self.batch)
+    }
+
     /// Decodes `flow` to the end of the trace.
-    fn finish_open(&mut self, flow: Flow<S>) -> Result<(), E> {
-        for item in flow {
+    fn finish_open(&mut self, mut flow: Flow<S>) -> Result<(), E> {
+        while let Some(item) = self.next(&mut flow) {
             self.push(item)?;
         }
         self.carry = Carry::Done;
@@ -465,7 +494,7 @@ where
         sources: &Mutex<Vec<S>>,
     ) -> Result<Carry<S>, E> {
         if let Some(a) = d.anchor {
-            while let Some(item) = flow.next() {
+            while let Some(item) = self.next(&mut flow) {
                 self.push(item)?;
                 match flow.seam_at(&item, a.offset) {
                     SeamAt::Before => {}
@@ -485,7 +514,7 @@ where
         // Through the unit: up to the next unit's start.
         let end: TraceOffset = d.unit.end;
         if flow.source().offset() <= end {
-            while let Some(item) = flow.next() {
+            while let Some(item) = self.next(&mut flow) {
                 self.push(item)?;
                 if flow.source().offset() > end {
                     break;

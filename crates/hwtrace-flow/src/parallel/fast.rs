@@ -26,6 +26,10 @@
 //!   after `max_stall` instructions ([`super::FlowItem::Stuck`]), is kept
 //!   exact: a run that may hold that instruction is expanded.
 //!
+//! A caller that only counts need not even take the instructions of a
+//! run's middle one by one: [`Flow::skip_insns`](super::Flow::skip_insns)
+//! passes over them in one step.
+//!
 //! Seams are only taken between runs ([`StepSource::seam_ready`]): inside
 //! one, the decoder underneath is already past the run, and its state
 //! says nothing about how much of the run is still to come.
@@ -232,6 +236,22 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     fn seam_ready(&self) -> bool {
         self.left == 0
     }
+
+    /// Count mode only: the run's instructions before its last (which
+    /// carries the status or error after the run).
+    fn take_insns(&mut self, max: u64) -> u64 {
+        if self.expand || self.left <= 1 {
+            return 0;
+        }
+        let n = (self.left - 1).min(u32::try_from(max).unwrap_or(u32::MAX));
+        self.left -= n;
+        if self.before != self.stall_offset {
+            self.stall_offset = self.before;
+            self.stall = 0;
+        }
+        self.stall = self.stall.saturating_add(u64::from(n));
+        u64::from(n)
+    }
 }
 
 #[cfg(test)]
@@ -330,6 +350,42 @@ mod tests {
             let got: Vec<FlowItem> = got.iter().map(counted).collect();
             let want: Vec<FlowItem> = want.iter().map(counted).collect();
             assert_eq!(got, want, "counting, max_stall {max_stall}");
+        }
+    }
+
+    #[test]
+    fn skipped_runs_count_the_same_and_stop_at_the_same_loop() {
+        for max_stall in [7, 8, 9, 100, 1000] {
+            let trace = trace(0b110, 3);
+            let want: Vec<FlowItem> =
+                Flow::new(InsnDecoder::new(&trace, Config::default(), Code(LOOPS)))
+                    .with_max_stall(max_stall)
+                    .collect();
+            let want_insns = want
+                .iter()
+                .filter(|i| matches!(i, FlowItem::Insn { .. }))
+                .count() as u64;
+            let want: Vec<FlowItem> = want
+                .iter()
+                .filter(|i| !matches!(i, FlowItem::Insn { .. }))
+                .copied()
+                .collect();
+            let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+            let mut flow =
+                Flow::new(FastSource::counting(fast, max_stall)).with_max_stall(max_stall);
+            let (mut insns, mut skipped, mut got) = (0, 0, Vec::new());
+            loop {
+                let n = flow.skip_insns();
+                skipped += n;
+                insns += n;
+                match flow.next() {
+                    Some(FlowItem::Insn { .. }) => insns += 1,
+                    Some(other) => got.push(other),
+                    None => break,
+                }
+            }
+            assert_eq!((insns, &got), (want_insns, &want), "max_stall {max_stall}");
+            assert!(skipped > 0, "max_stall {max_stall}: nothing skipped");
         }
     }
 

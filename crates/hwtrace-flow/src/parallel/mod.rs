@@ -93,6 +93,14 @@ pub trait StepSource {
     fn seam_ready(&self) -> bool {
         true
     }
+    /// Takes up to `max` of the instructions it can hand out next without
+    /// reading trace or changing status (the middle of a run of straight
+    /// code), without making them: for callers that only count
+    /// ([`Flow::skip_insns`]). Returns how many; none by default.
+    fn take_insns(&mut self, max: u64) -> u64 {
+        let _ = max;
+        0
+    }
 }
 
 impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {

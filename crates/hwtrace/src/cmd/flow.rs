@@ -7,12 +7,12 @@ use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
-use hwtrace_flow::parallel::{self, FastSource, FlowItem, ParallelConfig, Sink, StepSource};
+use hwtrace_flow::parallel::{self, FastSource, Flow, FlowItem, ParallelConfig, Sink, StepSource};
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
 use hwtrace_mem::virt::DumpMemory;
-use hwtrace_types::{Cr3, PhysAddr};
+use hwtrace_types::{Cr3, PhysAddr, TraceOffset};
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -256,12 +256,13 @@ fn decode<S: StepSource + Send>(
     parallel: &ParallelConfig,
     make: impl Fn() -> S + Sync,
 ) -> Result<ExitCode> {
-    if jobs <= 1 {
+    let counting = args.quiet && !args.blocks && !args.branches;
+    if jobs <= 1 && !(counting && args.decoder == Decoder::Fast) {
         return output(args, trace, Items::new(make()));
     }
     let bytes = trace.bytes();
-    if args.quiet && !args.blocks && !args.branches {
-        return quiet(args, trace, parallel, make);
+    if counting {
+        return quiet(args, trace, jobs, parallel, make);
     }
     std::thread::scope(|scope| {
         // The decode and merge run beside the printing; batches of items
@@ -294,6 +295,15 @@ struct Tally {
 }
 
 impl Sink for Tally {
+    fn counts_only(&self) -> bool {
+        true
+    }
+
+    fn push_insns(&mut self, offset: TraceOffset, n: u64) {
+        self.stats.insns += n;
+        self.offset = offset.0;
+    }
+
     fn push(&mut self, item: FlowItem) {
         let item = Item::from(item);
         match item {
@@ -308,23 +318,25 @@ impl Sink for Tally {
     }
 }
 
-/// `--quiet` (without `--blocks`/`--branches`) on several threads.
+/// `--quiet` (without `--blocks`/`--branches`): counts, on `jobs`
+/// threads.
 fn quiet<S: StepSource + Send>(
     args: &FlowArgs,
     trace: &MappedTrace,
+    jobs: usize,
     parallel: &ParallelConfig,
     make: impl Fn() -> S + Sync,
 ) -> Result<ExitCode> {
     let bytes = trace.bytes();
     let trace_len = bytes.len() as u64;
     let mut stats = Stats::default();
-    let new = |_| Tally {
+    let new = |_: usize| Tally {
         trace_len,
         offset: 0,
         stats: Stats::default(),
         failures: Vec::new(),
     };
-    let summed = |t: Tally| -> Result<(), std::convert::Infallible> {
+    let mut summed = |t: Tally| -> Result<(), std::convert::Infallible> {
         for f in &t.failures {
             report_failure(args, f);
         }
@@ -337,9 +349,33 @@ fn quiet<S: StepSource + Send>(
         trace.decoded_to(t.offset);
         Ok(())
     };
-    match parallel::decode_into(bytes, parallel, make, new, summed) {
-        Ok(_) => {}
-        Err(never) => match never {},
+    if jobs <= 1 {
+        // One flow, its runs passed over as the workers pass over theirs;
+        // summed a stretch at a time so decoded pages are let go.
+        let mut flow = Flow::new(make()).with_max_stall(parallel.max_stall);
+        let mut tally = new(0);
+        let mut items = 0u32;
+        while let Some(item) = {
+            let n = flow.skip_insns();
+            if n > 0 {
+                tally.push_insns(flow.source().offset(), n);
+            }
+            flow.next()
+        } {
+            tally.push(item);
+            items += 1;
+            if items >= 1 << 16 {
+                items = 0;
+                let full = std::mem::replace(&mut tally, new(0));
+                let Ok(()) = summed(full);
+            }
+        }
+        let Ok(()) = summed(tally);
+    } else {
+        match parallel::decode_into(bytes, parallel, make, new, summed) {
+            Ok(_) => {}
+            Err(never) => match never {},
+        }
     }
     let format = if args.json {
         Format::Json
