@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --release -p hwtrace-bench -p hwtrace
+cargo build --release --locked -p hwtrace-bench -p hwtrace
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), load $(cut -d' ' -f1-3 /proc/loadavg)"
 "${CARGO_TARGET_DIR:-target}/release/hwtrace-bench" "${@:-all}"
 echo "load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)"
