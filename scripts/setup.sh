@@ -11,11 +11,13 @@
 #                        (crates/hwtrace/tests/calls_render.rs)
 #   lcov, gcc            `genhtml` renders `hwtrace coverage --lcov` output of a
 #                        program gcc builds with DWARF (tests/coverage_qemu.rs)
+#   clang, lld, llvm     build a PE + PDB at test time (clang -gcodeview, lld-link)
+#                        and cross-check it with llvm-pdbutil (hwtrace-report/tests/pdb_symbols.rs)
 # Idempotent and fast when everything is present: `dpkg -s` is checked before
 # any `apt-get update`.
 set -euo pipefail
 
-packages=(libipt-dev libipt2 linux-perf qemu-user binutils time chromium lcov gcc)
+packages=(libipt-dev libipt2 linux-perf qemu-user binutils time chromium lcov gcc clang lld llvm)
 
 missing=()
 for pkg in "${packages[@]}"; do

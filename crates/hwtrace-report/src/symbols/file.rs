@@ -1,10 +1,12 @@
 //! One executable file's symbol information: where its bytes load
 //! (ELF `PT_LOAD` segments, PE sections), its function symbols (ELF
-//! `.symtab`/`.dynsym`, COFF symbols, PE exports), sorted for binary
-//! search, and the DWARF it carries or points at (loaded on first use).
+//! `.symtab`/`.dynsym`, COFF symbols, PE exports, a matching PDB's
+//! procedures and publics), sorted for binary search, and the DWARF it
+//! carries or points at (loaded on first use).
 
 use super::SymbolError;
 use super::dwarf::Dwarf;
+use super::pdbfile::{self, CodeView};
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, SymbolKind};
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
@@ -63,6 +65,11 @@ pub struct ObjectInfo {
     entry: u64,
     /// `.gnu_debuglink`'s file name.
     debuglink: Option<String>,
+    /// The PDB whose names were read (PE only).
+    pdb: Option<PathBuf>,
+    /// Why PDBs that were found were not used (wrong GUID or age,
+    /// corrupt): the symbols then come from the image alone.
+    pdb_problems: Vec<SymbolError>,
     dwarf: OnceCell<Option<Dwarf>>,
 }
 
@@ -84,6 +91,12 @@ impl ObjectInfo {
     /// The first bytes are looked at before the file is read whole, so a
     /// raw memory dump given as an image costs no more than its header.
     pub fn load(path: &Path) -> Result<Self, SymbolError> {
+        Self::load_with_pdb(path, None)
+    }
+
+    /// [`Self::load`], trying the PDB `pdb` (when given) before the ones
+    /// a PE image's CodeView record points at.
+    pub fn load_with_pdb(path: &Path, pdb: Option<&Path>) -> Result<Self, SymbolError> {
         use std::io::Read;
         let unreadable = |e: std::io::Error| SymbolError::Read {
             path: path.to_path_buf(),
@@ -99,11 +112,21 @@ impl ObjectInfo {
             });
         }
         let data = std::fs::read(path).map_err(unreadable)?;
-        Self::parse(path, &data)
+        Self::parse_with_pdb(path, &data, pdb)
     }
 
-    /// Reads the headers and symbols of `data`, the bytes of `path`.
+    /// Reads the headers and symbols of `data`, the bytes of `path`; for a
+    /// PE image also the PDB beside it or at its recorded path.
     pub fn parse(path: &Path, data: &[u8]) -> Result<Self, SymbolError> {
+        Self::parse_with_pdb(path, data, None)
+    }
+
+    /// [`Self::parse`], trying the PDB `pdb` (when given) first.
+    pub fn parse_with_pdb(
+        path: &Path,
+        data: &[u8],
+        pdb: Option<&Path>,
+    ) -> Result<Self, SymbolError> {
         let bad = |error: object::Error| SymbolError::Parse {
             path: path.to_path_buf(),
             error: error.to_string(),
@@ -147,7 +170,31 @@ impl ObjectInfo {
         } else {
             segments.iter().map(|s| s.vaddr).min().unwrap_or(0)
         };
-        let funcs = functions(&file, &segments, format);
+        let mut pdb_used = None;
+        let mut pdb_problems = Vec::new();
+        let mut pdb_funcs = None;
+        if format == FileFormat::Pe
+            && let Some(cv) = CodeView::of(&file)
+        {
+            let auto = cv.candidates(path).into_iter().filter(|c| c.is_file());
+            for candidate in pdb.map(Path::to_path_buf).into_iter().chain(auto) {
+                if pdb_problems
+                    .iter()
+                    .any(|p: &SymbolError| p.path() == candidate)
+                {
+                    continue;
+                }
+                match pdbfile::read(&candidate, path, &cv, lowest) {
+                    Ok(funcs) => {
+                        pdb_funcs = Some(funcs);
+                        pdb_used = Some(candidate);
+                        break;
+                    }
+                    Err(e) => pdb_problems.push(e),
+                }
+            }
+        }
+        let funcs = functions(&file, &segments, format, pdb_funcs);
         let reach = funcs
             .iter()
             .scan(0u64, |top, f| {
@@ -171,6 +218,8 @@ impl ObjectInfo {
             entry: file.entry(),
             build_id,
             debuglink,
+            pdb: pdb_used,
+            pdb_problems,
             dwarf: OnceCell::new(),
         })
     }
@@ -178,6 +227,18 @@ impl ObjectInfo {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The PDB whose function names it uses, if one was found and
+    /// matched the image.
+    pub fn pdb(&self) -> Option<&Path> {
+        self.pdb.as_deref()
+    }
+
+    /// Why PDBs that were found were refused (GUID or age mismatch,
+    /// corrupt, unreadable); the functions then come from the image.
+    pub fn pdb_problems(&self) -> &[SymbolError] {
+        &self.pdb_problems
     }
 
     /// Its format.
@@ -281,10 +342,16 @@ fn is_object_magic(head: &[u8]) -> bool {
     MAGICS.iter().any(|m| head.starts_with(m))
 }
 
-/// The defined function symbols of `file` (PE: with its exports), sorted
+/// The defined function symbols of `file` (PE: with its exports, and
+/// its PDB's functions `pdb`, which win where they cover a symbol), sorted
 /// and without duplicates. Sizeless PE exports reach the next symbol (or
 /// their section's end): PE export tables give no sizes.
-fn functions(file: &object::File<'_>, segments: &[Segment], format: FileFormat) -> Vec<Func> {
+fn functions(
+    file: &object::File<'_>,
+    segments: &[Segment],
+    format: FileFormat,
+    pdb: Option<Vec<Func>>,
+) -> Vec<Func> {
     let mut funcs: Vec<(bool, Func)> = Vec::new();
     for sym in file.symbols().chain(file.dynamic_symbols()) {
         if sym.kind() != SymbolKind::Text || !sym.is_definition() {
@@ -316,6 +383,9 @@ fn functions(file: &object::File<'_>, segments: &[Segment], format: FileFormat) 
                 },
             ));
         }
+    }
+    if let Some(pdb) = pdb {
+        funcs = pdbfile::merge(pdb, funcs);
     }
     funcs.sort_by(|(ga, a), (gb, b)| {
         (a.addr, !ga, &a.name, a.size).cmp(&(b.addr, !gb, &b.name, b.size))

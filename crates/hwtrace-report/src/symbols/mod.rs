@@ -1,6 +1,8 @@
 //! The one symboliser every answer uses: which image an address is in,
 //! the function symbol covering it, and with DWARF its source line and
-//! inlined frames.
+//! inlined frames. A PE image's functions come from its PDB when one with
+//! the image's GUID and age is found ([`Symbolizer::set_pdb`], beside the
+//! image, or where its CodeView record says), else from its exports.
 //!
 //! Images are added as [`Mapping`]s (a file's bytes from an offset, at an
 //! address, in an address space: what the front end loaded or the perf
@@ -20,6 +22,7 @@
 
 mod dwarf;
 mod file;
+mod pdbfile;
 mod ranges;
 
 pub use dwarf::{Frame, LineRange};
@@ -56,6 +59,40 @@ pub enum SymbolError {
         /// The file.
         path: PathBuf,
     },
+    /// A PDB found for a PE image is another build's: its names would be
+    /// wrong, so it is not used.
+    #[error("{}: not the PDB of {}: it is {found}, the image wants {wanted}", path.display(), image.display())]
+    PdbMismatch {
+        /// The PDB.
+        path: PathBuf,
+        /// The image.
+        image: PathBuf,
+        /// The image's CodeView GUID and age.
+        wanted: String,
+        /// The PDB's GUID and age.
+        found: String,
+    },
+    /// A PDB could not be parsed.
+    #[error("{}: corrupt PDB: {error}", path.display())]
+    Pdb {
+        /// The PDB.
+        path: PathBuf,
+        /// What was wrong.
+        error: String,
+    },
+}
+
+impl SymbolError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            Self::Read { path, .. }
+            | Self::Parse { path, .. }
+            | Self::NoSegments { path }
+            | Self::PdbMismatch { path, .. }
+            | Self::Pdb { path, .. } => path,
+        }
+    }
 }
 
 /// An address space as answers see it: the process (perf.data) and the
@@ -132,6 +169,8 @@ pub struct Symbolizer {
     /// Path → index in `files`, or `None` when it could not be read.
     by_path: HashMap<PathBuf, Option<usize>>,
     problems: Vec<SymbolError>,
+    /// Image path → the PDB to try first for it ([`Self::set_pdb`]).
+    pdbs: HashMap<PathBuf, PathBuf>,
 }
 
 impl Symbolizer {
@@ -170,7 +209,9 @@ impl Symbolizer {
         let index = match self.by_path.get(path) {
             Some(Some(i)) => *i,
             _ => {
-                let info = ObjectInfo::load(path)?;
+                let info =
+                    ObjectInfo::load_with_pdb(path, self.pdbs.get(path).map(PathBuf::as_path))?;
+                self.problems.extend_from_slice(info.pdb_problems());
                 self.files.push(info);
                 let i = self.files.len() - 1;
                 self.by_path.insert(path.to_path_buf(), Some(i));
@@ -202,7 +243,16 @@ impl Symbolizer {
         Ok(())
     }
 
-    /// Files that could not be read or parsed.
+    /// Names the PDB of the PE image at `image`, tried before the one
+    /// beside the image and the one its CodeView record names; like
+    /// those, used only if its GUID and age match the image's. Takes
+    /// effect for images added after this call.
+    pub fn set_pdb(&mut self, image: &Path, pdb: &Path) {
+        self.pdbs.insert(image.to_path_buf(), pdb.to_path_buf());
+    }
+
+    /// Files that could not be read or parsed, and PDBs that were found
+    /// but refused (another build's, or corrupt).
     pub fn problems(&self) -> &[SymbolError] {
         &self.problems
     }
@@ -226,8 +276,10 @@ impl Symbolizer {
         if let Some(known) = self.by_path.get(path) {
             return *known;
         }
-        let index = match ObjectInfo::load(path) {
+        let index = match ObjectInfo::load_with_pdb(path, self.pdbs.get(path).map(PathBuf::as_path))
+        {
             Ok(info) => {
+                self.problems.extend_from_slice(info.pdb_problems());
                 self.files.push(info);
                 Some(self.files.len() - 1)
             }
