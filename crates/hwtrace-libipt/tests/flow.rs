@@ -52,10 +52,10 @@ fn ptxed_line(item: &InsnItem, mode: &mut Option<u8>) -> Option<String> {
         if e.status_update {
             return None;
         }
-        if let OracleEventKind::ExecMode { mode: new, .. } = e.kind {
-            if mode.replace(new) == Some(new) {
-                return None;
-            }
+        if let OracleEventKind::ExecMode { mode: new, .. } = e.kind
+            && mode.replace(new) == Some(new)
+        {
+            return None;
         }
     }
     Some(match item {

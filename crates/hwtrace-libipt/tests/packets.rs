@@ -23,10 +23,11 @@ fn render(item: &Result<OraclePacket, OracleError>) -> String {
 /// - the MODE.Exec IF bit (`if`), which 2.0.5's `struct pt_packet_mode_exec` does not have.
 fn expected_tokens(line: &str) -> Vec<String> {
     let mut t = tokens(line);
-    if t.len() > 2 && (t[1] == "pip" || t[1] == "vmcs") {
-        if let Some(at) = (3..t.len()).find(|&i| t[i] == "cr3" || t[i] == "vmcs") {
-            t.truncate(at);
-        }
+    if t.len() > 2
+        && (t[1] == "pip" || t[1] == "vmcs")
+        && let Some(at) = (3..t.len()).find(|&i| t[i] == "cr3" || t[i] == "vmcs")
+    {
+        t.truncate(at);
     }
     if t.len() > 2 && t[1] == "mode.exec" && t.last().is_some_and(|s| s == "if") {
         t.pop();
@@ -141,11 +142,12 @@ fn libipt_corpus_ptdump_expectations() {
         let expected = read_text(&dir.join(&exp_name));
         let decoded = packets(&trace, &cfg);
         // Newer CPUs than 2.0.5 knows: pt_cpu_errata fails, so its errata cannot be applied.
-        if let [Err(e)] = decoded.as_slice() {
-            if e.stage == Stage::Setup && e.message == "unknown cpu" {
-                unknown_cpu += 1;
-                continue;
-            }
+        if let [Err(e)] = decoded.as_slice()
+            && e.stage == Stage::Setup
+            && e.message == "unknown cpu"
+        {
+            unknown_cpu += 1;
+            continue;
         }
         let got: Vec<String> = decoded.iter().map(render).collect();
 

@@ -6,9 +6,9 @@
 //! every trace hwtrace decodes: raw PT over images or dumps, perf.data,
 //! BTS and LBR (edges only).
 
-pub mod exec;
 pub mod calls;
 pub mod coverage;
+pub mod exec;
 pub mod flame;
 pub mod symbols;
 pub mod timeline;
