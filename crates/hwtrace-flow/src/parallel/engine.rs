@@ -4,6 +4,7 @@
 use super::StepSource;
 use super::driver::{Flow, FlowItem, Seam, SeamAt};
 use super::segment::{Splitter, Unit};
+use crate::ErrorKind;
 use hwtrace_types::TraceOffset;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -263,18 +264,35 @@ fn give_back<S>(sources: &Mutex<Vec<S>>, src: S) {
     }
 }
 
-/// Whether `item` reports something wrong.
-fn is_failure(item: &FlowItem) -> bool {
-    matches!(item, FlowItem::Error(_) | FlowItem::Stuck { .. })
+/// Whether `item` may be a unit decode going wrong for want of the state
+/// before its PSB, so the unit's items after it cannot be trusted.
+///
+/// After its anchor a unit decode is in the state of the decode from the
+/// start but for the return stack, which holds only the calls since the
+/// unit's PSB: the newest entries of the full decode's stack (both keep
+/// the newest [`RETSTACK_SIZE`](crate::insn::RETSTACK_SIZE)). The two pop
+/// the same addresses until the unit's stack runs dry; the first time it
+/// does, the unit decode fails with [`ErrorKind::RetStackEmpty`] where
+/// the full decode may go on. Nothing else can differ, so that error is
+/// the one that makes a unit untrusted, and only before the unit decode's
+/// first resynchronisation: synchronising clears the return stack in
+/// both decodes alike (any other error, a bad packet or missing code, is
+/// the full decode's error too, at the same offset, and so is its
+/// resynchronisation).
+fn needs_earlier_state(item: &FlowItem) -> bool {
+    matches!(item, FlowItem::Error(e) if e.kind == ErrorKind::RetStackEmpty)
 }
 
 /// The state after the first instruction a decode from `unit.start`
 /// produces, or `None` if it produces none before the unit's end.
+///
+/// Errors on the way (a bad PSB+, an overflow, code missing) do not stop
+/// it: the decode resynchronises as the decode from the start would, and
+/// a seam is sound wherever the two states coincide, whatever either
+/// decode went through before (the items before an anchor are never
+/// used).
 fn anchor<S: StepSource>(flow: &mut Flow<S>, unit: Unit) -> Option<Seam> {
     while let Some(item) = flow.next() {
-        if is_failure(&item) {
-            return None;
-        }
         if let Some(seam) = flow.seam(&item) {
             return Some(seam);
         }
@@ -327,10 +345,12 @@ fn work<S: StepSource, K: Sink>(
     // rather than grow by copying.
     let guess = (unit.end.0 - unit.start.0).saturating_mul(4).min(1 << 20);
     let mut items = new_sink(usize::try_from(guess).unwrap_or(0));
+    let mut resynced = false;
     while let Some(item) = next_into(&mut flow, &mut items) {
-        if i > 0 && is_failure(&item) {
-            // Perhaps state from before the unit was missing: the decode
-            // from the start goes through this unit instead.
+        resynced |= matches!(item, FlowItem::Resync { .. });
+        if i > 0 && !resynced && needs_earlier_state(&item) {
+            // A return from before the unit's PSB: the decode from the
+            // start goes through this unit instead.
             return Decoded {
                 unit,
                 anchor: None,
@@ -546,5 +566,179 @@ fn release<S>(end: End<S>, sources: &Mutex<Vec<S>>) {
         End::Done => {}
         End::Spliced { tail: flow, .. } | End::Open(flow) => give_back(sources, flow.into_source()),
         End::Free(src) => give_back(sources, src),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn::InsnDecoder;
+    use crate::parallel::psb_offsets;
+    use crate::{Config, Error};
+    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
+
+    /// `CODE` at 0x1000.
+    struct Code;
+
+    /// 1000: call 1010; 1005: jnz 1000; 1007: ret;
+    /// 1010: jz 1012; 1012: nop; 1013: ret.
+    const CODE: [u8; 0x14] = [
+        0xe8, 0x0b, 0x00, 0x00, 0x00, 0x75, 0xf9, 0xc3, 0, 0, 0, 0, 0, 0, 0, 0, 0x74, 0x00, 0x90,
+        0xc3,
+    ];
+
+    impl ReadMemory for Code {
+        fn read_memory(
+            &self,
+            _: AddressSpace,
+            addr: Ip,
+            buf: &mut [u8],
+        ) -> Result<usize, MemoryError> {
+            let at = usize::try_from(addr.0.wrapping_sub(0x1000)).unwrap_or(usize::MAX);
+            let rest = CODE.get(at..).filter(|r| !r.is_empty());
+            let rest = rest.ok_or(MemoryError::Unmapped { addr })?;
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            Ok(n)
+        }
+    }
+
+    fn psb_plus(t: &mut TraceBuilder, ip: u64) {
+        t.push(Packet::Psb).unwrap();
+        t.push(Packet::ModeExec(ModeExec {
+            csl: true,
+            csd: false,
+            iflag: false,
+        }))
+        .unwrap();
+        t.ip(Packet::Fup, ip).unwrap();
+        t.push(Packet::Psbend).unwrap();
+    }
+
+    /// A trace that breaks the SDM's rule for return compression: the
+    /// return at 0x1013 is compressed although its call came before the
+    /// second PSB. The decode from the start has the call on its return
+    /// stack; a decode from the second PSB does not.
+    fn call_across_psb() -> Vec<u8> {
+        let mut t = TraceBuilder::new();
+        psb_plus(&mut t, 0x1000);
+        // The call is direct: no packet until jz at 0x1010 asks.
+        psb_plus(&mut t, 0x1010);
+        // jz taken, ret (compressed) to 0x1005, jnz not taken.
+        t.push(Packet::Tnt(Tnt {
+            bits: 0b110,
+            len: 3,
+            long: false,
+        }))
+        .unwrap();
+        t.finish()
+    }
+
+    fn parallel(trace: &[u8]) -> (Vec<FlowItem>, ParallelStats) {
+        let config = ParallelConfig {
+            unit_bytes: 1,
+            ..ParallelConfig::new(2)
+        };
+        let mut got = Vec::new();
+        let stats = decode(
+            trace,
+            &config,
+            || InsnDecoder::new(trace, Config::default(), Code),
+            |batch| {
+                got.extend(batch);
+                Ok::<(), ()>(())
+            },
+        )
+        .unwrap();
+        (got, stats)
+    }
+
+    fn errors(items: &[FlowItem]) -> Vec<Error> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                FlowItem::Error(e) => Some(*e),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_unit_missing_a_return_from_before_its_psb_is_decoded_from_the_start() {
+        let trace = call_across_psb();
+        let want: Vec<FlowItem> =
+            Flow::new(InsnDecoder::new(&trace, Config::default(), Code)).collect();
+        // From the start: call, jz, nop, ret, jnz (then the end).
+        let ips: Vec<u64> = want
+            .iter()
+            .filter_map(|i| match i {
+                FlowItem::Insn { insn, .. } => Some(insn.ip),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ips, [0x1000, 0x1010, 0x1012, 0x1013, 0x1005]);
+        assert_eq!(errors(&want), []);
+        // From the second PSB alone the return fails, after the anchor.
+        let second = psb_offsets(&trace)[1];
+        let alone: Vec<FlowItem> =
+            Flow::at(InsnDecoder::new(&trace, Config::default(), Code), second).collect();
+        let kinds: Vec<ErrorKind> = errors(&alone).iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [ErrorKind::RetStackEmpty]);
+        // So that unit is not trusted: the decode from the start goes
+        // through it, and the result is the sequential decode's.
+        let (got, stats) = parallel(&trace);
+        assert_eq!(got, want);
+        assert_eq!(stats.units, 2);
+        assert_eq!(stats.continued, 1, "{stats:?}");
+    }
+
+    #[test]
+    fn a_unit_with_an_error_of_its_own_is_still_spliced() {
+        // The same, but every return compressed only after its own call,
+        // and code missing at 0x2000 in the second unit: an error the
+        // decode from the start meets too.
+        let mut t = TraceBuilder::new();
+        psb_plus(&mut t, 0x1000);
+        psb_plus(&mut t, 0x1010);
+        // jz taken, then the return is not compressed: to 0x2000.
+        t.push(Packet::Tnt(Tnt {
+            bits: 0b1,
+            len: 1,
+            long: false,
+        }))
+        .unwrap();
+        t.ip(Packet::Tip, 0x2000).unwrap();
+        // Read ahead when the error is found: the resynchronisation
+        // looks for a PSB after it.
+        t.push(Packet::Tnt(Tnt {
+            bits: 0b1,
+            len: 1,
+            long: false,
+        }))
+        .unwrap();
+        psb_plus(&mut t, 0x1010);
+        t.push(Packet::Tnt(Tnt {
+            bits: 0b0,
+            len: 1,
+            long: false,
+        }))
+        .unwrap();
+        t.ip(Packet::Tip, 0x1005).unwrap();
+        t.push(Packet::Tnt(Tnt {
+            bits: 0b0,
+            len: 1,
+            long: false,
+        }))
+        .unwrap();
+        let trace = t.finish();
+        let want: Vec<FlowItem> =
+            Flow::new(InsnDecoder::new(&trace, Config::default(), Code)).collect();
+        let kinds: Vec<ErrorKind> = errors(&want).iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [ErrorKind::NoMap]);
+        let (got, stats) = parallel(&trace);
+        assert_eq!(got, want);
+        assert_eq!(stats.units, 3);
+        assert_eq!((stats.spliced, stats.continued), (3, 0), "{stats:?}");
     }
 }

@@ -27,9 +27,13 @@
 //! trace in the same state and produce the same items, so the next unit's
 //! items after its anchor are spliced on. The return stack cannot be
 //! compared, but (as above) a unit decode that differs because of it
-//! reports an error first, so a unit whose own decode reports any error is
-//! not trusted. Where a seam is not found (the state never coincides, a
-//! unit without any instruction, an untrusted unit) the decode that came
+//! first fails with an empty return stack, so a unit whose own decode
+//! reports that error (before resynchronising, which clears the stack in
+//! both decodes) is not trusted; other errors are the full decode's too.
+//! An anchor may follow errors and resynchronisations: a seam is sound
+//! wherever the states coincide. Where a seam is not found (the state
+//! never coincides, a unit without any instruction, an untrusted unit) the
+//! decode that came
 //! from the start simply goes on through the next unit, on the thread
 //! that merges the results, until a later seam is found: correctness
 //! first, speed where the trace allows.
