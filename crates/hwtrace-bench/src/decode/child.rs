@@ -117,13 +117,14 @@ fn libipt_image(corpus: &Corpus) -> Result<hwtrace_libipt::Image<'static>> {
 /// ptxed drives a decoder: resynchronise at the next PSB after an error.
 /// A run's instruction count is all it needs; nothing is expanded.
 fn hwtrace_fast(trace: &[u8], corpus: &Corpus) -> Result<(u64, u64)> {
-    use hwtrace_flow::insn::{FastDecoder, FastStep};
+    use hwtrace_flow::insn::{FastDecoder, FastStep, RunBuffer};
     use hwtrace_flow::{Config, ErrorKind};
     let mut image = hwtrace_mem::image::Image::new();
     image
         .add_pages_dir(None, &corpus.pages_dir())
         .with_context(|| format!("loading {}", corpus.pages_dir().display()))?;
     let mut dec = FastDecoder::new(trace, Config::default(), &image);
+    let mut runs = RunBuffer::new();
     let (mut insns, mut errors) = (0u64, 0u64);
     let mut last_sync = None;
     let mut sync = dec.sync_forward();
@@ -144,6 +145,12 @@ fn hwtrace_fast(trace: &[u8], corpus: &Corpus) -> Result<(u64, u64)> {
             }
         }
         loop {
+            // Plain code a burst of runs at a time; anything else (events,
+            // errors, the end) one step at a time.
+            if dec.next_runs(&mut runs) > 0 {
+                insns += runs.iter().map(|r| u64::from(r.insns)).sum::<u64>();
+                continue;
+            }
             match dec.next() {
                 Ok(Some(FastStep::Run(run))) => insns += u64::from(run.insns),
                 Ok(Some(_)) => {}

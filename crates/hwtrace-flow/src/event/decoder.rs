@@ -239,9 +239,24 @@ impl<'a> EventDecoder<'a> {
         }
     }
 
+    #[inline]
     fn fetch_packet(&mut self) {
         loop {
-            match super::quirks::next_packet(&mut self.pkt, &self.config.errata) {
+            // Most packets (PAD, TNT, the IP packets) are read the same
+            // with or without libipt's quirks, which only look again at
+            // CYC (first byte `xxxxxx11b`) and at TMA and PWRE (behind the
+            // `02` escape): the rest skip the out-of-line call.
+            let plain = self
+                .pkt
+                .data()
+                .get(self.pkt.offset().0 as usize)
+                .is_some_and(|&b| b & 3 != 3 && b != 0x02);
+            let next = if plain {
+                self.pkt.next_packet()
+            } else {
+                super::quirks::next_packet(&mut self.pkt, &self.config.errata)
+            };
+            match next {
                 Ok(Some(p)) if matches!(p.packet, Packet::Pad) => continue,
                 Ok(Some(p)) => {
                     self.packet = Some(p);

@@ -182,6 +182,78 @@ impl<'a> QueryDecoder<'a> {
         self.tnt.peek()
     }
 
+    /// The TNT bit the next conditional branch would get, without using
+    /// it: the cached one, or with none cached the first of the TNT packet
+    /// that comes next. `None` when there is neither (the branch needs
+    /// [`cond_branch`](Self::cond_branch), which reports why).
+    ///
+    /// Looking is free of side effects, so the block decoder's burst can
+    /// decide whether to run a block before anything moves.
+    #[inline]
+    pub fn peek_tnt(&self) -> Option<bool> {
+        if let Some(taken) = self.tnt.peek() {
+            return Some(taken);
+        }
+        let (bits, len) = match (&self.next_tnt, &self.event) {
+            (Some(t), _) => (t.bits, t.len),
+            (
+                None,
+                Ok(Event {
+                    kind: EventKind::Tnt { bits, size },
+                    ..
+                }),
+            ) => (*bits, *size),
+            _ => return None,
+        };
+        let len = len.min(64);
+        if len == 0 {
+            return None;
+        }
+        Some((bits >> (len - 1)) & 1 != 0)
+    }
+
+    /// Uses the bit [`peek_tnt`](Self::peek_tnt) showed (call it only
+    /// after that said `Some`): with no bit cached the next TNT packet is
+    /// loaded first, as [`refill_cached_tnt`](Self::refill_cached_tnt)
+    /// does; the status is what [`cond_branch`](Self::cond_branch) would
+    /// have returned with the bit.
+    #[inline]
+    pub fn take_tnt(&mut self) -> Status {
+        if self.tnt.is_empty() {
+            self.last_time = self.evdec.time().clone();
+            self.load_next_tnt();
+        }
+        self.take_cached_tnt()
+    }
+
+    /// The next TNT bit, used, with the status
+    /// [`cond_branch`](Self::cond_branch) would return with it: the cached
+    /// bit, or with none cached the first of the TNT packet that comes
+    /// next (loaded as [`refill_cached_tnt`](Self::refill_cached_tnt)
+    /// does). `None`, with nothing changed, when there is no such bit, or
+    /// when it is a not-taken bit and `taken_only` (a compressed return
+    /// must find a taken one).
+    #[inline]
+    pub fn next_tnt_bit(&mut self, taken_only: bool) -> Option<(bool, Status)> {
+        if let Some(taken) = self.tnt.peek() {
+            if taken_only && !taken {
+                return None;
+            }
+            self.tnt.take();
+            let status = if self.tnt.is_empty() {
+                self.status()
+            } else {
+                Status::default()
+            };
+            return Some((taken, status));
+        }
+        let taken = self.peek_tnt()?;
+        if taken_only && !taken {
+            return None;
+        }
+        Some((taken, self.take_tnt()))
+    }
+
     /// Uses up the cached TNT bit [`peek_cached_tnt`](Self::peek_cached_tnt)
     /// showed; the status is what [`cond_branch`](Self::cond_branch) would
     /// have returned with it.

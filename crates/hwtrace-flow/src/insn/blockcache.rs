@@ -25,7 +25,7 @@
 //! cache is bounded ([`MAX_CACHED_BLOCKS`]) and starts over when full.
 
 use super::cache::Cached;
-use super::classify::{InsnClass, Special};
+use super::classify::{Decoded, InsnClass, Special};
 use crate::error::ErrorKind;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Ip};
@@ -52,58 +52,109 @@ pub enum Edge {
     Other,
 }
 
-/// One cached block.
+/// How a block ends, sorted by what its last instruction asks of the
+/// trace: decided once when the block is built, so running it is one
+/// `match` instead of looking at the instruction's class and target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockFlow {
+    /// No branch (the block hit its size limit, or undecodable code
+    /// follows): execution goes on at [`CachedBlock::end`].
+    Straight,
+    /// A direct near jump to [`CachedBlock::target`].
+    Jump,
+    /// A direct near call to [`CachedBlock::target`] (pushes `end` unless
+    /// it calls the next instruction).
+    Call,
+    /// A conditional jump with a target: one TNT bit.
+    CondJump,
+    /// A near return: a TNT bit (return compression) or a TIP.
+    Return,
+    /// An indirect near jump: a TIP.
+    IndirectJump,
+    /// An indirect near call: a TIP; pushes `end`.
+    IndirectCall,
+    /// Anything else (far transfers): left to the instruction decoder.
+    Slow,
+}
+
+impl BlockFlow {
+    /// The flow of a block whose last instruction is `d`.
+    pub const fn of(d: &Decoded) -> Self {
+        match (d.class, d.target) {
+            (InsnClass::Other | InsnClass::Ptwrite, _) => Self::Straight,
+            (InsnClass::Jump, Some(_)) => Self::Jump,
+            (InsnClass::Call, Some(_)) => Self::Call,
+            (InsnClass::CondJump, Some(_)) => Self::CondJump,
+            (InsnClass::Return, _) => Self::Return,
+            (InsnClass::Jump, None) => Self::IndirectJump,
+            (InsnClass::Call, None) => Self::IndirectCall,
+            _ => Self::Slow,
+        }
+    }
+}
+
+/// One cached block: what running it needs, in one cache line (the last
+/// instruction's bytes and decoding live beside it, in
+/// [`BlockCache::last_insn`], read only where events bind or a run is
+/// expanded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, align(64))]
 pub struct CachedBlock {
     /// The first instruction's address.
     pub ip: Ip,
-    /// The interned address space ([`BlockCache::space_id`]).
-    pub space: u32,
-    /// The execution mode it was decoded in.
-    pub mode: ExecMode,
-    /// How many instructions, the last included (at least one).
-    pub insns: u32,
     /// The last instruction's address.
     pub last_ip: Ip,
-    /// The last instruction, decoded, with its bytes.
-    pub last: Cached,
-    /// No instruction before the last is special (MOV CR3, VMPTRLD, ...):
-    /// none of them can bind an event that waits for a branch.
-    pub plain: bool,
+    /// The IP after the last instruction (the fall-through).
+    pub end: Ip,
+    /// The direct target of the last instruction; [`end`](Self::end)
+    /// when it has none, so a fall-through and a direct branch to the next
+    /// instruction share one successor slot.
+    pub target: u64,
+    /// The IP `next_other` starts at.
+    pub other_ip: Ip,
+    /// How many instructions, the last included (at least one).
+    pub insns: u32,
     /// Successor at the direct target.
     pub next_target: u32,
     /// Successor after the last instruction.
     pub next_fall: u32,
-    /// The last other successor and its IP.
+    /// The last other successor (at `other_ip`).
     pub next_other: u32,
-    /// The IP `next_other` starts at.
-    pub other_ip: Ip,
+    /// The interned address space ([`BlockCache::space_id`]).
+    pub space: u32,
+    /// The execution mode it was decoded in.
+    pub mode: ExecMode,
+    /// How the block ends.
+    pub flow: BlockFlow,
+    /// The class of the last instruction.
+    pub class: InsnClass,
+    /// No instruction before the last is special (MOV CR3, VMPTRLD, ...):
+    /// none of them can bind an event that waits for a branch.
+    pub plain: bool,
 }
 
 impl CachedBlock {
     /// The IP after the last instruction.
     pub fn end_ip(&self) -> Ip {
-        Ip(self
-            .last_ip
-            .0
-            .wrapping_add(u64::from(self.last.decoded.size)))
+        self.end
     }
 
     /// The bytes from the first instruction to the end of the last.
     pub fn byte_len(&self) -> u64 {
-        self.end_ip().0.wrapping_sub(self.ip.0)
+        self.end.0.wrapping_sub(self.ip.0)
     }
 
     /// The class of the last instruction (how the block ends).
     pub fn end_class(&self) -> InsnClass {
-        self.last.decoded.class
+        self.class
     }
 
     /// Which slot leads to `next`, the IP execution went on at.
+    #[inline]
     pub fn edge_to(&self, next: Ip) -> Edge {
-        if self.last.decoded.target == Some(next.0) {
+        if self.target == next.0 {
             Edge::Target
-        } else if next == self.end_ip() {
+        } else if next == self.end {
             Edge::FallThrough
         } else {
             Edge::Other
@@ -111,6 +162,7 @@ impl CachedBlock {
     }
 
     /// The block linked for `next` (may be [`NO_BLOCK`]).
+    #[inline]
     pub fn successor(&self, next: Ip) -> u32 {
         match self.edge_to(next) {
             Edge::Target => self.next_target,
@@ -170,6 +222,8 @@ const fn mode_key(mode: ExecMode) -> u8 {
 #[derive(Clone, Debug, Default)]
 pub struct BlockCache {
     blocks: Vec<CachedBlock>,
+    /// The last instruction of each block, by the same index.
+    lasts: Vec<Cached>,
     index: HashMap<Key, u32, BuildHasherDefault<KeyHasher>>,
     spaces: Vec<AddressSpace>,
 }
@@ -184,6 +238,7 @@ impl BlockCache {
     /// is full). Indices handed out before are invalid afterwards.
     pub fn clear(&mut self) {
         self.blocks.clear();
+        self.lasts.clear();
         self.index.clear();
         self.spaces.clear();
     }
@@ -212,6 +267,12 @@ impl BlockCache {
     #[inline]
     pub fn get(&self, idx: u32) -> Option<&CachedBlock> {
         self.blocks.get(idx as usize)
+    }
+
+    /// The last instruction of block `idx`, decoded, with its bytes.
+    #[inline]
+    pub fn last_insn(&self, idx: u32) -> Option<&Cached> {
+        self.lasts.get(idx as usize)
     }
 
     /// The cached block starting at `ip`, if any.
@@ -263,19 +324,25 @@ impl BlockCache {
             self.spaces = spaces;
         }
         let idx = self.blocks.len() as u32;
+        let d = last.decoded;
+        let end = Ip(at.0.wrapping_add(u64::from(d.size)));
         self.blocks.push(CachedBlock {
             ip,
-            space,
-            mode,
-            insns,
             last_ip: at,
-            last,
-            plain,
+            end,
+            target: d.target.unwrap_or(end.0),
+            other_ip: Ip(0),
+            insns,
             next_target: NO_BLOCK,
             next_fall: NO_BLOCK,
             next_other: NO_BLOCK,
-            other_ip: Ip(0),
+            space,
+            mode,
+            flow: BlockFlow::of(&d),
+            class: d.class,
+            plain,
         });
+        self.lasts.push(last);
         self.index.insert(
             Key {
                 ip: ip.0,

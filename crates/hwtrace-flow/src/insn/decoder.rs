@@ -20,6 +20,8 @@ use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
 mod fast;
 mod resync;
 
+pub(in crate::insn) use fast::{BurstEnd, RunSink};
+
 /// One executed instruction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Insn {

@@ -55,9 +55,10 @@
 //! # Ok::<(), hwtrace_flow::Error>(())
 //! ```
 
-use super::blockcache::{BlockCache, NO_BLOCK};
+use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK};
 use super::classify::InsnClass;
-use super::decoder::{Insn, InsnDecoder};
+use super::decoder::{BurstEnd, Insn, InsnDecoder, RunSink};
+use super::runs::RunBuffer;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::event::{Event, Status};
@@ -322,8 +323,26 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         let mode = self.dec.exec_mode()?;
         let idx = self.current_block(mode)?;
         let speculative = self.dec.speculative();
-        let block = self.cache.get(idx)?;
-        let result = self.dec.run_block(block);
+        if !self.dec.query_config().tick_events {
+            let mut one = OneRun(None);
+            let end = self.dec.run_burst(&mut self.cache, idx, &mut one);
+            if let Some((ip, insns, end_ip, end_class, offset)) = one.0 {
+                self.burst_ended(end);
+                return Some(FastStep::Run(BlockRun {
+                    ip,
+                    insns,
+                    end_ip,
+                    end_class,
+                    offset,
+                    space: self.space,
+                    mode: Some(mode),
+                    speculative,
+                }));
+            }
+        }
+        let block = *self.cache.get(idx)?;
+        let last = *self.cache.last_insn(idx)?;
+        let result = self.dec.run_block(&block, &last);
         let successor = block.successor(Ip(self.dec.ip()));
         let mut run = BlockRun {
             ip: block.ip,
@@ -354,6 +373,64 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         }
         run.offset = self.dec.offset();
         Some(FastStep::Run(run))
+    }
+
+    /// The decoder's state after a burst that ran at least one block.
+    #[inline]
+    fn burst_ended(&mut self, end: BurstEnd) {
+        self.from = end.last;
+        self.hint = end.next;
+        match end.result {
+            None => self.last = self.dec.plain_status(),
+            Some(Ok(status)) => self.last = status,
+            Some(Err(e)) => {
+                self.hint = NO_BLOCK;
+                self.from = NO_BLOCK;
+                if e.kind == ErrorKind::Eos {
+                    self.done = true;
+                } else {
+                    self.pending = Some(e);
+                }
+            }
+        }
+    }
+
+    /// Many runs at once: empties `out` and fills it with the runs
+    /// [`next`](Self::next) would return one after the other, for as long
+    /// as the flow is plain code (TNT bits, TIPs of indirect branches and
+    /// returns, direct branches) and `out` has room. Returns how many; `0`
+    /// means the next step is something else (an event, an error, the
+    /// end, code the instruction decoder must step): call `next`.
+    ///
+    /// Afterwards the decoder is where `next` would have left it after
+    /// the last run: [`step_result`](Self::step_result) is that run's
+    /// result (every earlier run's is `Ok(Status::default())`: nothing
+    /// pending, no error), [`offset`](Self::offset) and
+    /// [`ip`](Self::ip) are the state after it, and each run's `offset`
+    /// is the offset after it (the one before it is the previous run's,
+    /// or `offset()` before the call for the first). An error met right
+    /// after the last run comes from the next call of `next`, as it would
+    /// have.
+    pub fn next_runs(&mut self, out: &mut RunBuffer) -> usize {
+        let ready = self.pending.is_none()
+            && !self.done
+            && !self.last.event_pending
+            && !self.last.eos
+            && !self.dec.query_config().tick_events
+            && self.dec.fast_ready();
+        out.clear();
+        let Some(mode) = self.dec.exec_mode().filter(|_| ready) else {
+            return 0;
+        };
+        let Some(idx) = self.current_block(mode) else {
+            return 0;
+        };
+        out.start(self.space, mode, self.dec.speculative());
+        let end = self.dec.run_burst(&mut self.cache, idx, out);
+        if !out.is_empty() {
+            self.burst_ended(end);
+        }
+        out.len()
     }
 
     /// A block up to the branch a pending disable binds to; `None` to step
@@ -453,5 +530,32 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             ip = Ip(ip.0.wrapping_add(u64::from(c.decoded.size)));
         }
         Ok(())
+    }
+}
+
+/// The sink of a one-run burst ([`FastDecoder::next`]).
+struct OneRun(Option<(Ip, u32, Ip, InsnClass, TraceOffset)>);
+
+impl RunSink for OneRun {
+    #[inline]
+    fn is_full(&self) -> bool {
+        self.0.is_some()
+    }
+
+    #[inline]
+    fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
+        self.0 = Some((b.ip, b.insns, b.last_ip, b.class, offset));
+    }
+}
+
+impl RunSink for RunBuffer {
+    #[inline]
+    fn is_full(&self) -> bool {
+        RunBuffer::is_full(self)
+    }
+
+    #[inline]
+    fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
+        RunBuffer::push(self, b.ip, b.insns, b.last_ip, b.class, offset);
     }
 }

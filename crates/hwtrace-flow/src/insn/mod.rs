@@ -8,13 +8,15 @@ mod classify;
 mod decoder;
 mod fast;
 mod retstack;
+mod runs;
 
 pub use block::{Block, BlockDecoder, BlockStep, MAX_BLOCK_INSNS, ends_block};
 pub use blockcache::{
-    BlockCache, CachedBlock, Edge, MAX_CACHED_BLOCK_INSNS, MAX_CACHED_BLOCKS, NO_BLOCK,
+    BlockCache, BlockFlow, CachedBlock, Edge, MAX_CACHED_BLOCK_INSNS, MAX_CACHED_BLOCKS, NO_BLOCK,
 };
 pub use cache::{Cached, InsnCache};
 pub use classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special, classify};
 pub use decoder::{Insn, InsnDecoder, MAX_UNTRACED_INSNS, Step};
 pub use fast::{BlockRun, FastDecoder, FastStep};
 pub use retstack::{RETSTACK_SIZE, RetStack};
+pub use runs::{DEFAULT_RUN_CAPACITY, RunBuffer};

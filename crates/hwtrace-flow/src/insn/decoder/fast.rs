@@ -14,12 +14,12 @@
 use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
 use crate::event::{EventKind, Status};
-use crate::insn::blockcache::CachedBlock;
+use crate::insn::blockcache::{BlockCache, BlockFlow, CachedBlock, NO_BLOCK};
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
 use crate::insn::decoder::Insn;
 use hwtrace_packet::ExecMode;
-use hwtrace_types::{AddressSpace, Ip, ReadMemory};
+use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
 
 impl<M: ReadMemory> InsnDecoder<'_, M> {
     /// Whether the next instructions may run a block at a time: tracing is
@@ -77,6 +77,12 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         Some(self.next_insn(insn))
     }
 
+    /// The configuration.
+    #[inline]
+    pub(in crate::insn) const fn query_config(&self) -> &crate::config::Config {
+        self.query.config()
+    }
+
     /// The execution mode the next instruction runs in.
     #[inline]
     pub(in crate::insn) const fn exec_mode(&self) -> Option<ExecMode> {
@@ -113,12 +119,13 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
     pub(in crate::insn) fn run_block(
         &mut self,
         block: &CachedBlock,
+        last: &Cached,
     ) -> Result<Option<Status>, Error> {
         let n = u64::from(block.insns);
         if self.icount.saturating_add(n) > MAX_UNTRACED_INSNS {
             return Ok(None);
         }
-        let d = block.last.decoded;
+        let d = last.decoded;
         let next = block.last_ip.0.wrapping_add(u64::from(d.size));
         // What `proceed` does for the branches that need no packet decoded
         // (direct calls and jumps, and conditional branches and compressed
@@ -152,7 +159,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             (InsnClass::CondJump, Some(target)) if !self.query.config().tick_events => {
                 if let Some(taken) = self.query.peek_cached_tnt() {
                     self.ip = if taken { target } else { next };
-                    return self.took_cached_tnt(block).map(Some);
+                    return self.took_cached_tnt(block, last).map(Some);
                 }
             }
             (InsnClass::Return, _)
@@ -161,7 +168,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             {
                 if let Some(to) = self.retstack.pop() {
                     self.ip = to;
-                    return self.took_cached_tnt(block).map(Some);
+                    return self.took_cached_tnt(block, last).map(Some);
                 }
             }
             // An indirect branch whose TIP is next, as `proceed` and
@@ -174,23 +181,14 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                     if d.class == InsnClass::Call {
                         self.retstack.push(next);
                     }
-                    self.icount = 0;
                     self.ip = target;
-                    self.status = status;
-                    if !status.event_pending {
-                        return Ok(Some(self.insn_status(false)));
-                    }
-                    let insn = self.last_insn(block);
-                    return self
-                        .check_ip_event(Some((&insn, &d)))
-                        .map(Some)
-                        .map_err(|k| self.err(k));
+                    return self.answered(block, last, status).map(Some);
                 }
             }
             _ => {}
         }
         self.icount += n - 1;
-        let insn = self.last_insn(block);
+        let insn = self.last_insn(block, last);
         self.ip = insn.ip;
         self.proceed(&insn, &d).map_err(|k| self.err(k))?;
         self.check_ip_event(Some((&insn, &d)))
@@ -199,8 +197,8 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
     }
 
     /// The block's last instruction as `next_insn` reports it.
-    fn last_insn(&self, block: &CachedBlock) -> Insn {
-        let d = block.last.decoded;
+    fn last_insn(&self, block: &CachedBlock, last: &Cached) -> Insn {
+        let d = last.decoded;
         Insn {
             ip: block.last_ip.0,
             size: d.size,
@@ -208,22 +206,219 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             class: d.class,
             speculative: self.speculative,
             target: d.target,
-            raw: block.last.raw,
+            raw: last.raw,
         }
     }
 
     /// After the block's last instruction used the cached TNT bit (the IP
     /// is already where it went): as `cond_branch` and `check_ip_event`.
     #[inline]
-    fn took_cached_tnt(&mut self, block: &CachedBlock) -> Result<Status, Error> {
+    fn took_cached_tnt(&mut self, block: &CachedBlock, last: &Cached) -> Result<Status, Error> {
+        let status = self.query.take_cached_tnt();
+        self.answered(block, last, status)
+    }
+
+    /// After the block's last instruction got its answer from the trace
+    /// (a TNT bit or a TIP; the IP is already where it went), with the
+    /// status that came with it: as `cond_branch`/`indirect_branch` and
+    /// `check_ip_event` leave the decoder.
+    #[inline]
+    fn answered(
+        &mut self,
+        block: &CachedBlock,
+        last: &Cached,
+        status: Status,
+    ) -> Result<Status, Error> {
         self.icount = 0;
-        self.status = self.query.take_cached_tnt();
-        if !self.status.event_pending {
+        self.status = status;
+        if !status.event_pending {
             return Ok(self.insn_status(false));
         }
-        let insn = self.last_insn(block);
-        let d = block.last.decoded;
+        let insn = self.last_insn(block, last);
+        let d = last.decoded;
         self.check_ip_event(Some((&insn, &d)))
             .map_err(|k| self.err(k))
+    }
+}
+
+/// Where a burst ([`InsnDecoder::run_burst`]) puts its runs.
+pub(in crate::insn) trait RunSink {
+    /// Whether no further run fits.
+    fn is_full(&self) -> bool;
+    /// One run: `block`, then the trace offset after it.
+    fn push(&mut self, block: &CachedBlock, offset: TraceOffset);
+}
+
+/// How a burst ended.
+#[derive(Debug)]
+pub(in crate::insn) struct BurstEnd {
+    /// The last block run ([`NO_BLOCK`] if none, or if the cache started
+    /// over since).
+    pub last: u32,
+    /// The block starting at the current IP, when known ([`NO_BLOCK`]
+    /// otherwise).
+    pub next: u32,
+    /// `None`: every block ran plainly, the last one's status is
+    /// `insn_status(false)` (nothing pending). `Some`: the last block's
+    /// answer came with news (an event pending, the end of the trace) and
+    /// this is what [`run_block`](InsnDecoder::run_block) would have
+    /// returned for it.
+    pub result: Option<Result<Status, Error>>,
+}
+
+impl<M: ReadMemory> InsnDecoder<'_, M> {
+    /// Runs cached blocks one after the other from block `idx` (which
+    /// starts at the current IP, in the current address space and mode),
+    /// following successor links, until `out` is full or a block would
+    /// need more than a TNT bit, a TIP or nothing from the trace. Call
+    /// only when [`fast_ready`](Self::fast_ready) and without tick events.
+    ///
+    /// Each block runs exactly as [`run_block`](Self::run_block) runs it,
+    /// but whether it can run is decided before anything moves (the TNT
+    /// bit is peeked, the return stack and the TIP checked), so a block
+    /// that is not run leaves the decoder untouched for the caller's
+    /// slower path. The only block whose answer may bring news (an event
+    /// pending, the end of the trace) is the last one: the burst stops
+    /// after it, with its result in [`BurstEnd::result`].
+    #[inline]
+    pub(in crate::insn) fn run_burst(
+        &mut self,
+        cache: &mut BlockCache,
+        idx: u32,
+        out: &mut impl RunSink,
+    ) -> BurstEnd {
+        // The IP, the instruction count and the trace offset live in
+        // locals while blocks run and are written back whenever anything
+        // else may look at them.
+        let mut ip = self.ip;
+        let mut icount = self.icount;
+        let mut offset = self.offset();
+        let mut end = BurstEnd {
+            last: NO_BLOCK,
+            next: idx,
+            result: None,
+        };
+        let plain = Status::default();
+        loop {
+            if out.is_full() {
+                break;
+            }
+            let Some(&b) = cache.get(end.next) else {
+                break;
+            };
+            let n = u64::from(b.insns);
+            if icount.saturating_add(n) > MAX_UNTRACED_INSNS {
+                break;
+            }
+            let (to, answer) = match b.flow {
+                BlockFlow::Straight => (b.end.0, None),
+                BlockFlow::Jump => (b.target, None),
+                BlockFlow::Call => {
+                    // A call to the next instruction (PIC) pushes nothing.
+                    if b.target != b.end.0 {
+                        self.retstack.push(b.end.0);
+                    }
+                    (b.target, None)
+                }
+                BlockFlow::CondJump => {
+                    let Some((taken, status)) = self.query.next_tnt_bit(false) else {
+                        break;
+                    };
+                    let to = if taken { b.target } else { b.end.0 };
+                    (to, Some(status))
+                }
+                BlockFlow::Return => {
+                    if self.retstack.is_empty() {
+                        // A compressed return would fail; an uncompressed
+                        // one only needs its TIP.
+                        if self.query.peek_tnt().is_some() {
+                            break;
+                        }
+                        let Some((to, status)) = self.query.take_tip() else {
+                            break;
+                        };
+                        (to, Some(status))
+                    } else if let Some((_, status)) = self.query.next_tnt_bit(true) {
+                        let Some(to) = self.retstack.pop() else {
+                            break;
+                        };
+                        (to, Some(status))
+                    } else if self.query.peek_tnt().is_some() {
+                        // Not taken: a bad compressed return.
+                        break;
+                    } else {
+                        let Some((to, status)) = self.query.take_tip() else {
+                            break;
+                        };
+                        (to, Some(status))
+                    }
+                }
+                BlockFlow::IndirectJump | BlockFlow::IndirectCall => {
+                    let Some((to, status)) = self.query.take_tip() else {
+                        break;
+                    };
+                    if b.flow == BlockFlow::IndirectCall {
+                        self.retstack.push(b.end.0);
+                    }
+                    (to, Some(status))
+                }
+                BlockFlow::Slow => break,
+            };
+            ip = to;
+            end.last = end.next;
+            match answer {
+                None => icount += n,
+                Some(status) if status == plain => {
+                    icount = 0;
+                    offset = self.query.offset();
+                }
+                Some(status) => {
+                    self.ip = ip;
+                    let result = match cache.last_insn(end.last).copied() {
+                        Some(last) => self.answered(&b, &last, status),
+                        None => Err(self.err(ErrorKind::Internal)),
+                    };
+                    out.push(&b, self.offset());
+                    end.next = b.successor(Ip(to));
+                    end.result = Some(result);
+                    return end;
+                }
+            }
+            out.push(&b, offset);
+            // The next block: the successor link if it still starts here,
+            // else the cache (decoding the block if new), then linked.
+            let linked = b.successor(Ip(to));
+            end.next = match cache.get(linked) {
+                Some(c) if c.ip.0 == to && c.space == b.space && c.mode == b.mode => linked,
+                _ => {
+                    let before = cache.len();
+                    let space = self.space;
+                    let found = cache.get_or_build(b.space, b.mode, Ip(to), |at| {
+                        self.decode_insn(space, at, b.mode)
+                    });
+                    let Ok(found) = found else {
+                        end.next = NO_BLOCK;
+                        break;
+                    };
+                    if cache.len() < before {
+                        // The cache started over: older indices are gone.
+                        end.last = NO_BLOCK;
+                    } else {
+                        cache.link(end.last, found);
+                    }
+                    found
+                }
+            };
+        }
+        self.ip = ip;
+        self.icount = icount;
+        end
+    }
+
+    /// The status of a step whose instruction needed nothing from the
+    /// trace (what `next_insn` returns with no event pending).
+    #[inline]
+    pub(in crate::insn) fn plain_status(&self) -> Status {
+        self.insn_status(false)
     }
 }

@@ -1,0 +1,434 @@
+//! [`FastDecoder::next_runs`] against [`FastDecoder::next`]: runs taken a
+//! burst at a time must be the runs `next` gives one by one — the same
+//! runs with the same offsets, the same offset before each (what a driver
+//! reports the run's instructions at), the same result after each
+//! (`step_result`), and after each burst the same IP and time — and the
+//! events and errors between them must not change. (`next` itself is
+//! checked against the instruction decoder by `fast_exact.rs`.)
+//!
+//! Inputs: every libipt corpus case (events of every kind between and in
+//! the middle of TNT runs, errors, both ways of going on after one), the
+//! real hardware traces, a real execution recorded with qemu-user, whole
+//! and with damaged bytes. Needs `qemu-x86_64` (`scripts/setup.sh`
+//! installs Debian's `qemu-user`).
+
+use hwtrace_flow::event::Status;
+use hwtrace_flow::insn::{BlockRun, FastDecoder, FastStep, RunBuffer};
+use hwtrace_flow::{Config, Errata, Error, ErrorKind};
+use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder};
+use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory, TraceOffset};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One thing a decode reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Item {
+    /// A run, the offset before it and the result after it; the IP and
+    /// time after it where the burst's caller can see them (after the
+    /// last run of a burst, and after every run taken with `next`).
+    Run {
+        run: BlockRun,
+        before: TraceOffset,
+        result: Result<Status, Error>,
+        after: Option<(u64, (u64, bool))>,
+    },
+    Event(String),
+    Error(Error),
+    SyncError(Error),
+}
+
+/// Ends a decode that would run away (none of these inputs come close).
+const MAX_ITEMS: usize = 3_000_000;
+
+/// Decodes `trace` with `next` alone (`cap == 0`) or with bursts of at
+/// most `cap` runs, `next` taking what a burst leaves; counts the runs
+/// that came from bursts.
+fn decode<M: ReadMemory>(
+    trace: &[u8],
+    config: Config,
+    mem: M,
+    resync: bool,
+    cap: usize,
+) -> (Vec<Item>, usize) {
+    let mut dec = FastDecoder::new(trace, config, mem);
+    let mut buf = RunBuffer::with_capacity(cap.max(1));
+    let (mut out, mut burst_runs) = (Vec::new(), 0);
+    let mut last_sync = None;
+    let mut sync = dec.sync_forward();
+    'sync: while out.len() < MAX_ITEMS {
+        match sync {
+            Ok(_) => {}
+            Err(e) if e.kind == ErrorKind::Eos => break,
+            Err(e) => {
+                out.push(Item::SyncError(e));
+                let at = dec.offset();
+                if last_sync.is_some_and(|l| at <= l) {
+                    break;
+                }
+                last_sync = Some(at);
+                sync = dec.sync_forward();
+                continue;
+            }
+        }
+        while out.len() < MAX_ITEMS {
+            let before = dec.offset();
+            if cap > 0 && dec.next_runs(&mut buf) > 0 {
+                let n = buf.len();
+                burst_runs += n;
+                let mut at = before;
+                for (i, run) in buf.iter().enumerate() {
+                    let last = i + 1 == n;
+                    out.push(Item::Run {
+                        run,
+                        before: at,
+                        result: if last {
+                            dec.step_result()
+                        } else {
+                            Ok(Status::default())
+                        },
+                        after: last.then(|| (dec.ip(), dec.time())),
+                    });
+                    at = run.offset;
+                }
+                continue;
+            }
+            match dec.next() {
+                Ok(Some(FastStep::Run(run))) => out.push(Item::Run {
+                    run,
+                    before,
+                    result: dec.step_result(),
+                    after: Some((dec.ip(), dec.time())),
+                }),
+                Ok(Some(FastStep::Event(ev))) => out.push(Item::Event(format!("{ev:?}"))),
+                Ok(None) => break 'sync,
+                Err(e) => {
+                    out.push(Item::Error(e));
+                    sync = if resync {
+                        dec.resync().or_else(|_| dec.sync_forward())
+                    } else {
+                        dec.sync_forward()
+                    };
+                    continue 'sync;
+                }
+            }
+        }
+    }
+    (out, burst_runs)
+}
+
+/// Whether `got` (bursts) says what `want` (`next`) says: the IP and time
+/// are compared where the burst decode could see them.
+fn agree(want: &Item, got: &Item) -> bool {
+    match (want, got) {
+        (
+            Item::Run {
+                run: a,
+                before: b1,
+                result: r1,
+                after: w,
+            },
+            Item::Run {
+                run: b,
+                before: b2,
+                result: r2,
+                after: g,
+            },
+        ) => a == b && b1 == b2 && r1 == r2 && (g.is_none() || g == w),
+        _ => want == got,
+    }
+}
+
+/// Runs the decode with `next` alone and with bursts of several sizes;
+/// returns how many runs the bursts gave (of the largest size).
+fn same<M: ReadMemory + Copy>(
+    what: &str,
+    trace: &[u8],
+    config: Config,
+    mem: M,
+    resync: bool,
+) -> Result<(usize, usize), String> {
+    let (want, _) = decode(trace, config, mem, resync, 0);
+    let mut burst_runs = 0;
+    for cap in [1, 3, 256] {
+        let (got, runs) = decode(trace, config, mem, resync, cap);
+        burst_runs = runs;
+        let diff = want
+            .iter()
+            .zip(&got)
+            .position(|(a, b)| !agree(a, b))
+            .or((want.len() != got.len()).then(|| want.len().min(got.len())));
+        if let Some(at) = diff {
+            return Err(format!(
+                "{what} (resync {resync}, bursts of {cap}): item {at} of {} (bursts: {}): next {:?}, bursts {:?}",
+                want.len(),
+                got.len(),
+                want.get(at),
+                got.get(at)
+            ));
+        }
+    }
+    let runs = want
+        .iter()
+        .filter(|i| matches!(i, Item::Run { .. }))
+        .count();
+    Ok((runs, burst_runs))
+}
+
+// ----- memory -----
+
+/// Files loaded at addresses (libipt's corpus images).
+struct Files(Vec<(u64, Vec<u8>)>);
+
+impl ReadMemory for &Files {
+    fn read_memory(&self, _: AddressSpace, addr: Ip, buf: &mut [u8]) -> Result<usize, MemoryError> {
+        for (base, bytes) in &self.0 {
+            let Some(off) = addr.0.checked_sub(*base) else {
+                continue;
+            };
+            let Some(rest) = usize::try_from(off).ok().and_then(|o| bytes.get(o..)) else {
+                continue;
+            };
+            if rest.is_empty() {
+                continue;
+            }
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            return Ok(n);
+        }
+        Err(MemoryError::Unmapped { addr })
+    }
+}
+
+/// A page cache: 4 KiB pages at the addresses of `pages.addr`.
+struct Pages {
+    at: HashMap<u64, usize>,
+    data: Vec<u8>,
+}
+
+impl ReadMemory for &Pages {
+    fn read_memory(&self, _: AddressSpace, addr: Ip, buf: &mut [u8]) -> Result<usize, MemoryError> {
+        let page = addr.0 & !0xfff;
+        let off = (addr.0 & 0xfff) as usize;
+        let Some(&start) = self.at.get(&page) else {
+            return Err(MemoryError::Unmapped { addr });
+        };
+        let bytes = &self.data[start + off..start + 4096];
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        Ok(n)
+    }
+}
+
+fn shared() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+}
+
+/// The configuration of a case's `cpu` (family/model): its errata.
+fn cpu_config(cpu: Option<&str>) -> Config {
+    let Some(cpu) = cpu else {
+        return Config::default();
+    };
+    let mut parts = cpu.split('/');
+    let family = parts.next().and_then(|f| f.parse::<u16>().ok());
+    let model = parts.next().and_then(|m| m.parse::<u8>().ok());
+    match (family, model) {
+        (Some(f), Some(m)) => Config {
+            errata: Errata::for_model(f, m).unwrap_or_default(),
+            ..Config::default()
+        },
+        _ => Config::default(),
+    }
+}
+
+fn parse_addr(text: &str) -> u64 {
+    let t = text.trim();
+    match t.strip_prefix("0x") {
+        Some(h) => u64::from_str_radix(h, 16).expect("hex load address"),
+        None => t.parse().expect("load address"),
+    }
+}
+
+#[test]
+fn corpus_cases_burst_as_next_steps() {
+    let dir = shared().join("libipt");
+    let mut dirs: Vec<_> = std::fs::read_dir(&dir)
+        .expect("../shared/corpus/libipt")
+        .flatten()
+        .map(|d| d.path())
+        .collect();
+    dirs.sort();
+    let (mut checked, mut runs, mut burst_runs) = (0, 0, 0);
+    let mut failures = Vec::new();
+    for path in dirs {
+        let Ok(text) = std::fs::read_to_string(path.join("case.json")) else {
+            continue;
+        };
+        let case: serde_json::Value = serde_json::from_str(&text).expect("case.json");
+        let Some(trace) = case["trace"].as_str() else {
+            continue;
+        };
+        let Ok(trace) = std::fs::read(path.join(trace)) else {
+            continue;
+        };
+        let mut files = Vec::new();
+        for image in case["images"].as_array().into_iter().flatten() {
+            let (Some(file), Some(at)) = (image["file"].as_str(), image["load_address"].as_str())
+            else {
+                continue;
+            };
+            if let Ok(bytes) = std::fs::read(path.join(file)) {
+                files.push((parse_addr(at), bytes));
+            }
+        }
+        let files = Files(files);
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        for resync in [false, true] {
+            match same(
+                &name,
+                &trace,
+                cpu_config(case["cpu"].as_str()),
+                &files,
+                resync,
+            ) {
+                Ok((r, b)) => {
+                    runs += r;
+                    burst_runs += b;
+                }
+                Err(e) => failures.push(e),
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 400, "only {checked} corpus cases found");
+    assert!(
+        burst_runs > 100,
+        "only {burst_runs} of {runs} runs came in bursts"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} decodes of {checked} cases differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn tick_events_leave_bursts_to_next() {
+    // With a tick event at every branch nothing is plain: no burst runs,
+    // and `next` does everything.
+    let dir = shared().join("real").join("foo");
+    let (trace, pages) = real(&dir);
+    let config = Config {
+        tick_events: true,
+        ..Config::default()
+    };
+    let mut dec = FastDecoder::new(&trace, config, &pages);
+    dec.sync_forward().expect("a PSB");
+    let mut buf = RunBuffer::new();
+    let mut steps = 0;
+    while let Ok(Some(_)) = dec.next() {
+        assert_eq!(dec.next_runs(&mut buf), 0);
+        assert!(buf.is_empty());
+        steps += 1;
+        if steps > 10_000 {
+            break;
+        }
+    }
+    assert!(steps > 1000, "only {steps} steps");
+}
+
+fn real(dir: &Path) -> (Vec<u8>, Pages) {
+    let trace = std::fs::read(dir.join("trace.pt")).expect("trace.pt");
+    let addrs = std::fs::read(dir.join("pages.addr")).expect("pages.addr");
+    let data = std::fs::read(dir.join("pages.dump")).expect("pages.dump");
+    let mut at = HashMap::new();
+    for (i, chunk) in addrs.chunks_exact(8).enumerate() {
+        let mut le = [0u8; 8];
+        le.copy_from_slice(chunk);
+        at.insert(u64::from_le_bytes(le), i * 4096);
+    }
+    assert!(data.len() >= at.len() * 4096, "short pages.dump");
+    (trace, Pages { at, data })
+}
+
+#[test]
+fn real_traces_burst_as_next_steps() {
+    for name in ["foo", "Unzip"] {
+        let (trace, pages) = real(&shared().join("real").join(name));
+        for resync in [false, true] {
+            let (runs, burst_runs) = same(name, &trace, Config::default(), &pages, resync)
+                .unwrap_or_else(|e| panic!("{e}"));
+            // Most runs of real code come in bursts.
+            assert!(
+                burst_runs * 10 > runs * 9,
+                "{name}: {burst_runs} of {runs} runs in bursts"
+            );
+        }
+    }
+}
+
+/// A real execution (gzip's first 100,000 instructions), with and without
+/// return compression, and with a byte flipped every 3 KiB so errors and
+/// resynchronisation come in the middle of hot code.
+#[test]
+fn qemu_execution_bursts_as_next_steps() {
+    assert!(
+        Path::new("/usr/bin/qemu-x86_64").exists(),
+        "qemu-x86_64 missing: install Debian's qemu-user (scripts/setup.sh)"
+    );
+    let scratch = std::env::temp_dir().join(format!("hwtrace-fast-burst-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let input = scratch.join("input.txt");
+    let text: String = (0..300)
+        .map(|i| format!("line {i} of burst test text {}\n", i * 7919 % 1000))
+        .collect();
+    std::fs::write(&input, text).expect("writing the input");
+    let input = input.to_str().expect("UTF-8 temp path").to_string();
+    let limits = Limits {
+        max_instructions: Some(100_000),
+        timeout: Some(Duration::from_secs(90)),
+    };
+    let rec = Execution::record_qemu("/usr/bin/gzip", &["-c", "-9", &input], limits)
+        .unwrap_or_else(|e| panic!("recording gzip: {e}"));
+    let code = rec.execution.memory();
+    for (k, pt) in [
+        PtConfig::default(),
+        PtConfig {
+            return_compression: false,
+            psb_period: 512,
+            long_tnt: true,
+            ..PtConfig::default()
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let trace = PtEncoder::new(pt)
+            .encode(&rec.execution)
+            .unwrap_or_else(|e| panic!("encoding gzip: {e}"))
+            .bytes;
+        let what = format!("gzip config {k}");
+        let (runs, burst_runs) =
+            same(&what, &trace, Config::default(), code, false).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            burst_runs * 10 > runs * 9,
+            "{what}: {burst_runs} of {runs} runs in bursts"
+        );
+        let mut bad = trace.clone();
+        for at in (1024..bad.len()).step_by(3072) {
+            bad[at] ^= 0x5a;
+        }
+        for resync in [false, true] {
+            same(
+                &format!("{what}, damaged"),
+                &bad,
+                Config::default(),
+                code,
+                resync,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+}
