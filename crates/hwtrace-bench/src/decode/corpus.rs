@@ -304,10 +304,11 @@ fn build(dir: &Path) -> Result<()> {
             let page = &dump[i * PAGE as usize..(i + 1) * PAGE as usize];
             pages.put(addr, page, case)?;
         }
-        let reference = cdir.join("reference/ptxed-insn.txt");
+        // Relative to the real traces' folder: the corpus outlives the
+        // checkout it was built from.
         traces.push((
             format!("real/{case} (real hardware)"),
-            reference.to_string_lossy().into_owned(),
+            format!("{case}/reference/ptxed-insn.txt"),
             trace,
         ));
     }
@@ -350,7 +351,7 @@ fn load(dir: &Path) -> Result<Corpus> {
             .ok_or_else(|| anyhow!("bad traces.tsv line {line:?}"))?;
         traces.push(Trace {
             name: name.to_owned(),
-            reference: (reference != "-").then(|| PathBuf::from(reference)),
+            reference: (reference != "-").then(|| real_dir().join(reference)),
             copies: 0,
         });
     }

@@ -231,6 +231,64 @@ impl Bench {
         )
     }
 
+    /// `n` single-thread decodes of the same trace at the same time: what
+    /// this machine gives `n` threads that share nothing but the hardware
+    /// (cores that may be hyperthreads of one, caches, memory bandwidth),
+    /// so the ceiling for `--jobs n`. One run.
+    fn ceiling_row(&self, n: usize, input: Input) -> Result<Row> {
+        let trace = self.trace(input).to_path_buf();
+        let name = format!("{n} x hwtrace flow --jobs 1 at once");
+        let cmds: Vec<Command> = (0..n)
+            .map(|_| {
+                let mut cmd = self.hwtrace_cmd(&trace, 1);
+                cmd.args(["--quiet", "--stats"]);
+                cmd
+            })
+            .collect();
+        let counts: Vec<std::sync::Mutex<child::Counts>> =
+            (0..n).map(|_| Default::default()).collect();
+        let (wall, runs) = proc::run_together(&cmds, &[0, 2], |i, l| {
+            if let Ok(mut c) = counts[i].lock() {
+                parse_stats(l, &mut c);
+            }
+        })
+        .with_context(|| name.clone())?;
+        let counts: Vec<child::Counts> = counts
+            .into_iter()
+            .map(|c| c.into_inner().unwrap_or_default())
+            .collect();
+        let first = counts.first().context("no decode ran")?;
+        for c in &counts {
+            ensure!(
+                (c.insns, c.errors) == (first.insns, first.errors) && c.insns.is_some(),
+                "{name}: the decodes counted differently: {} and {}",
+                first.to_line(),
+                c.to_line()
+            );
+        }
+        let row = Row {
+            name,
+            input,
+            bytes: self.bytes(input)? * n as u64,
+            wall,
+            max_rss_kib: runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0),
+            walls: vec![wall],
+            // The instructions of all `n` decodes, each checked above.
+            counts: child::Counts {
+                insns: first.insns.map(|i| i * n as u64),
+                errors: first.errors * n as u64,
+                ..child::Counts::default()
+            },
+        };
+        eprintln!(
+            "  {:<40} {:>8.1} MB/s  {:>7.2} s (all {n})",
+            row.name,
+            row.mb_s(),
+            row.wall.as_secs_f64(),
+        );
+        Ok(row)
+    }
+
     fn child_row(&self, label: &str, decoder: &str, input: Input) -> Result<Row> {
         let trace = self.trace(input).to_path_buf();
         self.measure(
@@ -575,6 +633,7 @@ pub fn run(opts: &Options) -> Result<()> {
     rows.push(bench.hwtrace_row(one, Input::Rss, 1)?);
     if let Some(n) = bench.jobs {
         rows.push(bench.hwtrace_row(&format!("hwtrace flow --jobs {n}"), Input::Rss, n)?);
+        rows.push(bench.ceiling_row(n, Input::Rss)?);
     }
     rows.push(bench.hwtrace_row(one, Input::Full, 1)?);
     if let Some(n) = bench.jobs {
@@ -688,6 +747,23 @@ fn report(bench: &Bench, rows: &[Row], unit: &UnitCounts) -> Result<()> {
                 bench.jobs.unwrap_or(0),
                 met(x >= 1.9)
             );
+            let n = bench.jobs.unwrap_or(0);
+            let ceiling = rows
+                .iter()
+                .find(|c| c.name == format!("{n} x hwtrace flow --jobs 1 at once"));
+            if let (Some(c), Some(one), Some(par)) = (
+                ceiling,
+                find(ONE, Input::Rss),
+                find(&format!("hwtrace flow --jobs {n}"), Input::Rss),
+            ) {
+                let most = c.mb_s() / one.mb_s();
+                let got = par.mb_s() / one.mb_s();
+                println!(
+                    "  this machine's ceiling: {n} single-thread decodes at once run {most:.2}x as fast as one ({:.0} MiB trace), where --jobs {n} runs {got:.2}x ({:.0}% of the ceiling)",
+                    mib(one.bytes),
+                    got / most * 100.0
+                );
+            }
         }
         None => println!("  parallel speed-up: NOT met (hwtrace flow has no --jobs)"),
     }

@@ -92,6 +92,34 @@ pub fn run(cmd: &Command, ok_codes: &[i32], mut line: impl FnMut(&[u8])) -> Resu
     })
 }
 
+/// Runs every command of `cmds` at the same time (each as [`run`] does)
+/// and returns the wall time until the last one exited, with each one's
+/// run. `line` gets each command's output lines with its index.
+pub fn run_together(
+    cmds: &[Command],
+    ok_codes: &[i32],
+    line: impl Fn(usize, &[u8]) + Sync,
+) -> Result<(Duration, Vec<Run>)> {
+    let start = Instant::now();
+    let runs: Vec<Result<Run>> = std::thread::scope(|scope| {
+        let line = &line;
+        let handles: Vec<_> = cmds
+            .iter()
+            .enumerate()
+            .map(|(i, cmd)| scope.spawn(move || run(cmd, ok_codes, |l| line(i, l))))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("a timing thread panicked"))
+            })
+            .collect()
+    });
+    let wall = start.elapsed();
+    Ok((wall, runs.into_iter().collect::<Result<_>>()?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +158,40 @@ mod tests {
         assert!(big.max_rss_kib >= 60 * 1024, "{big:?}");
         let small = run(&Command::new("true"), &[0], |_| {}).unwrap();
         assert!(small.max_rss_kib < 16 * 1024, "{small:?}");
+    }
+
+    #[test]
+    fn commands_run_together_run_at_the_same_time() {
+        // Each waits (up to 20 s) for the other's file: only commands that
+        // really run at once both get past it.
+        let dir =
+            std::env::temp_dir().join(format!("hwtrace-bench-together-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let meet = |me: usize| {
+            let other = dir.join((1 - me).to_string());
+            let mut sh = Command::new("sh");
+            sh.arg("-c").arg(format!(
+                "touch {}; for i in $(seq 2000); do [ -e {} ] && echo met && exit 0; sleep 0.01; done; exit 1",
+                dir.join(me.to_string()).display(),
+                other.display()
+            ));
+            sh
+        };
+        let seen = std::sync::Mutex::new(Vec::new());
+        let (wall, runs) = run_together(&[meet(0), meet(1)], &[0], |i, l| {
+            seen.lock()
+                .unwrap()
+                .push((i, String::from_utf8_lossy(l).into_owned()));
+        })
+        .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(runs.len(), 2);
+        assert!(runs.iter().all(|r| r.wall <= wall));
+        let mut seen = seen.into_inner().unwrap();
+        seen.sort();
+        assert_eq!(seen, [(0, "met".to_owned()), (1, "met".to_owned())]);
+        let mut bad = Command::new("sh");
+        bad.args(["-c", "exit 4"]);
+        assert!(run_together(&[Command::new("true"), bad], &[0], |_, _| {}).is_err());
     }
 }
