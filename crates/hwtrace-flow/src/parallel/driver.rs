@@ -226,6 +226,41 @@ impl<S: StepSource> Flow<S> {
         n
     }
 
+    /// Passes over whole runs of instructions ([`StepSource::take_runs`])
+    /// while nothing but instructions come and the source is before trace
+    /// offset `until`, then over the middle of the next run
+    /// ([`skip_insns`](Self::skip_insns)): counting them as executed
+    /// without making an item of each, for callers that only count.
+    /// Returns how many. The items that follow are those
+    /// [`Iterator::next`] would have made after them: an event, an error
+    /// (after the instruction it follows, which stays an item), or the
+    /// last instruction of a run that ends at or after `until` (so a
+    /// caller looking for a [`Seam`] there still sees every run end).
+    /// Stall accounting is the per-instruction one: a run that would
+    /// reach the endless-loop limit is left to be handed out one by one,
+    /// so [`FlowItem::Stuck`] names the exact instruction.
+    pub fn skip_runs(&mut self, until: TraceOffset) -> u64 {
+        let mut taken = 0;
+        if self.queued.is_none()
+            && let State::Run(status) = self.state
+            && !status.event_pending
+            && !status.eos
+            && let Some(t) = self.src.take_runs(self.max_stall, until)
+        {
+            self.state = State::Run(t.status);
+            // As `stalled` counts them one by one (none reaching the
+            // limit, which `take_runs` guarantees).
+            if t.last_offset == self.stall_offset && t.last_insns == t.insns {
+                self.stall += t.insns;
+            } else {
+                self.stall_offset = t.last_offset;
+                self.stall = t.last_insns;
+            }
+            taken = t.insns;
+        }
+        taken + self.skip_insns()
+    }
+
     /// Whether the flow is done.
     pub fn is_done(&self) -> bool {
         self.state == State::Done && self.queued.is_none()

@@ -93,10 +93,16 @@ pub trait Sink: Send {
 }
 
 /// The next item of `flow`, instructions passed over first when `sink`
-/// only counts them.
-fn next_into<S: StepSource, K: Sink>(flow: &mut Flow<S>, sink: &mut K) -> Option<FlowItem> {
+/// only counts them: whole runs while the source is before `until` (where
+/// the caller looks for a seam, or stops), so the caller still sees the
+/// end of every run from there on ([`Flow::skip_runs`]).
+fn next_into<S: StepSource, K: Sink>(
+    flow: &mut Flow<S>,
+    sink: &mut K,
+    until: TraceOffset,
+) -> Option<FlowItem> {
     if sink.counts_only() {
-        let n = flow.skip_insns();
+        let n = flow.skip_runs(until);
         if n > 0 {
             sink.push_insns(flow.source().offset(), n);
         }
@@ -346,7 +352,14 @@ fn work<S: StepSource, K: Sink>(
     let guess = (unit.end.0 - unit.start.0).saturating_mul(4).min(1 << 20);
     let mut items = new_sink(usize::try_from(guess).unwrap_or(0));
     let mut resynced = false;
-    while let Some(item) = next_into(&mut flow, &mut items) {
+    // Where the loop below first looks at the flow's state: the next
+    // unit's anchor, or just past the next unit's start.
+    let until = match (next, next_anchor) {
+        (None, _) => TraceOffset(u64::MAX),
+        (Some(_), Some(a)) => a.offset,
+        (Some(n), None) => TraceOffset(n.start.0.saturating_add(1)),
+    };
+    while let Some(item) = next_into(&mut flow, &mut items, until) {
         resynced |= matches!(item, FlowItem::Resync { .. });
         if i > 0 && !resynced && needs_earlier_state(&item) {
             // A return from before the unit's PSB: the decode from the
@@ -464,14 +477,14 @@ where
     }
 
     /// The next item of `flow` (instructions passed over into the batch
-    /// first when it only counts them).
-    fn next(&mut self, flow: &mut Flow<S>) -> Option<FlowItem> {
-        next_into(flow, &mut self.batch)
+    /// first when it only counts them, while the flow is before `until`).
+    fn next(&mut self, flow: &mut Flow<S>, until: TraceOffset) -> Option<FlowItem> {
+        next_into(flow, &mut self.batch, until)
     }
 
     /// Decodes `flow` to the end of the trace.
     fn finish_open(&mut self, mut flow: Flow<S>) -> Result<(), E> {
-        while let Some(item) = self.next(&mut flow) {
+        while let Some(item) = self.next(&mut flow, TraceOffset(u64::MAX)) {
             self.push(item)?;
         }
         self.carry = Carry::Done;
@@ -514,7 +527,7 @@ where
         sources: &Mutex<Vec<S>>,
     ) -> Result<Carry<S>, E> {
         if let Some(a) = d.anchor {
-            while let Some(item) = self.next(&mut flow) {
+            while let Some(item) = self.next(&mut flow, a.offset) {
                 self.push(item)?;
                 match flow.seam_at(&item, a.offset) {
                     SeamAt::Before => {}
@@ -534,7 +547,7 @@ where
         // Through the unit: up to the next unit's start.
         let end: TraceOffset = d.unit.end;
         if flow.source().offset() <= end {
-            while let Some(item) = self.next(&mut flow) {
+            while let Some(item) = self.next(&mut flow, TraceOffset(end.0.saturating_add(1))) {
                 self.push(item)?;
                 if flow.source().offset() > end {
                     break;

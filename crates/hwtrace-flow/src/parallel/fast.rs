@@ -26,15 +26,20 @@
 //!   after `max_stall` instructions ([`super::FlowItem::Stuck`]), is kept
 //!   exact: a run that may hold that instruction is expanded.
 //!
-//! A caller that only counts need not even take the instructions of a
-//! run's middle one by one: [`Flow::skip_insns`](super::Flow::skip_insns)
-//! passes over them in one step.
+//! A caller that only counts need not take the instructions one by one
+//! at all: [`Flow::skip_runs`](super::Flow::skip_runs) passes over whole
+//! runs ([`StepSource::take_runs`]), a decoder step and a few comparisons
+//! each, and hands out as items only what it must (events, the
+//! instruction an error follows, a run that may end an endless loop, the
+//! runs where a caller looks for a seam);
+//! [`Flow::skip_insns`](super::Flow::skip_insns) passes over the middle of
+//! a run handed out one by one.
 //!
 //! Seams are only taken between runs ([`StepSource::seam_ready`]): inside
 //! one, the decoder underneath is already past the run, and its state
 //! says nothing about how much of the run is still to come.
 
-use super::{Probe, StepSource};
+use super::{Probe, StepSource, Taken};
 use crate::Error;
 use crate::ErrorKind;
 use crate::event::{Event, Status};
@@ -62,6 +67,10 @@ pub struct FastSource<'a, M> {
     stall_offset: TraceOffset,
     stall: u64,
     max_stall: u64,
+    /// What [`StepSource::take_runs`] met instead of a run (an error, the
+    /// end of the trace), for the next [`StepSource::next_insn`] to return
+    /// as it would have met it.
+    failed: Option<Error>,
 }
 
 impl<'a, M: ReadMemory> FastSource<'a, M> {
@@ -88,6 +97,7 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
             stall_offset: TraceOffset(u64::MAX),
             stall: 0,
             max_stall,
+            failed: None,
         }
     }
 
@@ -101,39 +111,67 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
     fn drop_run(&mut self) {
         self.run = None;
         self.left = 0;
+        self.failed = None;
     }
 
     /// Takes the next step of the fast decoder as the run to hand out;
     /// `Err` when there is none (the error, or the end of the trace).
     fn next_run(&mut self) -> Result<(), Error> {
+        let (before, run) = self.fetch()?;
+        self.start(before, run)
+    }
+
+    /// The fast decoder's next step and the trace offset before it, when
+    /// it is a run; `Err` when there is none (the error, or the end of the
+    /// trace).
+    #[inline]
+    fn fetch(&mut self) -> Result<(TraceOffset, BlockRun), Error> {
         let before = self.dec.offset();
-        let run = match self.dec.next()? {
-            Some(FastStep::Run(run)) => run,
+        let step = self.dec.next();
+        Ok((before, Self::as_run(step, before, self.dec.ip())?))
+    }
+
+    /// The run of the decoder's `step` taken at `before` (the IP then at
+    /// `ip`); `Err` when there is none (the error, or the end of the
+    /// trace).
+    fn as_run(
+        step: Result<Option<FastStep>, Error>,
+        before: TraceOffset,
+        ip: u64,
+    ) -> Result<BlockRun, Error> {
+        match step? {
+            Some(FastStep::Run(run)) => Ok(run),
             // The driver asks for an instruction only when the status said
             // no event is pending; a step that is an event anyway would be
             // a disagreement between the two decoders.
-            Some(FastStep::Event(_)) => {
-                return Err(Error {
-                    offset: before,
-                    ip: Some(self.dec.ip()),
-                    kind: ErrorKind::Internal,
-                });
-            }
-            None => {
-                return Err(Error {
-                    offset: before,
-                    ip: None,
-                    kind: ErrorKind::Eos,
-                });
-            }
-        };
-        self.before = before;
-        // Every instruction of the run is handed out at `before`.
-        let stall = if before == self.stall_offset {
+            Some(FastStep::Event(_)) => Err(Error {
+                offset: before,
+                ip: Some(ip),
+                kind: ErrorKind::Internal,
+            }),
+            None => Err(Error {
+                offset: before,
+                ip: None,
+                kind: ErrorKind::Eos,
+            }),
+        }
+    }
+
+    /// This source's stall count for a run taken at `before` (every
+    /// instruction of a run is handed out there), before the run.
+    #[inline]
+    fn stall_at(&self, before: TraceOffset) -> u64 {
+        if before == self.stall_offset {
             self.stall
         } else {
             0
-        };
+        }
+    }
+
+    /// Makes `run`, taken at `before`, the run to hand out one by one.
+    fn start(&mut self, before: TraceOffset, run: BlockRun) -> Result<(), Error> {
+        self.before = before;
+        let stall = self.stall_at(before);
         let may_stall = stall.saturating_add(u64::from(run.insns)) >= self.max_stall;
         self.insns.clear();
         if self.expand || may_stall {
@@ -197,6 +235,9 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     }
 
     fn next_insn(&mut self, insn: &mut Insn) -> Result<Status, Error> {
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
         if self.left == 0 {
             self.next_run()?;
         }
@@ -251,6 +292,70 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
         }
         self.stall = self.stall.saturating_add(u64::from(n));
         u64::from(n)
+    }
+
+    /// Count mode only: runs are passed over whole while this source
+    /// would not expand them (none can hold an endless loop's last
+    /// instruction: its stall count is never below the flow's), no error
+    /// follows and the decoder is still before `until`; the first other
+    /// one becomes the run handed out one by one. One loop around the
+    /// decoder's step, as a caller of [`FastDecoder`] itself would write.
+    fn take_runs(&mut self, max_stall: u64, until: TraceOffset) -> Option<Taken> {
+        if self.expand || self.left > 0 || self.failed.is_some() {
+            return None;
+        }
+        let limit = self.max_stall.min(max_stall);
+        let mut taken: Option<Taken> = None;
+        loop {
+            let before = self.dec.offset();
+            let step = self.dec.next();
+            // Only the count is read on the way through: copying the whole
+            // run out of the step costs more than the rest of the loop.
+            let Ok(Some(FastStep::Run(BlockRun { insns, .. }))) = &step else {
+                match Self::as_run(step, before, self.dec.ip()) {
+                    Ok(run) => {
+                        if let Err(e) = self.start(before, run) {
+                            self.failed = Some(e);
+                        }
+                    }
+                    Err(e) => self.failed = Some(e),
+                }
+                return taken;
+            };
+            let n = u64::from(*insns);
+            let stall = self.stall_at(before).saturating_add(n);
+            if stall < limit
+                && self.dec.offset() < until
+                && let Ok(status) = self.dec.step_result()
+            {
+                self.stall_offset = before;
+                self.stall = stall;
+                let t = taken.get_or_insert(Taken {
+                    insns: 0,
+                    status,
+                    last_offset: before,
+                    last_insns: 0,
+                });
+                t.insns += n;
+                t.status = status;
+                if t.last_offset == before {
+                    t.last_insns += n;
+                } else {
+                    t.last_offset = before;
+                    t.last_insns = n;
+                }
+                if status.event_pending || status.eos {
+                    return taken;
+                }
+                continue;
+            }
+            if let Ok(Some(FastStep::Run(run))) = step
+                && let Err(e) = self.start(before, run)
+            {
+                self.failed = Some(e);
+            }
+            return taken;
+        }
     }
 }
 
@@ -387,6 +492,102 @@ mod tests {
             assert_eq!((insns, &got), (want_insns, &want), "max_stall {max_stall}");
             assert!(skipped > 0, "max_stall {max_stall}: nothing skipped");
         }
+    }
+
+    /// 1000: nop x3; 1003: jnz 1000; 1005: jmp rax (where the next TIP
+    /// says).
+    const INDIRECT: &[u8] = &[0x90, 0x90, 0x90, 0x75, 0xfb, 0xff, 0xe0];
+
+    /// Per PSB: PSB+ at 0x1000, TNT `tnt`, a TIP back to 0x1000, the TNT
+    /// again and a TIP to `to` (unmapped: an error, then a resync).
+    fn indirect_trace(tnt: u64, len: u8, to: u64) -> Vec<u8> {
+        let mut t = TraceBuilder::new();
+        let bits = Packet::Tnt(Tnt {
+            bits: tnt,
+            len,
+            long: false,
+        });
+        for _ in 0..3 {
+            t.push(Packet::Psb).unwrap();
+            t.push(Packet::ModeExec(ModeExec {
+                csl: true,
+                csd: false,
+                iflag: false,
+            }))
+            .unwrap();
+            t.ip(Packet::Fup, 0x1000).unwrap();
+            t.push(Packet::Psbend).unwrap();
+            t.push(bits).unwrap();
+            t.ip(Packet::Tip, 0x1000).unwrap();
+            t.push(bits).unwrap();
+            t.ip(Packet::Tip, to).unwrap();
+        }
+        t.finish()
+    }
+
+    /// The items other than instructions, each with how many instructions
+    /// came before it, and how many came in all.
+    fn placed(items: impl IntoIterator<Item = FlowItem>) -> (Vec<(u64, FlowItem)>, u64) {
+        let mut insns = 0;
+        let mut other = Vec::new();
+        for item in items {
+            match item {
+                FlowItem::Insn { .. } => insns += 1,
+                item => other.push((insns, item)),
+            }
+        }
+        (other, insns)
+    }
+
+    #[test]
+    fn whole_runs_passed_over_place_every_item_as_the_instruction_decoder() {
+        let cases: [(&[u8], Vec<u8>); 4] = [
+            (LOOPS, trace(0b110, 3)),
+            (LOOPS, trace(0b1, 1)),
+            (INDIRECT, indirect_trace(0b110, 3, 0x9000)),
+            (INDIRECT, indirect_trace(0b11110, 5, 0x1000)),
+        ];
+        let (mut stuck, mut failed) = (false, false);
+        for (code, trace) in &cases {
+            let len = trace.len() as u64;
+            for max_stall in [7, 8, 9, 100, 1000] {
+                let insn = InsnDecoder::new(trace, Config::default(), Code(code));
+                let want = placed(Flow::new(insn).with_max_stall(max_stall));
+                // Every way to bound the runs passed over (none whole, up
+                // to each byte of the trace, all) while loops are short.
+                let untils: Vec<u64> = if max_stall < 1000 {
+                    (0..=len).chain([u64::MAX]).collect()
+                } else {
+                    vec![0, len / 2, u64::MAX]
+                };
+                for until in untils {
+                    let fast = FastDecoder::new(trace, Config::default(), Code(code));
+                    let mut flow =
+                        Flow::new(FastSource::counting(fast, max_stall)).with_max_stall(max_stall);
+                    let (mut insns, mut skipped, mut got) = (0, 0, Vec::new());
+                    loop {
+                        let n = flow.skip_runs(TraceOffset(until));
+                        skipped += n;
+                        insns += n;
+                        match flow.next() {
+                            Some(FlowItem::Insn { .. }) => insns += 1,
+                            Some(other) => got.push((insns, other)),
+                            None => break,
+                        }
+                    }
+                    let what = format!("max_stall {max_stall}, until {until}");
+                    assert_eq!((&got, insns), (&want.0, want.1), "{what}");
+                    assert!(skipped > 0, "{what}: nothing passed over");
+                }
+            }
+            let insn = InsnDecoder::new(trace, Config::default(), Code(code));
+            for (_, item) in placed(Flow::new(insn).with_max_stall(100)).0 {
+                stuck |= matches!(item, FlowItem::Stuck { .. });
+                failed |= matches!(item, FlowItem::Error(_));
+            }
+        }
+        // The cases hold both ways a decode gives up.
+        assert!(stuck && failed);
     }
 
     #[test]

@@ -73,6 +73,21 @@ pub struct Probe {
     pub time: (u64, bool),
 }
 
+/// What [`StepSource::take_runs`] passed over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// Instructions passed over (at least one).
+    pub insns: u64,
+    /// The status after the last, as [`StepSource::next_insn`] would have
+    /// returned it.
+    pub status: Status,
+    /// The trace offset the last of them were taken at, and how many in a
+    /// row were (offsets only grow): the flow's stall count goes on from
+    /// there.
+    pub last_offset: TraceOffset,
+    pub last_insns: u64,
+}
+
 /// A decoder [`Flow`] can drive: the verbs of
 /// [`InsnDecoder`], which implements it.
 pub trait StepSource {
@@ -104,6 +119,26 @@ pub trait StepSource {
     fn take_insns(&mut self, max: u64) -> u64 {
         let _ = max;
         0
+    }
+
+    /// Decodes batches of instructions (runs of straight code and the
+    /// branch ending each) and passes over them whole, without making
+    /// their instructions, while no error follows them, the source is
+    /// before trace offset `until` after them and no endless-loop report
+    /// could fall inside them (`max_stall` as in [`Flow::with_max_stall`]);
+    /// stops after one leaving an event pending or the trace at its end.
+    /// The first batch that does not qualify is handed out as usual (its
+    /// middle may be taken with [`take_insns`](Self::take_insns)), so that
+    /// the instruction an error follows, and run ends from `until` on,
+    /// are items a caller can look at. `None` when nothing was passed
+    /// over. Only called with no batch partly handed out, no event
+    /// pending and the trace not at its end. For callers that only count
+    /// ([`Flow::skip_runs`]): a decoder step and a few comparisons per
+    /// block instead of an item per instruction. Passes over nothing by
+    /// default.
+    fn take_runs(&mut self, max_stall: u64, until: TraceOffset) -> Option<Taken> {
+        let _ = (max_stall, until);
+        None
     }
 }
 
