@@ -15,7 +15,7 @@
 use anyhow::{Context, Result, ensure};
 use hwtrace_flow::insn::{FastDecoder, Insn, InsnDecoder};
 use hwtrace_flow::parallel::{
-    FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, decode,
+    FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, Sink, decode, decode_into,
 };
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::image::{Image, parse_image_arg};
@@ -23,7 +23,7 @@ use hwtrace_mem::pagecache::PageCache;
 use hwtrace_sim::{
     Consumer, Execution, Limits, OutputTarget, PtConfig, PtEncoder, RecordEnd, write_output,
 };
-use hwtrace_types::{PhysAddr, ReadMemory};
+use hwtrace_types::{PhysAddr, ReadMemory, TraceOffset};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -108,6 +108,43 @@ fn check(what: &str, how: &str, items: &[FlowItem], want: &[FlowItem]) -> Result
     Ok(())
 }
 
+/// What a sink that only counts keeps (as `hwtrace flow --quiet` does):
+/// the items other than instructions, each with how many instructions
+/// came before it, and how many came in all. Whole runs reach it as counts
+/// ([`Flow::skip_runs`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Placed {
+    insns: u64,
+    items: Vec<(u64, FlowItem)>,
+}
+
+impl Sink for Placed {
+    fn push(&mut self, item: FlowItem) {
+        match item {
+            FlowItem::Insn { .. } => self.insns += 1,
+            other => self.items.push((self.insns, other)),
+        }
+    }
+
+    fn counts_only(&self) -> bool {
+        true
+    }
+
+    fn push_insns(&mut self, _: TraceOffset, n: u64) {
+        self.insns += n;
+    }
+}
+
+impl Placed {
+    /// Appends `next`, the stretch after this one.
+    fn append(&mut self, next: Placed) {
+        let before = self.insns;
+        self.items
+            .extend(next.items.into_iter().map(|(n, item)| (before + n, item)));
+        self.insns += next.insns;
+    }
+}
+
 /// The fast decoder through [`FastSource`] against the instruction
 /// decoder's sequential decode: sequentially and in parallel (one unit
 /// per PSB on 2 threads, and units of 700 B on 3), runs expanded, and
@@ -126,6 +163,19 @@ fn same_fast<M: ReadMemory + Sync>(
     check(what, "sequential", &got, &want)?;
     let got: Vec<FlowItem> = Flow::new(count()).map(|i| counted(&i)).collect();
     check(what, "sequential, counting", &got, &want_counted)?;
+    // Only counting, whole runs passed over: every other item after the
+    // same number of instructions.
+    let mut want_placed = Placed::default();
+    want.iter().for_each(|i| want_placed.push(*i));
+    let mut flow = Flow::new(count());
+    let mut got = Placed::default();
+    loop {
+        let n = flow.skip_runs(TraceOffset(u64::MAX));
+        got.push_insns(TraceOffset(0), n);
+        let Some(item) = flow.next() else { break };
+        got.push(item);
+    }
+    check_placed(what, "sequential, runs passed over", &got, &want_placed)?;
     for (threads, unit_bytes) in [(2, 1), (3, 700)] {
         let pc = ParallelConfig {
             unit_bytes,
@@ -153,6 +203,41 @@ fn same_fast<M: ReadMemory + Sync>(
             &got_counted,
             &want_counted,
         )?;
+        let mut got = Placed::default();
+        let emit = |stretch: Placed| {
+            got.append(stretch);
+            Ok::<(), ()>(())
+        };
+        let new = |_: usize| Placed::default();
+        decode_into(trace, &pc, count, new, emit)
+            .map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
+        check_placed(
+            what,
+            &format!("{how}, runs passed over"),
+            &got,
+            &want_placed,
+        )?;
+    }
+    Ok(())
+}
+
+/// `got` against `want`, naming the first difference.
+fn check_placed(what: &str, how: &str, got: &Placed, want: &Placed) -> Result<()> {
+    if got != want {
+        let at = got
+            .items
+            .iter()
+            .zip(&want.items)
+            .take_while(|(a, b)| a == b)
+            .count();
+        anyhow::bail!(
+            "{what}: {how}: {} vs {} instructions; item {at} of {} differs: instruction decoder {:?}, fast {:?}",
+            got.insns,
+            want.insns,
+            want.items.len(),
+            want.items.get(at),
+            got.items.get(at)
+        );
     }
     Ok(())
 }

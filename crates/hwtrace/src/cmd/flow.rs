@@ -57,6 +57,10 @@ pub struct FlowArgs {
     /// units to put seams everywhere).
     #[arg(long, value_name = "BYTES", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
     unit_bytes: Option<u64>,
+    /// Instructions in a row without trace before an endless loop is
+    /// reported (tests make loops small enough to compare every path on).
+    #[arg(long, value_name = "N", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    max_stall: Option<u64>,
     /// The decoder underneath: the block-cached one, or the instruction
     /// decoder it must agree with (kept so tests compare the two through
     /// this command).
@@ -230,6 +234,9 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
     if let Some(unit) = args.unit_bytes {
         parallel.unit_bytes = unit;
     }
+    if let Some(max) = args.max_stall {
+        parallel.max_stall = max;
+    }
     let mem = &mem;
     // Only counts are printed: the fast decoder's runs need not be
     // expanded into instructions.
@@ -258,7 +265,11 @@ fn decode<S: StepSource + Send>(
 ) -> Result<ExitCode> {
     let counting = args.quiet && !args.blocks && !args.branches;
     if jobs <= 1 && !(counting && args.decoder == Decoder::Fast) {
-        return output(args, trace, Items::new(make()));
+        return output(
+            args,
+            trace,
+            Items::new(make()).with_max_stall(parallel.max_stall),
+        );
     }
     let bytes = trace.bytes();
     if counting {
@@ -336,9 +347,12 @@ fn quiet<S: StepSource + Send>(
         stats: Stats::default(),
         failures: Vec::new(),
     };
+    // Failures are written a line at a time through one buffer (an
+    // unbuffered stderr writes each piece of a line on its own).
+    let mut err = std::io::BufWriter::new(std::io::stderr().lock());
     let mut summed = |t: Tally| -> Result<(), std::convert::Infallible> {
         for f in &t.failures {
-            report_failure(args, f);
+            report_failure(args, f, &mut err);
         }
         stats.insns += t.stats.insns;
         stats.blocks += t.stats.blocks;
@@ -350,24 +364,25 @@ fn quiet<S: StepSource + Send>(
         Ok(())
     };
     if jobs <= 1 {
-        // One flow, its runs passed over as the workers pass over theirs;
-        // summed a stretch at a time so decoded pages are let go.
+        // One flow, its runs passed over whole as the workers pass over
+        // theirs; summed (failures reported, decoded pages let go) at each
+        // failure and every `STRETCH` bytes of trace.
+        const STRETCH: u64 = 4 << 20;
         let mut flow = Flow::new(make()).with_max_stall(parallel.max_stall);
         let mut tally = new(0);
-        let mut items = 0u32;
-        while let Some(item) = {
-            let n = flow.skip_insns();
+        let mut mark = STRETCH;
+        loop {
+            let n = flow.skip_runs(TraceOffset(mark));
             if n > 0 {
                 tally.push_insns(flow.source().offset(), n);
             }
-            flow.next()
-        } {
+            let Some(item) = flow.next() else { break };
             tally.push(item);
-            items += 1;
-            if items >= 1 << 16 {
-                items = 0;
+            let at = flow.source().offset().0;
+            if !tally.failures.is_empty() || at >= mark {
                 let full = std::mem::replace(&mut tally, new(0));
                 let Ok(()) = summed(full);
+                mark = mark.max(at.saturating_add(STRETCH));
             }
         }
         let Ok(()) = summed(tally);
@@ -382,6 +397,7 @@ fn quiet<S: StepSource + Send>(
     } else {
         Format::Text
     };
+    err.flush().context("writing to stderr")?;
     let mut out = BufWriter::new(std::io::stdout().lock());
     if args.stats {
         Printer::new(format, !args.no_disasm).stats(&stats, &mut out)?;
@@ -394,16 +410,19 @@ fn quiet<S: StepSource + Send>(
     })
 }
 
-/// `--quiet`'s report of an error or endless loop, on stderr.
-fn report_failure(args: &FlowArgs, item: &Item) {
-    match item {
-        Item::Error(e) => eprintln!("hwtrace: {}: error at {e}", args.trace.display()),
-        Item::Stuck { offset, ip, insns } => eprintln!(
+/// `--quiet`'s report of an error or endless loop, on stderr (`err`).
+/// Written as `eprintln!` would, but a failure to write is not a panic:
+/// stderr going away must not lose the decode's result.
+fn report_failure(args: &FlowArgs, item: &Item, err: &mut impl Write) {
+    let _ = match item {
+        Item::Error(e) => writeln!(err, "hwtrace: {}: error at {e}", args.trace.display()),
+        Item::Stuck { offset, ip, insns } => writeln!(
+            err,
             "hwtrace: {}: error at {offset:#x}, ip {ip:#x}: {insns} instructions without trace: an endless loop",
             args.trace.display()
         ),
-        _ => {}
-    }
+        _ => Ok(()),
+    };
 }
 
 /// Writes `items` as `args` ask: exit code 2 when the trace had errors.
@@ -433,12 +452,13 @@ fn output(
     };
     let mut printer = Printer::new(format, !args.no_disasm);
     let mut stats = Stats::default();
+    let mut err = BufWriter::new(std::io::stderr().lock());
     let mut emit = |item: Item| -> Result<()> {
         stats.count(&item, len);
         if !args.quiet {
             printer.item(&item, &mut out)?;
         } else {
-            report_failure(args, &item);
+            report_failure(args, &item, &mut err);
         }
         Ok(())
     };
@@ -449,6 +469,7 @@ fn output(
     } else {
         items.try_for_each(&mut emit)?;
     }
+    err.flush().context("writing to stderr")?;
     stats.insns = insns.get();
     if args.stats {
         printer.stats(&stats, &mut out)?;

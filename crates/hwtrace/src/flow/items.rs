@@ -80,8 +80,7 @@ impl<S: StepSource> Items<S> {
 
     /// Gives up after `max` instructions without trace instead of
     /// [`hwtrace_flow::parallel::MAX_STALL`].
-    #[cfg(test)]
-    fn with_max_stall(mut self, max: u64) -> Self {
+    pub fn with_max_stall(mut self, max: u64) -> Self {
         self.flow = self.flow.with_max_stall(max);
         self
     }
