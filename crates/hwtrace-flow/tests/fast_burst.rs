@@ -43,14 +43,14 @@ const MAX_ITEMS: usize = 3_000_000;
 
 /// Decodes `trace` with `next` alone (`cap == 0`) or with bursts of at
 /// most `cap` runs, `next` taking what a burst leaves; counts the runs
-/// that came from bursts.
+/// that came from bursts and the TNT paths cached at the end.
 fn decode<M: ReadMemory>(
     trace: &[u8],
     config: Config,
     mem: M,
     resync: bool,
     cap: usize,
-) -> (Vec<Item>, usize) {
+) -> (Vec<Item>, usize, usize) {
     let mut dec = FastDecoder::new(trace, config, mem);
     let mut buf = RunBuffer::with_capacity(cap.max(1));
     let (mut out, mut burst_runs) = (Vec::new(), 0);
@@ -114,7 +114,8 @@ fn decode<M: ReadMemory>(
             }
         }
     }
-    (out, burst_runs)
+    let paths = dec.cached_paths();
+    (out, burst_runs, paths)
 }
 
 /// Whether `got` (bursts) says what `want` (`next`) says: the IP and time
@@ -140,19 +141,22 @@ fn agree(want: &Item, got: &Item) -> bool {
 }
 
 /// Runs the decode with `next` alone and with bursts of several sizes;
-/// returns how many runs the bursts gave (of the largest size).
+/// returns how many runs there were, how many the bursts gave and how many
+/// TNT paths they cached (bursts of the largest size).
 fn same<M: ReadMemory + Copy>(
     what: &str,
     trace: &[u8],
     config: Config,
     mem: M,
     resync: bool,
-) -> Result<(usize, usize), String> {
-    let (want, _) = decode(trace, config, mem, resync, 0);
-    let mut burst_runs = 0;
+) -> Result<(usize, usize, usize), String> {
+    let (want, _, no_paths) = decode(trace, config, mem, resync, 0);
+    assert_eq!(no_paths, 0, "{what}: next alone cached TNT paths");
+    let (mut burst_runs, mut paths) = (0, 0);
     for cap in [1, 3, 256] {
-        let (got, runs) = decode(trace, config, mem, resync, cap);
+        let (got, runs, p) = decode(trace, config, mem, resync, cap);
         burst_runs = runs;
+        paths = p;
         let diff = want
             .iter()
             .zip(&got)
@@ -172,7 +176,7 @@ fn same<M: ReadMemory + Copy>(
         .iter()
         .filter(|i| matches!(i, Item::Run { .. }))
         .count();
-    Ok((runs, burst_runs))
+    Ok((runs, burst_runs, paths))
 }
 
 // ----- memory -----
@@ -291,7 +295,7 @@ fn corpus_cases_burst_as_next_steps() {
                 &files,
                 resync,
             ) {
-                Ok((r, b)) => {
+                Ok((r, b, _)) => {
                     runs += r;
                     burst_runs += b;
                 }
@@ -357,13 +361,14 @@ fn real_traces_burst_as_next_steps() {
     for name in ["foo", "Unzip"] {
         let (trace, pages) = real(&shared().join("real").join(name));
         for resync in [false, true] {
-            let (runs, burst_runs) = same(name, &trace, Config::default(), &pages, resync)
+            let (runs, burst_runs, paths) = same(name, &trace, Config::default(), &pages, resync)
                 .unwrap_or_else(|e| panic!("{e}"));
-            // Most runs of real code come in bursts.
+            // Most runs of real code come in bursts, hot loops as TNT paths.
             assert!(
                 burst_runs * 10 > runs * 9,
                 "{name}: {burst_runs} of {runs} runs in bursts"
             );
+            assert!(paths > 10, "{name}: only {paths} TNT paths");
         }
     }
 }
@@ -409,12 +414,13 @@ fn qemu_execution_bursts_as_next_steps() {
             .unwrap_or_else(|e| panic!("encoding gzip: {e}"))
             .bytes;
         let what = format!("gzip config {k}");
-        let (runs, burst_runs) =
+        let (runs, burst_runs, paths) =
             same(&what, &trace, Config::default(), code, false).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             burst_runs * 10 > runs * 9,
             "{what}: {burst_runs} of {runs} runs in bursts"
         );
+        assert!(paths > 10, "{what}: only {paths} TNT paths");
         let mut bad = trace.clone();
         for at in (1024..bad.len()).step_by(3072) {
             bad[at] ^= 0x5a;

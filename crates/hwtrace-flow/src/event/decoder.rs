@@ -274,6 +274,43 @@ impl<'a> EventDecoder<'a> {
         }
     }
 
+    /// [`fetch_packet`](Self::fetch_packet) right after a TNT packet: no
+    /// PEBS block is open then (a TNT closes one, PADs keep the state), so
+    /// a PAD or a TNT-8 is known from its byte (SDM vol. 3C, 33.4.2.1:
+    /// `xxxxxxx0b` but `00000010b`, the stop bit above the branch bits)
+    /// and only needs the packet decoder moved past it. Everything else
+    /// goes the usual way.
+    #[inline]
+    fn fetch_after_tnt(&mut self) {
+        loop {
+            let pos = self.pkt.offset().0;
+            let b = match self.pkt.data().get(pos as usize) {
+                Some(&b) if b & 1 == 0 && b != 0x02 => b,
+                _ => return self.fetch_packet(),
+            };
+            // The packet decoder reads the same one-byte packet (the
+            // result is known, so only the move matters).
+            if !matches!(self.pkt.next_packet(), Ok(Some(_))) {
+                return self.fetch_packet();
+            }
+            if b == 0 {
+                continue;
+            }
+            let payload = b >> 1;
+            let len = 7 - payload.leading_zeros() as u8;
+            self.packet = Some(DecodedPacket {
+                offset: TraceOffset(pos),
+                size: 1,
+                packet: Packet::Tnt(Tnt {
+                    bits: u64::from(payload) & ((1u64 << len) - 1),
+                    len,
+                    long: false,
+                }),
+            });
+            return;
+        }
+    }
+
     /// Sets `self.event` to a fresh event of `kind`, time-stamped.
     fn standalone(&mut self, kind: EventKind) -> &mut Event {
         let mut ev = Event::new(kind);
@@ -337,7 +374,7 @@ impl<'a> EventDecoder<'a> {
                 packet: Packet::Tnt(t),
                 ..
             }) => {
-                self.fetch_packet();
+                self.fetch_after_tnt();
                 Some(t)
             }
             _ => None,

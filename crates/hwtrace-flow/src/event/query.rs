@@ -84,10 +84,20 @@ impl<'a> QueryDecoder<'a> {
         self.last_time = Time::new();
     }
 
+    #[inline]
     fn status(&self) -> Status {
+        if !self.tnt.is_empty() {
+            return Status::default();
+        }
+        self.status_beyond_tnt()
+    }
+
+    /// The status once the cached TNT bits are used up.
+    #[inline]
+    fn status_beyond_tnt(&self) -> Status {
         let mut s = Status::default();
         // A TNT event is neither a user event nor the end.
-        if self.tnt.is_empty() && self.next_tnt.is_none() {
+        if self.next_tnt.is_none() {
             match &self.event {
                 Err(ErrorKind::Eos) => s.eos = true,
                 // A trace error is reported as soon as the caller asks for
@@ -233,25 +243,55 @@ impl<'a> QueryDecoder<'a> {
     /// does). `None`, with nothing changed, when there is no such bit, or
     /// when it is a not-taken bit and `taken_only` (a compressed return
     /// must find a taken one).
-    #[inline]
+    #[inline(always)]
     pub fn next_tnt_bit(&mut self, taken_only: bool) -> Option<(bool, Status)> {
-        if let Some(taken) = self.tnt.peek() {
-            if taken_only && !taken {
-                return None;
-            }
-            self.tnt.take();
-            let status = if self.tnt.is_empty() {
-                self.status()
-            } else {
-                Status::default()
-            };
-            return Some((taken, status));
+        let Some(taken) = self.tnt.peek() else {
+            return self.next_packet_bit(taken_only);
+        };
+        if taken_only && !taken {
+            return None;
         }
+        self.tnt.take();
+        let status = if self.tnt.is_empty() {
+            self.status()
+        } else {
+            Status::default()
+        };
+        Some((taken, status))
+    }
+
+    /// [`next_tnt_bit`](Self::next_tnt_bit) with no bit cached: the first
+    /// of the next TNT packet's (once per packet, so out of line).
+    #[inline(never)]
+    fn next_packet_bit(&mut self, taken_only: bool) -> Option<(bool, Status)> {
         let taken = self.peek_tnt()?;
         if taken_only && !taken {
             return None;
         }
         Some((taken, self.take_tnt()))
+    }
+
+    /// The TNT bits cached and how many ([`TntCache::pending`]).
+    #[inline]
+    pub const fn cached_tnt(&self) -> (u64, u8) {
+        self.tnt.pending()
+    }
+
+    /// The status [`cond_branch`](Self::cond_branch) would return with the
+    /// last cached TNT bit: what follows the cached bits, looked at
+    /// without using any.
+    #[inline]
+    pub fn status_after_cached_tnt(&self) -> Status {
+        self.status_beyond_tnt()
+    }
+
+    /// Uses up every cached TNT bit at once (a caller that knows where
+    /// they lead); the status is
+    /// [`status_after_cached_tnt`](Self::status_after_cached_tnt).
+    #[inline]
+    pub fn drop_cached_tnt(&mut self) -> Status {
+        self.tnt.clear();
+        self.status()
     }
 
     /// Uses up the cached TNT bit [`peek_cached_tnt`](Self::peek_cached_tnt)

@@ -43,6 +43,18 @@ impl TntCache {
         Some((self.bits >> (self.left - 1)) & 1 != 0)
     }
 
+    /// The bits left, the next one highest, and how many: what decides
+    /// the branches until the cache is empty.
+    #[inline]
+    pub const fn pending(&self) -> (u64, u8) {
+        let mask = if self.left >= 64 {
+            u64::MAX
+        } else {
+            (1u64 << self.left) - 1
+        };
+        (self.bits & mask, self.left)
+    }
+
     /// The next branch: `Some(true)` if taken; `None` when empty.
     pub fn take(&mut self) -> Option<bool> {
         if self.left == 0 {
@@ -74,6 +86,27 @@ mod tests {
         assert_eq!(c.peek(), None);
         assert_eq!(c.take(), None);
         assert!(c.is_empty());
+    }
+
+    #[test]
+    fn pending_bits_are_the_ones_left() {
+        let mut c = TntCache::new();
+        assert_eq!(c.pending(), (0, 0));
+        c.load(&Tnt {
+            bits: 0b1_0110,
+            len: 5,
+            long: false,
+        });
+        assert_eq!(c.pending(), (0b1_0110, 5));
+        c.take();
+        c.take();
+        assert_eq!(c.pending(), (0b110, 3));
+        c.load(&Tnt {
+            bits: u64::MAX >> 17,
+            len: 47,
+            long: true,
+        });
+        assert_eq!(c.pending(), (u64::MAX >> 17, 47));
     }
 
     #[test]

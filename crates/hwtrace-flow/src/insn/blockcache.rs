@@ -38,6 +38,15 @@ pub const MAX_CACHED_BLOCK_INSNS: u32 = 1024;
 /// The most blocks kept; past it the cache is cleared and refilled.
 pub const MAX_CACHED_BLOCKS: usize = 1 << 17;
 
+/// Slots of the TNT path table (a power of two).
+const PATH_SLOTS: usize = 1 << 14;
+
+/// The most runs kept for all TNT paths; past it they start over.
+const MAX_PATH_RUNS: usize = 1 << 20;
+
+/// The most runs one TNT path holds.
+pub const MAX_PATH_LEN: u32 = 128;
+
 /// "No block": an empty successor slot.
 pub const NO_BLOCK: u32 = u32::MAX;
 
@@ -173,6 +182,54 @@ impl CachedBlock {
     }
 }
 
+/// One run of a [`TntPath`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathRun {
+    /// The first instruction's address.
+    pub ip: Ip,
+    /// The last instruction's address.
+    pub end_ip: Ip,
+    /// How many instructions.
+    pub insns: u32,
+    /// The class of the last instruction.
+    pub class: InsnClass,
+}
+
+/// Where the TNT bits left in the cache lead from a block, when they are
+/// used up by conditional jumps with only direct jumps and straight code
+/// between (no call, return or TIP): the blocks run, in order, and the
+/// block after the last. The same code with the same bits always goes the
+/// same way, so a decoder that meets the key again runs the whole path in
+/// one step (the idea of libxdc's and iptr's TNT caches) instead of
+/// following the blocks one branch at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TntPath {
+    /// The first block.
+    pub start: u32,
+    /// The TNT bits left when it starts (the next one highest).
+    pub bits: u64,
+    /// How many.
+    pub left: u8,
+    /// Where its runs start in the path run store.
+    first: u32,
+    /// How many runs.
+    pub runs: u32,
+    /// How many instructions, all runs together.
+    pub insns: u64,
+    /// The IP after the last run.
+    pub to: Ip,
+    /// The last block run.
+    pub last: u32,
+    /// The block starting at `to`.
+    pub next: u32,
+}
+
+fn path_slot(start: u32, bits: u64, left: u8) -> usize {
+    let h = ((u64::from(start) << 8) | u64::from(left)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ bits.wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    (h >> 40) as usize & (PATH_SLOTS - 1)
+}
+
 /// A multiply-rotate hasher for the block keys (SipHash cost more than
 /// the lookups it served).
 #[derive(Clone, Copy, Debug, Default)]
@@ -226,6 +283,10 @@ pub struct BlockCache {
     lasts: Vec<Cached>,
     index: HashMap<Key, u32, BuildHasherDefault<KeyHasher>>,
     spaces: Vec<AddressSpace>,
+    /// TNT paths, direct-mapped by (start, bits); allocated on first use.
+    paths: Vec<Option<TntPath>>,
+    /// The runs of every path, each path's one after the other.
+    path_runs: Vec<PathRun>,
 }
 
 impl BlockCache {
@@ -240,6 +301,7 @@ impl BlockCache {
         self.blocks.clear();
         self.lasts.clear();
         self.index.clear();
+        self.forget_paths();
         self.spaces.clear();
     }
 
@@ -275,7 +337,88 @@ impl BlockCache {
         self.lasts.get(idx as usize)
     }
 
-    /// The cached block starting at `ip`, if any.
+    fn forget_paths(&mut self) {
+        self.paths.iter_mut().for_each(|p| *p = None);
+        self.path_runs.clear();
+    }
+
+    /// The path from block `start` with TNT bits `bits` (`left` of them)
+    /// left, and its runs, if one was recorded.
+    #[inline]
+    pub fn path(&self, start: u32, bits: u64, left: u8) -> Option<(&TntPath, &[PathRun])> {
+        let p = self.paths.get(path_slot(start, bits, left))?.as_ref()?;
+        if p.start != start || p.bits != bits || p.left != left {
+            return None;
+        }
+        let first = p.first as usize;
+        let runs = self.path_runs.get(first..first + p.runs as usize)?;
+        Some((p, runs))
+    }
+
+    /// How many TNT paths are kept.
+    pub fn paths(&self) -> usize {
+        self.paths.iter().filter(|p| p.is_some()).count()
+    }
+
+    /// Starts recording a path: its runs go after the ones stored (which
+    /// start over first when there are too many).
+    pub fn begin_path(&mut self) -> u32 {
+        if self.path_runs.len() >= MAX_PATH_RUNS {
+            self.forget_paths();
+        }
+        self.path_runs.len() as u32
+    }
+
+    /// Adds a run to the path being recorded.
+    pub fn push_path_run(&mut self, run: PathRun) {
+        self.path_runs.push(run);
+    }
+
+    /// Drops the path being recorded (begun at `first`).
+    pub fn abandon_path(&mut self, first: u32) {
+        self.path_runs.truncate(first as usize);
+    }
+
+    /// Keeps the path being recorded (begun at `first`, its runs pushed)
+    /// under its key, replacing whatever shared its slot.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "a path's fields, named at the one place that makes paths"
+    )]
+    pub fn finish_path(
+        &mut self,
+        first: u32,
+        start: u32,
+        bits: u64,
+        left: u8,
+        insns: u64,
+        to: Ip,
+        last: u32,
+        next: u32,
+    ) {
+        let runs = (self.path_runs.len() as u32).saturating_sub(first);
+        if runs == 0 {
+            return;
+        }
+        if self.paths.is_empty() {
+            self.paths = vec![None; PATH_SLOTS];
+        }
+        if let Some(slot) = self.paths.get_mut(path_slot(start, bits, left)) {
+            *slot = Some(TntPath {
+                start,
+                bits,
+                left,
+                first,
+                runs,
+                insns,
+                to,
+                last,
+                next,
+            });
+        }
+    }
+
+    /// The cached block starting at `ip`, if any.    /// The cached block starting at `ip`, if any.
     pub fn lookup(&self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
         self.index
             .get(&Key {
@@ -515,6 +658,65 @@ mod tests {
             .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
             .unwrap();
         assert!(blk(&c, n).plain);
+    }
+
+    #[test]
+    fn blocks_fit_a_cache_line_and_know_their_flow() {
+        assert_eq!(std::mem::size_of::<CachedBlock>(), 64);
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        let head = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        assert_eq!(blk(&c, head).flow, BlockFlow::CondJump);
+        assert_eq!(blk(&c, head).target, 0x1000);
+        assert_eq!(c.last_insn(head).map(|l| l.decoded.size), Some(2));
+        let tail = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1004), decode)
+            .unwrap();
+        assert_eq!(blk(&c, tail).flow, BlockFlow::Return);
+        // No direct target: the fall-through stands in for it.
+        assert_eq!(blk(&c, tail).target, blk(&c, tail).end.0);
+    }
+
+    #[test]
+    fn tnt_paths_are_kept_by_start_and_bits() {
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        let head = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        let tail = c
+            .get_or_build(s, ExecMode::Bits64, Ip(0x1004), decode)
+            .unwrap();
+        // Taken, then not taken: the loop once, then out to the tail.
+        let run = PathRun {
+            ip: Ip(0x1000),
+            end_ip: Ip(0x1002),
+            insns: 3,
+            class: InsnClass::CondJump,
+        };
+        let first = c.begin_path();
+        c.push_path_run(run);
+        c.push_path_run(run);
+        c.finish_path(first, head, 0b10, 2, 6, Ip(0x1004), head, tail);
+        let (p, runs) = c.path(head, 0b10, 2).expect("a path");
+        assert_eq!(runs, [run, run]);
+        assert_eq!((p.insns, p.to, p.last, p.next), (6, Ip(0x1004), head, tail));
+        assert_eq!(c.paths(), 1);
+        // Other bits, another start: no path.
+        assert!(c.path(head, 0b11, 2).is_none());
+        assert!(c.path(head, 0b10, 3).is_none());
+        assert!(c.path(tail, 0b10, 2).is_none());
+        // An abandoned recording leaves nothing behind.
+        let first = c.begin_path();
+        c.push_path_run(run);
+        c.abandon_path(first);
+        assert!(c.path(head, 0b1, 1).is_none());
+        assert_eq!(c.path(head, 0b10, 2).map(|(_, r)| r.len()), Some(2));
+        c.clear();
+        assert!(c.path(head, 0b10, 2).is_none());
+        assert_eq!(c.paths(), 0);
     }
 
     #[test]

@@ -55,7 +55,7 @@
 //! # Ok::<(), hwtrace_flow::Error>(())
 //! ```
 
-use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK};
+use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK, PathRun};
 use super::classify::InsnClass;
 use super::decoder::{BurstEnd, Insn, InsnDecoder, RunSink};
 use super::runs::RunBuffer;
@@ -166,6 +166,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// How many blocks are cached.
     pub fn cached_blocks(&self) -> usize {
         self.cache.len()
+    }
+
+    /// How many TNT paths (blocks run for the bits of a TNT packet, see
+    /// [`TntPath`](super::TntPath)) are cached for bursts.
+    pub fn cached_paths(&self) -> usize {
+        self.cache.paths()
     }
 
     /// The offset of the packet being processed.
@@ -325,7 +331,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         let speculative = self.dec.speculative();
         if !self.dec.query_config().tick_events {
             let mut one = OneRun(None);
-            let end = self.dec.run_burst(&mut self.cache, idx, &mut one);
+            let end = self.dec.run_burst(&mut self.cache, idx, &mut one, false);
             if let Some((ip, insns, end_ip, end_class, offset)) = one.0 {
                 self.burst_ended(end);
                 return Some(FastStep::Run(BlockRun {
@@ -426,7 +432,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             return 0;
         };
         out.start(self.space, mode, self.dec.speculative());
-        let end = self.dec.run_burst(&mut self.cache, idx, out);
+        let end = self.dec.run_burst(&mut self.cache, idx, out, true);
         if !out.is_empty() {
             self.burst_ended(end);
         }
@@ -546,6 +552,16 @@ impl RunSink for OneRun {
     fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
         self.0 = Some((b.ip, b.insns, b.last_ip, b.class, offset));
     }
+
+    #[inline]
+    fn room(&self) -> usize {
+        usize::from(self.0.is_none())
+    }
+
+    #[inline]
+    fn push_path_run(&mut self, r: &PathRun, offset: TraceOffset) {
+        self.0 = Some((r.ip, r.insns, r.end_ip, r.class, offset));
+    }
 }
 
 impl RunSink for RunBuffer {
@@ -557,5 +573,15 @@ impl RunSink for RunBuffer {
     #[inline]
     fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
         RunBuffer::push(self, b.ip, b.insns, b.last_ip, b.class, offset);
+    }
+
+    #[inline]
+    fn room(&self) -> usize {
+        self.capacity() - self.len()
+    }
+
+    #[inline]
+    fn push_path_run(&mut self, r: &PathRun, offset: TraceOffset) {
+        RunBuffer::push(self, r.ip, r.insns, r.end_ip, r.class, offset);
     }
 }

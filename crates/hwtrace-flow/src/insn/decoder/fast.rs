@@ -14,7 +14,9 @@
 use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
 use crate::event::{EventKind, Status};
-use crate::insn::blockcache::{BlockCache, BlockFlow, CachedBlock, NO_BLOCK};
+use crate::insn::blockcache::{
+    BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathRun,
+};
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
 use crate::insn::decoder::Insn;
@@ -247,6 +249,20 @@ pub(in crate::insn) trait RunSink {
     fn is_full(&self) -> bool;
     /// One run: `block`, then the trace offset after it.
     fn push(&mut self, block: &CachedBlock, offset: TraceOffset);
+    /// How many more runs fit.
+    fn room(&self) -> usize;
+    /// One run of a TNT path, then the trace offset after it.
+    fn push_path_run(&mut self, run: &PathRun, offset: TraceOffset);
+}
+
+/// A TNT path being recorded ([`BlockCache::begin_path`]).
+struct Recording {
+    first: u32,
+    start: u32,
+    bits: u64,
+    left: u8,
+    insns: u64,
+    runs: u32,
 }
 
 /// How a burst ended.
@@ -286,6 +302,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         cache: &mut BlockCache,
         idx: u32,
         out: &mut impl RunSink,
+        paths: bool,
     ) -> BurstEnd {
         // The IP, the instruction count and the trace offset live in
         // locals while blocks run and are written back whenever anything
@@ -299,9 +316,47 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             result: None,
         };
         let plain = Status::default();
+        let mut rec: Option<Recording> = None;
         loop {
             if out.is_full() {
                 break;
+            }
+            if paths && rec.is_none() {
+                let (bits, left) = self.query.cached_tnt();
+                if left > 0 {
+                    // The bits left lead where they led before: the whole
+                    // path at once, if it fits and nothing waits after it
+                    // (as the blocks' checks would find, the instruction
+                    // limit checked for the path as a whole).
+                    match cache.path(end.next, bits, left) {
+                        Some((p, runs)) => {
+                            if out.room() >= runs.len()
+                                && icount.saturating_add(p.insns) <= MAX_UNTRACED_INSNS
+                                && self.query.status_after_cached_tnt() == plain
+                            {
+                                for r in runs {
+                                    out.push_path_run(r, offset);
+                                }
+                                self.query.drop_cached_tnt();
+                                icount = 0;
+                                ip = p.to.0;
+                                end.last = p.last;
+                                end.next = p.next;
+                                continue;
+                            }
+                        }
+                        None => {
+                            rec = Some(Recording {
+                                first: cache.begin_path(),
+                                start: end.next,
+                                bits,
+                                left,
+                                insns: 0,
+                                runs: 0,
+                            });
+                        }
+                    }
+                }
             }
             let Some(&b) = cache.get(end.next) else {
                 break;
@@ -373,6 +428,9 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                     offset = self.query.offset();
                 }
                 Some(status) => {
+                    if let Some(r) = rec.take() {
+                        cache.abandon_path(r.first);
+                    }
                     self.ip = ip;
                     let result = match cache.last_insn(end.last).copied() {
                         Some(last) => self.answered(&b, &last, status),
@@ -385,6 +443,25 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 }
             }
             out.push(&b, offset);
+            if let Some(r) = &mut rec {
+                if matches!(
+                    b.flow,
+                    BlockFlow::Straight | BlockFlow::Jump | BlockFlow::CondJump
+                ) && r.runs < MAX_PATH_LEN
+                {
+                    cache.push_path_run(PathRun {
+                        ip: b.ip,
+                        end_ip: b.last_ip,
+                        insns: b.insns,
+                        class: b.class,
+                    });
+                    r.insns += n;
+                    r.runs += 1;
+                } else {
+                    cache.abandon_path(r.first);
+                    rec = None;
+                }
+            }
             // The next block: the successor link if it still starts here,
             // else the cache (decoding the block if new), then linked.
             let linked = b.successor(Ip(to));
@@ -401,14 +478,35 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                         break;
                     };
                     if cache.len() < before {
-                        // The cache started over: older indices are gone.
+                        // The cache started over: older indices (and the
+                        // path being recorded) are gone.
                         end.last = NO_BLOCK;
+                        rec = None;
                     } else {
                         cache.link(end.last, found);
                     }
                     found
                 }
             };
+            if let Some(r) = &rec
+                && self.query.cached_tnt().1 == 0
+            {
+                // The bits it started with are used up: the path ends here.
+                cache.finish_path(
+                    r.first,
+                    r.start,
+                    r.bits,
+                    r.left,
+                    r.insns,
+                    Ip(ip),
+                    end.last,
+                    end.next,
+                );
+                rec = None;
+            }
+        }
+        if let Some(r) = rec {
+            cache.abandon_path(r.first);
         }
         self.ip = ip;
         self.icount = icount;
