@@ -294,6 +294,21 @@ impl<'a> QueryDecoder<'a> {
         self.status()
     }
 
+    /// With no TNT bit cached and a TNT packet (with bits) next: loads
+    /// it, exactly as [`take_tnt`](Self::take_tnt) does before using its
+    /// first bit, and says `true`. Otherwise nothing changes. For a caller
+    /// that will use the first bit right after (the decoder's bursts, to
+    /// see the whole packet's bits first).
+    #[inline]
+    pub fn load_next_tnt_packet(&mut self) -> bool {
+        if !self.tnt.is_empty() || self.peek_tnt().is_none() {
+            return false;
+        }
+        self.last_time = self.evdec.time().clone();
+        self.load_next_tnt();
+        true
+    }
+
     /// Uses up the cached TNT bit [`peek_cached_tnt`](Self::peek_cached_tnt)
     /// showed; the status is what [`cond_branch`](Self::cond_branch) would
     /// have returned with it.

@@ -44,6 +44,12 @@ const PATH_SLOTS: usize = 1 << 14;
 /// The most runs kept for all TNT paths; past it they start over.
 const MAX_PATH_RUNS: usize = 1 << 20;
 
+/// The most TNT paths kept; past it they start over.
+const MAX_PATHS: usize = 1 << 18;
+
+/// An empty slot of the path table.
+const NO_PATH: u32 = u32::MAX;
+
 /// The most runs one TNT path holds.
 pub const MAX_PATH_LEN: u32 = 128;
 
@@ -283,8 +289,12 @@ pub struct BlockCache {
     lasts: Vec<Cached>,
     index: HashMap<Key, u32, BuildHasherDefault<KeyHasher>>,
     spaces: Vec<AddressSpace>,
-    /// TNT paths, direct-mapped by (start, bits); allocated on first use.
-    paths: Vec<Option<TntPath>>,
+    /// Indices into `paths`, direct-mapped by (start, bits): small, so
+    /// the lookup made at every TNT packet stays in the cache; allocated
+    /// on first use.
+    path_slots: Vec<u32>,
+    /// The TNT paths recorded.
+    paths: Vec<TntPath>,
     /// The runs of every path, each path's one after the other.
     path_runs: Vec<PathRun>,
 }
@@ -338,7 +348,8 @@ impl BlockCache {
     }
 
     fn forget_paths(&mut self) {
-        self.paths.iter_mut().for_each(|p| *p = None);
+        self.path_slots.iter_mut().for_each(|p| *p = NO_PATH);
+        self.paths.clear();
         self.path_runs.clear();
     }
 
@@ -346,7 +357,8 @@ impl BlockCache {
     /// left, and its runs, if one was recorded.
     #[inline]
     pub fn path(&self, start: u32, bits: u64, left: u8) -> Option<(&TntPath, &[PathRun])> {
-        let p = self.paths.get(path_slot(start, bits, left))?.as_ref()?;
+        let i = *self.path_slots.get(path_slot(start, bits, left))?;
+        let p = self.paths.get(i as usize)?;
         if p.start != start || p.bits != bits || p.left != left {
             return None;
         }
@@ -355,15 +367,16 @@ impl BlockCache {
         Some((p, runs))
     }
 
-    /// How many TNT paths are kept.
+    /// How many TNT paths are kept (some may be unreachable, replaced in
+    /// their slot by a later one).
     pub fn paths(&self) -> usize {
-        self.paths.iter().filter(|p| p.is_some()).count()
+        self.paths.len()
     }
 
     /// Starts recording a path: its runs go after the ones stored (which
     /// start over first when there are too many).
     pub fn begin_path(&mut self) -> u32 {
-        if self.path_runs.len() >= MAX_PATH_RUNS {
+        if self.path_runs.len() >= MAX_PATH_RUNS || self.paths.len() >= MAX_PATHS {
             self.forget_paths();
         }
         self.path_runs.len() as u32
@@ -400,11 +413,13 @@ impl BlockCache {
         if runs == 0 {
             return;
         }
-        if self.paths.is_empty() {
-            self.paths = vec![None; PATH_SLOTS];
+        if self.path_slots.is_empty() {
+            self.path_slots = vec![NO_PATH; PATH_SLOTS];
         }
-        if let Some(slot) = self.paths.get_mut(path_slot(start, bits, left)) {
-            *slot = Some(TntPath {
+        let i = self.paths.len() as u32;
+        if let Some(slot) = self.path_slots.get_mut(path_slot(start, bits, left)) {
+            *slot = i;
+            self.paths.push(TntPath {
                 start,
                 bits,
                 left,

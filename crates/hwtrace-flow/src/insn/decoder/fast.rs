@@ -321,8 +321,28 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             if out.is_full() {
                 break;
             }
-            if paths && rec.is_none() {
-                let (bits, left) = self.query.cached_tnt();
+            let start = match cache.get(end.next) {
+                Some(b) if paths && rec.is_none() => Some((b.flow, u64::from(b.insns))),
+                _ => None,
+            };
+            if let Some((flow, n)) = start
+                && matches!(
+                    flow,
+                    BlockFlow::CondJump | BlockFlow::Jump | BlockFlow::Straight
+                )
+            {
+                let (mut bits, mut left) = self.query.cached_tnt();
+                if left == 0
+                    && flow == BlockFlow::CondJump
+                    && icount.saturating_add(n) <= MAX_UNTRACED_INSNS
+                    && self.query.load_next_tnt_packet()
+                {
+                    // The block will run on the first bit of the next TNT
+                    // packet: loaded now (as taking the bit would first),
+                    // the whole packet's bits can pick a path.
+                    offset = self.query.offset();
+                    (bits, left) = self.query.cached_tnt();
+                }
                 if left > 0 {
                     // The bits left lead where they led before: the whole
                     // path at once, if it fits and nothing waits after it
