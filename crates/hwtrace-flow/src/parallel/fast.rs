@@ -28,22 +28,26 @@
 //!
 //! A caller that only counts need not take the instructions one by one
 //! at all: [`Flow::skip_runs`](super::Flow::skip_runs) passes over whole
-//! runs ([`StepSource::take_runs`]), a decoder step and a few comparisons
-//! each, and hands out as items only what it must (events, the
-//! instruction an error follows, a run that may end an endless loop, the
-//! runs where a caller looks for a seam);
-//! [`Flow::skip_insns`](super::Flow::skip_insns) passes over the middle of
-//! a run handed out one by one.
+//! runs ([`StepSource::take_runs`]), taken from the decoder a burst at a
+//! time where the code is plain ([`FastDecoder::next_runs`]) and a few
+//! comparisons each, and hands out as items only what it must (events,
+//! the instruction an error follows, a run that may end an endless loop,
+//! the runs where a caller looks for a seam: the rest of a burst is then
+//! handed out run by run); [`Flow::skip_insns`](super::Flow::skip_insns)
+//! passes over the middle of a run handed out one by one.
 //!
-//! Seams are only taken between runs ([`StepSource::seam_ready`]): inside
-//! one, the decoder underneath is already past the run, and its state
-//! says nothing about how much of the run is still to come.
+//! Seams are only taken between runs handed out, never inside a run or
+//! with runs of a burst still to come ([`StepSource::seam_ready`]): the
+//! decoder underneath is already past them, and its state says nothing
+//! about how much is still to come.
 
 use super::{Probe, StepSource, Taken};
 use crate::Error;
 use crate::ErrorKind;
 use crate::event::{Event, Status};
-use crate::insn::{BlockRun, FastDecoder, FastStep, Insn, InsnClass};
+use crate::insn::{
+    BlockRun, FastDecoder, FastStep, Insn, InsnClass, MAX_CACHED_BLOCK_INSNS, RunBuffer,
+};
 use hwtrace_types::{Ip, ReadMemory, TraceOffset};
 
 /// The fast decoder driven one instruction at a time.
@@ -71,6 +75,16 @@ pub struct FastSource<'a, M> {
     /// end of the trace), for the next [`StepSource::next_insn`] to return
     /// as it would have met it.
     failed: Option<Error>,
+    /// A burst of runs from the decoder ([`FastDecoder::next_runs`],
+    /// count mode), and the first of them still to hand out one by one
+    /// (`burst.len()`: none) with the trace offset before it: the decoder
+    /// is past them all.
+    burst: RunBuffer,
+    queued: usize,
+    queued_before: TraceOffset,
+    /// Whether the run being handed out is the last of the decoder's step
+    /// (its last instruction carries the decoder's status, else none).
+    step_last: bool,
 }
 
 impl<'a, M: ReadMemory> FastSource<'a, M> {
@@ -98,6 +112,10 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
             stall: 0,
             max_stall,
             failed: None,
+            burst: RunBuffer::new(),
+            queued: 0,
+            queued_before: TraceOffset(0),
+            step_last: true,
         }
     }
 
@@ -112,12 +130,61 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         self.run = None;
         self.left = 0;
         self.failed = None;
+        self.burst.clear();
+        self.queued = 0;
+    }
+
+    /// Whether runs of a burst wait to be handed out.
+    fn queued_runs(&self) -> bool {
+        self.queued < self.burst.len()
+    }
+
+    /// Makes the next queued run of the burst the run to hand out.
+    fn dequeue(&mut self) -> Result<(), Error> {
+        let before = self.queued_before;
+        let Some(run) = self.burst.get(self.queued) else {
+            return Err(Error {
+                offset: before,
+                ip: None,
+                kind: ErrorKind::Internal,
+            });
+        };
+        self.queued += 1;
+        self.queued_before = run.offset;
+        self.step_last = !self.queued_runs();
+        self.start(before, run)
+    }
+
+    /// Adds `n` instructions taken at `before`, with `status` after them,
+    /// to what [`StepSource::take_runs`] passed over.
+    #[inline]
+    fn add(&mut self, taken: &mut Option<Taken>, before: TraceOffset, n: u64, status: Status) {
+        self.stall = self.stall_at(before).saturating_add(n);
+        self.stall_offset = before;
+        let t = taken.get_or_insert(Taken {
+            insns: 0,
+            status,
+            last_offset: before,
+            last_insns: 0,
+        });
+        t.insns += n;
+        t.status = status;
+        if t.last_offset == before {
+            t.last_insns += n;
+        } else {
+            t.last_offset = before;
+            t.last_insns = n;
+        }
     }
 
     /// Takes the next step of the fast decoder as the run to hand out;
     /// `Err` when there is none (the error, or the end of the trace).
     fn next_run(&mut self) -> Result<(), Error> {
+        if self.queued_runs() {
+            return self.dequeue();
+        }
         let (before, run) = self.fetch()?;
+        self.step_last = true;
         self.start(before, run)
     }
 
@@ -211,6 +278,8 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     fn offset(&self) -> TraceOffset {
         if self.left > 0 {
             self.before
+        } else if self.queued_runs() {
+            self.queued_before
         } else {
             self.dec.offset()
         }
@@ -263,7 +332,11 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             return Ok(Status::default());
         }
         self.run = None;
-        self.dec.step_result()
+        if self.step_last {
+            self.dec.step_result()
+        } else {
+            Ok(Status::default())
+        }
     }
 
     fn probe(&self) -> Probe {
@@ -275,7 +348,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     }
 
     fn seam_ready(&self) -> bool {
-        self.left == 0
+        self.left == 0 && !self.queued_runs()
     }
 
     /// Count mode only: the run's instructions before its last (which
@@ -301,19 +374,65 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     /// one becomes the run handed out one by one. One loop around the
     /// decoder's step, as a caller of [`FastDecoder`] itself would write.
     fn take_runs(&mut self, max_stall: u64, until: TraceOffset) -> Option<Taken> {
-        if self.expand || self.left > 0 || self.failed.is_some() {
+        if self.expand || self.left > 0 || self.failed.is_some() || self.queued_runs() {
             return None;
         }
         let limit = self.max_stall.min(max_stall);
         let mut taken: Option<Taken> = None;
         loop {
             let before = self.dec.offset();
+            // Plain code a burst at a time: every run but the last of a
+            // burst has no status of its own. The decoder ends up past the
+            // whole burst, so a burst is only asked for where no
+            // endless-loop report can fall inside it (resynchronising from
+            // past the instruction it names would not be exact): a burst
+            // holds at most its capacity of cached blocks.
+            let most =
+                (self.burst.capacity() as u64).saturating_mul(u64::from(MAX_CACHED_BLOCK_INSNS));
+            let k = if self.stall_at(before).saturating_add(most) < limit {
+                self.dec.next_runs(&mut self.burst)
+            } else {
+                0
+            };
+            if k > 0 {
+                let mut at = before;
+                for i in 0..k {
+                    let Some(run) = self.burst.get(i) else { break };
+                    let n = u64::from(run.insns);
+                    let status = if i + 1 == k {
+                        self.dec.step_result()
+                    } else {
+                        Ok(Status::default())
+                    };
+                    if self.stall_at(at).saturating_add(n) < limit
+                        && run.offset < until
+                        && let Ok(status) = status
+                    {
+                        self.add(&mut taken, at, n, status);
+                        at = run.offset;
+                        continue;
+                    }
+                    // This run and those after it one by one.
+                    self.queued = i;
+                    self.queued_before = at;
+                    if let Err(e) = self.dequeue() {
+                        self.failed = Some(e);
+                    }
+                    return taken;
+                }
+                self.queued = self.burst.len();
+                match taken {
+                    Some(t) if t.status.event_pending || t.status.eos => return taken,
+                    _ => continue,
+                }
+            }
             let step = self.dec.next();
             // Only the count is read on the way through: copying the whole
             // run out of the step costs more than the rest of the loop.
             let Ok(Some(FastStep::Run(BlockRun { insns, .. }))) = &step else {
                 match Self::as_run(step, before, self.dec.ip()) {
                     Ok(run) => {
+                        self.step_last = true;
                         if let Err(e) = self.start(before, run) {
                             self.failed = Some(e);
                         }
@@ -323,36 +442,21 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                 return taken;
             };
             let n = u64::from(*insns);
-            let stall = self.stall_at(before).saturating_add(n);
-            if stall < limit
+            if self.stall_at(before).saturating_add(n) < limit
                 && self.dec.offset() < until
                 && let Ok(status) = self.dec.step_result()
             {
-                self.stall_offset = before;
-                self.stall = stall;
-                let t = taken.get_or_insert(Taken {
-                    insns: 0,
-                    status,
-                    last_offset: before,
-                    last_insns: 0,
-                });
-                t.insns += n;
-                t.status = status;
-                if t.last_offset == before {
-                    t.last_insns += n;
-                } else {
-                    t.last_offset = before;
-                    t.last_insns = n;
-                }
+                self.add(&mut taken, before, n, status);
                 if status.event_pending || status.eos {
                     return taken;
                 }
                 continue;
             }
-            if let Ok(Some(FastStep::Run(run))) = step
-                && let Err(e) = self.start(before, run)
-            {
-                self.failed = Some(e);
+            if let Ok(Some(FastStep::Run(run))) = step {
+                self.step_last = true;
+                if let Err(e) = self.start(before, run) {
+                    self.failed = Some(e);
+                }
             }
             return taken;
         }
@@ -364,7 +468,7 @@ mod tests {
     use super::*;
     use crate::Config;
     use crate::insn::InsnDecoder;
-    use crate::parallel::{Flow, FlowItem};
+    use crate::parallel::{Flow, FlowItem, MAX_STALL};
     use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
     use hwtrace_types::{AddressSpace, MemoryError};
 
@@ -588,6 +692,74 @@ mod tests {
         }
         // The cases hold both ways a decode gives up.
         assert!(stuck && failed);
+    }
+
+    /// Per PSB: PSB+ at 0x1000, then `rounds` times three TNTs of six
+    /// taken bits, a not-taken one and a TIP back to 0x1000; at the end a
+    /// TIP to `to`.
+    fn long_trace(rounds: usize, to: u64) -> Vec<u8> {
+        let mut t = TraceBuilder::new();
+        let tnt = |bits, len| {
+            Packet::Tnt(Tnt {
+                bits,
+                len,
+                long: false,
+            })
+        };
+        for _ in 0..2 {
+            t.push(Packet::Psb).unwrap();
+            t.push(Packet::ModeExec(ModeExec {
+                csl: true,
+                csd: false,
+                iflag: false,
+            }))
+            .unwrap();
+            t.ip(Packet::Fup, 0x1000).unwrap();
+            t.push(Packet::Psbend).unwrap();
+            for _ in 0..rounds {
+                for _ in 0..3 {
+                    t.push(tnt(0b11_1111, 6)).unwrap();
+                }
+                t.push(tnt(0, 1)).unwrap();
+                t.ip(Packet::Tip, 0x1000).unwrap();
+            }
+            t.push(tnt(0, 1)).unwrap();
+            t.ip(Packet::Tip, to).unwrap();
+        }
+        t.finish()
+    }
+
+    #[test]
+    fn bursts_of_runs_passed_over_place_every_item_as_the_instruction_decoder() {
+        let (mut bursts, mut queued) = (false, false);
+        for to in [0x9000, 0x1000] {
+            let trace = long_trace(6, to);
+            let insn = InsnDecoder::new(&trace, Config::default(), Code(INDIRECT));
+            let want = placed(Flow::new(insn));
+            for until in (0..=trace.len() as u64).chain([u64::MAX]) {
+                let fast = FastDecoder::new(&trace, Config::default(), Code(INDIRECT));
+                let mut flow = Flow::new(FastSource::counting(fast, MAX_STALL));
+                let (mut insns, mut got) = (0, Vec::new());
+                loop {
+                    insns += flow.skip_runs(TraceOffset(until));
+                    bursts |= flow.source().burst.len() > 1;
+                    queued |= flow.source().queued_runs();
+                    match flow.next() {
+                        Some(FlowItem::Insn { .. }) => insns += 1,
+                        Some(other) => got.push((insns, other)),
+                        None => break,
+                    }
+                }
+                assert_eq!(
+                    (&got, insns),
+                    (&want.0, want.1),
+                    "to {to:#x}, until {until}"
+                );
+            }
+        }
+        // Bursts were passed over, and some only in part (the rest handed
+        // out one by one from `until` on).
+        assert!(bursts && queued, "bursts {bursts}, queued {queued}");
     }
 
     #[test]
