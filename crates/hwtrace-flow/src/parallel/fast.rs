@@ -134,6 +134,27 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         self.queued = 0;
     }
 
+    /// The trace offset the burst's last run was taken at (the one before
+    /// its first is `before`) and how many instructions the burst's runs
+    /// taken there hold.
+    fn trailing(&self, before: TraceOffset) -> (TraceOffset, u64) {
+        let k = self.burst.len();
+        // The offset before run `i`.
+        let at = |i: usize| match i.checked_sub(1) {
+            Some(p) => self.burst.get(p).map_or(before, |r| r.offset),
+            None => before,
+        };
+        let last = at(k.saturating_sub(1));
+        let mut insns = 0;
+        for i in (0..k).rev() {
+            if at(i) != last {
+                break;
+            }
+            insns += self.burst.get(i).map_or(0, |r| u64::from(r.insns));
+        }
+        (last, insns)
+    }
+
     /// Whether runs of a burst wait to be handed out.
     fn queued_runs(&self) -> bool {
         self.queued < self.burst.len()
@@ -395,6 +416,25 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                 0
             };
             if k > 0 {
+                // Usually the whole burst is taken: offsets only grow, so
+                // only its last run decides (`until`, its status), and the
+                // stall count goes on from the runs at the last offset.
+                if let Some(last) = self.burst.get(k - 1)
+                    && last.offset < until
+                    && let Ok(status) = self.dec.step_result()
+                {
+                    let (at, trailing) = self.trailing(before);
+                    let total = self.burst.insns();
+                    if total > trailing {
+                        self.add(&mut taken, before, total - trailing, status);
+                    }
+                    self.add(&mut taken, at, trailing, status);
+                    self.queued = k;
+                    if status.event_pending || status.eos {
+                        return taken;
+                    }
+                    continue;
+                }
                 let mut at = before;
                 for i in 0..k {
                     let Some(run) = self.burst.get(i) else { break };
@@ -736,25 +776,38 @@ mod tests {
             let trace = long_trace(6, to);
             let insn = InsnDecoder::new(&trace, Config::default(), Code(INDIRECT));
             let want = placed(Flow::new(insn));
+            // The stall count the source keeps (what decides whether a run
+            // may end an endless loop) at each item other than an
+            // instruction, as when every instruction is handed out.
+            let fast = FastDecoder::new(&trace, Config::default(), Code(INDIRECT));
+            let mut flow = Flow::new(FastSource::counting(fast, MAX_STALL));
+            let mut want_stalls = Vec::new();
+            while let Some(item) = flow.next() {
+                if !matches!(item, FlowItem::Insn { .. }) {
+                    let src = flow.source();
+                    want_stalls.push((src.stall_offset, src.stall));
+                }
+            }
             for until in (0..=trace.len() as u64).chain([u64::MAX]) {
                 let fast = FastDecoder::new(&trace, Config::default(), Code(INDIRECT));
                 let mut flow = Flow::new(FastSource::counting(fast, MAX_STALL));
-                let (mut insns, mut got) = (0, Vec::new());
+                let (mut insns, mut got, mut stalls) = (0, Vec::new(), Vec::new());
                 loop {
                     insns += flow.skip_runs(TraceOffset(until));
                     bursts |= flow.source().burst.len() > 1;
                     queued |= flow.source().queued_runs();
                     match flow.next() {
                         Some(FlowItem::Insn { .. }) => insns += 1,
-                        Some(other) => got.push((insns, other)),
+                        Some(other) => {
+                            got.push((insns, other));
+                            stalls.push((flow.source().stall_offset, flow.source().stall));
+                        }
                         None => break,
                     }
                 }
-                assert_eq!(
-                    (&got, insns),
-                    (&want.0, want.1),
-                    "to {to:#x}, until {until}"
-                );
+                let what = format!("to {to:#x}, until {until}");
+                assert_eq!((&got, insns), (&want.0, want.1), "{what}");
+                assert_eq!(stalls, want_stalls, "{what}");
             }
         }
         // Bursts were passed over, and some only in part (the rest handed
