@@ -559,8 +559,10 @@ impl RunSink for OneRun {
     }
 
     #[inline]
-    fn push_path_run(&mut self, r: &PathRun, offset: TraceOffset) {
-        self.0 = Some((r.ip, r.insns, r.end_ip, r.class, offset));
+    fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset) {
+        if let [r] = runs {
+            self.0 = Some((r.ip, r.insns, r.end_ip, r.class, offset));
+        }
     }
 }
 
@@ -581,7 +583,7 @@ impl RunSink for RunBuffer {
     }
 
     #[inline]
-    fn push_path_run(&mut self, r: &PathRun, offset: TraceOffset) {
-        RunBuffer::push(self, r.ip, r.insns, r.end_ip, r.class, offset);
+    fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset) {
+        RunBuffer::push_path(self, runs, offset);
     }
 }

@@ -8,6 +8,7 @@
 //! a whole [`BlockRun`]). The buffer is allocated once, at its capacity,
 //! and reused: filling it never allocates.
 
+use super::blockcache::PathRun;
 use super::classify::InsnClass;
 use super::fast::BlockRun;
 use hwtrace_packet::ExecMode;
@@ -147,6 +148,21 @@ impl RunBuffer {
     }
 }
 
+impl RunBuffer {
+    /// Adds the runs of a TNT path, all at `offset`, as far as they fit.
+    #[inline]
+    pub(crate) fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset) {
+        let room = self.cap.saturating_sub(self.entries.len());
+        self.entries.extend(runs.iter().take(room).map(|r| Entry {
+            ip: r.ip,
+            end_ip: r.end_ip,
+            offset,
+            insns: r.insns,
+            end_class: r.class,
+        }));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,5 +201,18 @@ mod tests {
         b.start(AddressSpace::UNKNOWN, ExecMode::Bits64, false);
         assert!(b.is_empty());
         assert_eq!(b.insns(), 0);
+        // A TNT path's runs share the offset; what does not fit is left.
+        let r = PathRun {
+            ip: Ip(0x20),
+            end_ip: Ip(0x22),
+            insns: 2,
+            class: InsnClass::CondJump,
+        };
+        b.push_path(&[r, r, r], TraceOffset(5));
+        assert_eq!(b.len(), 2);
+        assert!(
+            b.iter()
+                .all(|run| run.offset == TraceOffset(5) && run.ip == Ip(0x20))
+        );
     }
 }

@@ -251,8 +251,9 @@ pub(in crate::insn) trait RunSink {
     fn push(&mut self, block: &CachedBlock, offset: TraceOffset);
     /// How many more runs fit.
     fn room(&self) -> usize;
-    /// One run of a TNT path, then the trace offset after it.
-    fn push_path_run(&mut self, run: &PathRun, offset: TraceOffset);
+    /// The runs of a TNT path (the caller checked they fit), all with the
+    /// trace offset after them.
+    fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset);
 }
 
 /// A TNT path being recorded ([`BlockCache::begin_path`]).
@@ -354,9 +355,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                                 && icount.saturating_add(p.insns) <= MAX_UNTRACED_INSNS
                                 && self.query.status_after_cached_tnt() == plain
                             {
-                                for r in runs {
-                                    out.push_path_run(r, offset);
-                                }
+                                out.push_path(runs, offset);
                                 self.query.drop_cached_tnt();
                                 icount = 0;
                                 ip = p.to.0;
