@@ -85,7 +85,22 @@ pub struct FastSource<'a, M> {
     /// Whether the run being handed out is the last of the decoder's step
     /// (its last instruction carries the decoder's status, else none).
     step_last: bool,
+    /// Whether the last run handed out ended in a branch: a point where
+    /// every decode's runs end, whatever it went through before, so the
+    /// only place a seam is taken (a decode that synchronised at a PSB
+    /// steps its first instructions one by one, another one passing over
+    /// that PSB runs the same code as one block: they agree only at the
+    /// block's end).
+    at_branch: bool,
+    /// [`BURST_REACH`] (tests bring bursts up to `until`).
+    burst_reach: u64,
 }
+
+/// How close to the trace offset a caller looks for seams from
+/// ([`StepSource::take_runs`]'s `until`) bursts of runs stop being asked
+/// for: a burst crossing it would be handed out in part, where no seam
+/// can be taken, and the seam would be missed.
+const BURST_REACH: u64 = 4 << 10;
 
 impl<'a, M: ReadMemory> FastSource<'a, M> {
     /// Hands `dec`'s runs out as fully decoded instructions.
@@ -116,6 +131,8 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
             queued: 0,
             queued_before: TraceOffset(0),
             step_last: true,
+            at_branch: false,
+            burst_reach: BURST_REACH,
         }
     }
 
@@ -353,6 +370,10 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             return Ok(Status::default());
         }
         self.run = None;
+        self.at_branch = !matches!(
+            run.end_class,
+            InsnClass::Other | InsnClass::Ptwrite | InsnClass::Unknown
+        );
         if self.step_last {
             self.dec.step_result()
         } else {
@@ -369,7 +390,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     }
 
     fn seam_ready(&self) -> bool {
-        self.left == 0 && !self.queued_runs()
+        self.left == 0 && !self.queued_runs() && self.at_branch
     }
 
     /// Count mode only: the run's instructions before its last (which
@@ -410,7 +431,9 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             // holds at most its capacity of cached blocks.
             let most =
                 (self.burst.capacity() as u64).saturating_mul(u64::from(MAX_CACHED_BLOCK_INSNS));
-            let k = if self.stall_at(before).saturating_add(most) < limit {
+            let k = if self.stall_at(before).saturating_add(most) < limit
+                && before.0.saturating_add(self.burst_reach) < until.0
+            {
                 self.dec.next_runs(&mut self.burst)
             } else {
                 0
@@ -788,9 +811,15 @@ mod tests {
                     want_stalls.push((src.stall_offset, src.stall));
                 }
             }
-            for until in (0..=trace.len() as u64).chain([u64::MAX]) {
+            for (until, reach) in (0..=trace.len() as u64)
+                .flat_map(|u| [(u, 0), (u, BURST_REACH)])
+                .chain([(u64::MAX, BURST_REACH)])
+            {
                 let fast = FastDecoder::new(&trace, Config::default(), Code(INDIRECT));
-                let mut flow = Flow::new(FastSource::counting(fast, MAX_STALL));
+                let mut src = FastSource::counting(fast, MAX_STALL);
+                // Bursts right up to `until` too: taken there in part.
+                src.burst_reach = reach;
+                let mut flow = Flow::new(src);
                 let (mut insns, mut got, mut stalls) = (0, Vec::new(), Vec::new());
                 loop {
                     insns += flow.skip_runs(TraceOffset(until));
@@ -805,7 +834,7 @@ mod tests {
                         None => break,
                     }
                 }
-                let what = format!("to {to:#x}, until {until}");
+                let what = format!("to {to:#x}, until {until}, reach {reach}");
                 assert_eq!((&got, insns), (&want.0, want.1), "{what}");
                 assert_eq!(stalls, want_stalls, "{what}");
             }
