@@ -230,7 +230,15 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         Some(n) => usize::try_from(n).unwrap_or(1),
         None => std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    let mut parallel = ParallelConfig::new(jobs);
+    // Only counts are printed: the fast decoder's runs need not be
+    // expanded into instructions, and units cost no memory for their
+    // items, so they can be large.
+    let counting = args.quiet && !args.blocks && !args.branches;
+    let mut parallel = if counting {
+        ParallelConfig::counting(jobs, bytes.len() as u64)
+    } else {
+        ParallelConfig::new(jobs)
+    };
     if let Some(unit) = args.unit_bytes {
         parallel.unit_bytes = unit;
     }
@@ -238,9 +246,6 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         parallel.max_stall = max;
     }
     let mem = &mem;
-    // Only counts are printed: the fast decoder's runs need not be
-    // expanded into instructions.
-    let counting = args.quiet && !args.blocks && !args.branches;
     let max_stall = parallel.max_stall;
     match args.decoder {
         Decoder::Insn => decode(&args, &trace, jobs, &parallel, || {
