@@ -1,0 +1,92 @@
+//! Arbitrary bytes as an Intel PT trace over a fixed code image, decoded
+//! three ways that must agree item for item: the instruction decoder, the
+//! block-cached `FastDecoder` with its runs expanded into instructions, and
+//! the `FastDecoder` counting whole runs and bursts (`Flow::skip_runs`, what
+//! `hwtrace flow --quiet` does). None may panic; the fast decoder's claim
+//! is exactness, so any difference is a bug.
+#![no_main]
+
+use hwtrace_flow::Config;
+use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
+use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, StepSource};
+use hwtrace_mem::image::Image;
+use hwtrace_types::{Ip, TraceOffset};
+use libfuzzer_sys::fuzz_target;
+use std::sync::OnceLock;
+
+/// Endless loops are given up after this many instructions without trace
+/// (small, so that inputs stay fast).
+const MAX_STALL: u64 = 1 << 12;
+
+/// The most items compared per input.
+const MAX_ITEMS: usize = 1 << 18;
+
+/// The flow_decode target's code: every kind of branch (a conditional, a
+/// direct call and jump, indirect ones, far transfers, a return), at
+/// 0x1000 and at a kernel-looking address.
+const CODE: &[u8] = &[
+    0x74, 0x05, 0xe8, 0x09, 0x00, 0x00, 0x00, 0xff, 0xe0, 0x0f, 0x05, 0xeb, 0xf3, 0x90, 0x90, 0x90, 0x48, 0x01,
+    0xc8, 0x75, 0xfb, 0xff, 0xd0, 0xc3, 0xcf,
+];
+
+fn image() -> &'static Image {
+    static IMAGE: OnceLock<Image> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let mut image = Image::new();
+        for base in [0x1000u64, 0xffff_ffff_8000_1000] {
+            image.add_bytes(None, Ip(base), CODE.to_vec(), "fuzz-code").expect("fixed image loads");
+        }
+        image
+    })
+}
+
+/// Every item, up to `MAX_ITEMS`; whether the flow ended before.
+fn items<S: StepSource>(mut flow: Flow<S>) -> (Vec<FlowItem>, bool) {
+    let mut out = Vec::new();
+    while out.len() < MAX_ITEMS {
+        match flow.next() {
+            Some(item) => out.push(item),
+            None => return (out, true),
+        }
+    }
+    (out, false)
+}
+
+/// The items other than instructions, each with how many instructions came
+/// before it, and the instructions in all; `None` past `MAX_ITEMS`.
+fn counted<S: StepSource>(mut flow: Flow<S>, skip: bool) -> Option<(Vec<(u64, FlowItem)>, u64)> {
+    let mut insns = 0u64;
+    let mut others = Vec::new();
+    for _ in 0..MAX_ITEMS {
+        if skip {
+            insns += flow.skip_runs(TraceOffset(u64::MAX));
+        }
+        match flow.next() {
+            Some(FlowItem::Insn { .. }) => insns += 1,
+            Some(other) => others.push((insns, other)),
+            None => return Some((others, insns)),
+        }
+    }
+    None
+}
+
+fuzz_target!(|data: &[u8]| {
+    let config = Config::default();
+    let insn = || Flow::new(InsnDecoder::new(data, config, image())).with_max_stall(MAX_STALL);
+    let (want, ended) = items(insn());
+    let (got, _) = items(Flow::new(FastSource::new(FastDecoder::new(data, config, image()))).with_max_stall(MAX_STALL));
+    // Compared as far as the reference went.
+    let n = want.len().min(got.len());
+    assert_eq!(&got[..n], &want[..n], "expanded runs differ from the instruction decoder");
+    if ended {
+        assert_eq!(got.len(), want.len(), "expanded runs end elsewhere");
+        let reference = counted(insn(), false).expect("the reference ended");
+        let source = FastSource::counting(FastDecoder::new(data, config, image()), MAX_STALL);
+        if let Some(fast) = counted(Flow::new(source).with_max_stall(MAX_STALL), true) {
+            // Items that are not instructions carry what the reference's
+            // carry, instruction counts between them included.
+            assert_eq!(fast.1, reference.1, "counted whole runs: instruction count differs");
+            assert_eq!(fast.0, reference.0, "counted whole runs: events or errors differ");
+        }
+    }
+});
