@@ -50,11 +50,13 @@ impl ParallelConfig {
     /// the decode past its end up to that anchor, the first instructions
     /// after its PSB and those before the seam stepped without bursts —
     /// that cost about 15% of the CPU with 64 KiB units on the benchmark
-    /// corpus and about 4% with 4 MiB ones.
+    /// corpus and about 4% with 4 MiB ones. Two units in flight per
+    /// worker are enough lookahead for units that large.
     pub fn counting(threads: usize, trace_len: u64) -> Self {
         let mut config = Self::new(threads);
         let per_thread = trace_len / (16 * config.threads as u64);
         config.unit_bytes = per_thread.clamp(config.unit_bytes, 4 << 20);
+        config.window = 2 * config.threads;
         config
     }
 }
@@ -699,7 +701,7 @@ mod tests {
         assert_eq!(ParallelConfig::counting(2, 1 << 30).unit_bytes, 4 << 20);
         assert_eq!(ParallelConfig::counting(0, 1 << 30).threads, 1);
         let c = ParallelConfig::counting(8, 256 << 20);
-        assert_eq!((c.unit_bytes, c.window), (2 << 20, 32));
+        assert_eq!((c.unit_bytes, c.window), (2 << 20, 16));
     }
 
     #[test]

@@ -353,8 +353,10 @@ fn quiet<S: StepSource + Send>(
         failures: Vec::new(),
     };
     // Failures are written a line at a time through one buffer (an
-    // unbuffered stderr writes each piece of a line on its own).
-    let mut err = std::io::BufWriter::new(std::io::stderr().lock());
+    // unbuffered stderr writes each piece of a line on its own). Not
+    // locked for the whole decode: a worker thread that panics prints to
+    // stderr, and must not wait for a lock the merging thread holds.
+    let mut err = std::io::BufWriter::new(std::io::stderr());
     let mut summed = |t: Tally| -> Result<(), std::convert::Infallible> {
         for f in &t.failures {
             report_failure(args, f, &mut err);
@@ -457,7 +459,8 @@ fn output(
     };
     let mut printer = Printer::new(format, !args.no_disasm);
     let mut stats = Stats::default();
-    let mut err = BufWriter::new(std::io::stderr().lock());
+    // Unlocked, as in `quiet`: decoder threads may print a panic.
+    let mut err = BufWriter::new(std::io::stderr());
     let mut emit = |item: Item| -> Result<()> {
         stats.count(&item, len);
         if !args.quiet {
