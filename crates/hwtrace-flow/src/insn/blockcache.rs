@@ -41,14 +41,16 @@ pub const MAX_CACHED_BLOCKS: usize = 1 << 17;
 /// Slots of the TNT path table (a power of two).
 const PATH_SLOTS: usize = 1 << 14;
 
-/// The most runs kept for all TNT paths; past it they start over. 6 MiB
-/// of runs: a parallel decode holds a cache per decoder in flight (six
-/// on two threads), and four times as many made no difference to speed
-/// on the benchmark corpus but tripled its peak RSS.
-const MAX_PATH_RUNS: usize = 1 << 18;
+/// The most runs kept for all TNT paths; past it they start over. 1.5 MiB
+/// of runs: a parallel decode holds a cache per decoder in flight (five
+/// or six on two threads); 16 times as many made no difference to speed
+/// on the benchmark corpus (small programs: gzip and the real traces)
+/// but more than doubled `hwtrace flow --jobs 2`'s peak RSS. Programs
+/// with much more hot code than that may start over more often.
+const MAX_PATH_RUNS: usize = 1 << 16;
 
 /// The most TNT paths kept; past it they start over.
-const MAX_PATHS: usize = 1 << 16;
+const MAX_PATHS: usize = 1 << 14;
 
 /// An empty slot of the path table.
 const NO_PATH: u32 = u32::MAX;
