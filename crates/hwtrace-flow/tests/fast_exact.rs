@@ -10,13 +10,15 @@
 
 use hwtrace_flow::event::Event;
 use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder};
-use hwtrace_flow::{Config, Errata, Error, ErrorKind};
+use hwtrace_flow::{Config, Error, ErrorKind};
 use hwtrace_packet::ExecMode;
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd, TscModel};
-use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use hwtrace_types::ReadMemory;
+use std::path::Path;
 use std::time::Duration;
+
+mod common;
+use common::{corpus_cases, real};
 
 /// What a decode reports, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -226,121 +228,23 @@ fn same<M: ReadMemory + Copy>(
 // ----- memory -----
 
 /// Files loaded at addresses (libipt's corpus images).
-struct Files(Vec<(u64, Vec<u8>)>);
-
-impl ReadMemory for &Files {
-    fn read_memory(&self, _: AddressSpace, addr: Ip, buf: &mut [u8]) -> Result<usize, MemoryError> {
-        for (base, bytes) in &self.0 {
-            let Some(off) = addr.0.checked_sub(*base) else {
-                continue;
-            };
-            let Some(rest) = usize::try_from(off).ok().and_then(|o| bytes.get(o..)) else {
-                continue;
-            };
-            if rest.is_empty() {
-                continue;
-            }
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            return Ok(n);
-        }
-        Err(MemoryError::Unmapped { addr })
-    }
-}
-
-/// A page cache: 4 KiB pages at the addresses of `pages.addr`.
-struct Pages {
-    at: HashMap<u64, usize>,
-    data: Vec<u8>,
-}
-
-impl ReadMemory for &Pages {
-    fn read_memory(&self, _: AddressSpace, addr: Ip, buf: &mut [u8]) -> Result<usize, MemoryError> {
-        let page = addr.0 & !0xfff;
-        let off = (addr.0 & 0xfff) as usize;
-        let Some(&start) = self.at.get(&page) else {
-            return Err(MemoryError::Unmapped { addr });
-        };
-        let bytes = &self.data[start + off..start + 4096];
-        let n = bytes.len().min(buf.len());
-        buf[..n].copy_from_slice(&bytes[..n]);
-        Ok(n)
-    }
-}
-
-fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-}
-
-fn cpu_config(cpu: Option<&str>) -> Config {
-    let Some(cpu) = cpu else {
-        return Config::default();
-    };
-    let mut parts = cpu.split('/');
-    let family = parts.next().and_then(|f| f.parse::<u16>().ok());
-    let model = parts.next().and_then(|m| m.parse::<u8>().ok());
-    match (family, model) {
-        (Some(f), Some(m)) => Config {
-            errata: Errata::for_model(f, m).unwrap_or_default(),
-            ..Config::default()
-        },
-        _ => Config::default(),
-    }
-}
-
-fn parse_addr(text: &str) -> u64 {
-    let t = text.trim();
-    match t.strip_prefix("0x") {
-        Some(h) => u64::from_str_radix(h, 16).expect("hex load address"),
-        None => t.parse().expect("load address"),
-    }
-}
-
 #[test]
 fn corpus_cases_decode_alike() {
-    let dir = shared().join("libipt");
-    let mut dirs: Vec<_> = std::fs::read_dir(&dir)
-        .expect("../shared/corpus/libipt")
-        .flatten()
-        .map(|d| d.path())
-        .collect();
-    dirs.sort();
     let (mut checked, mut insns, mut errors) = (0, 0, 0);
     let mut failures = Vec::new();
-    for path in dirs {
-        let Ok(text) = std::fs::read_to_string(path.join("case.json")) else {
-            continue;
-        };
-        let case: serde_json::Value = serde_json::from_str(&text).expect("case.json");
-        let Some(trace) = case["trace"].as_str() else {
-            continue;
-        };
-        let Ok(trace) = std::fs::read(path.join(trace)) else {
-            continue;
-        };
-        let mut files = Vec::new();
-        for image in case["images"].as_array().into_iter().flatten() {
-            let (Some(file), Some(at)) = (image["file"].as_str(), image["load_address"].as_str())
-            else {
-                continue;
-            };
-            if let Ok(bytes) = std::fs::read(path.join(file)) {
-                files.push((parse_addr(at), bytes));
-            }
-        }
-        let files = Files(files);
-        let base = cpu_config(case["cpu"].as_str());
+    for case in corpus_cases() {
+        let (name, trace, files) = (&case.name, &case.trace, &case.files);
+        let base = case.config;
         let ticking = Config {
             tick_events: true,
             ..base
         };
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
         for (config, how) in [
             (base, Recover::NextPsb),
             (base, Recover::Resync),
             (ticking, Recover::NextPsb),
         ] {
-            match same(&name, &trace, config, &files, how) {
+            match same(name, trace, config, files, how) {
                 Ok(c) => {
                     insns += c.insns;
                     errors += c.errors;
@@ -366,18 +270,7 @@ fn real_traces_decode_alike() {
     // icelake_tip is a few packets that libipt's ptxed, too, stops at
     // with an error before any instruction: only the error is compared.
     for (name, min_insns) in [("foo", 100_000), ("Unzip", 1000), ("icelake_tip", 0)] {
-        let dir = shared().join("real").join(name);
-        let trace = std::fs::read(dir.join("trace.pt")).expect("trace.pt");
-        let addrs = std::fs::read(dir.join("pages.addr")).expect("pages.addr");
-        let data = std::fs::read(dir.join("pages.dump")).expect("pages.dump");
-        let mut at = HashMap::new();
-        for (i, chunk) in addrs.chunks_exact(8).enumerate() {
-            let mut le = [0u8; 8];
-            le.copy_from_slice(chunk);
-            at.insert(u64::from_le_bytes(le), i * 4096);
-        }
-        assert!(data.len() >= at.len() * 4096, "{name}: short pages.dump");
-        let pages = Pages { at, data };
+        let (trace, pages) = real(name);
         for how in [Recover::NextPsb, Recover::Resync] {
             let Counts { insns, runs, .. } = same(name, &trace, Config::default(), &pages, how)
                 .unwrap_or_else(|e| panic!("{e}"));
