@@ -12,4 +12,4 @@ mod addr;
 mod memory;
 
 pub use addr::{Cr3, Ip, PhysAddr, TraceOffset, Tsc};
-pub use memory::{AddressSpace, MemoryError, PhysMemory, ReadMemory};
+pub use memory::{AddressSpace, BytesAt, MemoryError, PhysMemory, ReadMemory};

@@ -96,6 +96,37 @@ impl<T: ReadMemory + ?Sized> ReadMemory for &T {
     }
 }
 
+/// Bytes at one address, the same in every address space: the smallest
+/// code image there is — a raw blob at its load address, or a test's few
+/// hand-assembled instructions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BytesAt<'a> {
+    /// The address of the first byte.
+    pub base: Ip,
+    /// The bytes.
+    pub bytes: &'a [u8],
+}
+
+impl<'a> BytesAt<'a> {
+    /// `bytes` at `base`.
+    pub const fn new(base: Ip, bytes: &'a [u8]) -> Self {
+        Self { base, bytes }
+    }
+}
+
+impl ReadMemory for BytesAt<'_> {
+    fn read_memory(&self, _: AddressSpace, addr: Ip, buf: &mut [u8]) -> Result<usize, MemoryError> {
+        let rest = usize::try_from(addr.0.wrapping_sub(self.base.0))
+            .ok()
+            .and_then(|at| self.bytes.get(at..))
+            .filter(|rest| !rest.is_empty())
+            .ok_or(MemoryError::Unmapped { addr })?;
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
+    }
+}
+
 /// Physical memory, as a dump of a machine or a guest holds it.
 pub trait PhysMemory {
     /// Reads exactly `buf.len()` bytes at `addr`, or fails naming the first
@@ -113,5 +144,33 @@ pub trait PhysMemory {
 impl<T: PhysMemory + ?Sized> PhysMemory for &T {
     fn read_phys(&self, addr: PhysAddr, buf: &mut [u8]) -> Result<(), MemoryError> {
         (**self).read_phys(addr, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_at_reads_its_bytes_and_nothing_else() {
+        let mem = BytesAt::new(Ip(0x1000), &[1, 2, 3]);
+        let mut buf = [0u8; 8];
+        assert_eq!(
+            mem.read_memory(AddressSpace::UNKNOWN, Ip(0x1001), &mut buf),
+            Ok(2)
+        );
+        assert_eq!(buf[..2], [2, 3]);
+        let mut one = [0u8; 1];
+        assert_eq!(
+            mem.read_memory(AddressSpace::UNKNOWN, Ip(0x1000), &mut one),
+            Ok(1)
+        );
+        assert_eq!(one, [1]);
+        for addr in [0x1003, 0xfff, 0, u64::MAX] {
+            assert_eq!(
+                mem.read_memory(AddressSpace::UNKNOWN, Ip(addr), &mut buf),
+                Err(MemoryError::Unmapped { addr: Ip(addr) })
+            );
+        }
     }
 }

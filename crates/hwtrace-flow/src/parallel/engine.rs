@@ -606,10 +606,7 @@ mod tests {
     use crate::parallel::psb_offsets;
     use crate::{Config, Error};
     use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
-    use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
-
-    /// `CODE` at 0x1000.
-    struct Code;
+    use hwtrace_types::{BytesAt, Ip};
 
     /// 1000: call 1010; 1005: jnz 1000; 1007: ret;
     /// 1010: jz 1012; 1012: nop; 1013: ret.
@@ -618,20 +615,9 @@ mod tests {
         0xc3,
     ];
 
-    impl ReadMemory for Code {
-        fn read_memory(
-            &self,
-            _: AddressSpace,
-            addr: Ip,
-            buf: &mut [u8],
-        ) -> Result<usize, MemoryError> {
-            let at = usize::try_from(addr.0.wrapping_sub(0x1000)).unwrap_or(usize::MAX);
-            let rest = CODE.get(at..).filter(|r| !r.is_empty());
-            let rest = rest.ok_or(MemoryError::Unmapped { addr })?;
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            Ok(n)
-        }
+    /// `CODE` at 0x1000.
+    fn code() -> BytesAt<'static> {
+        BytesAt::new(Ip(0x1000), &CODE)
     }
 
     fn psb_plus(t: &mut TraceBuilder, ip: u64) {
@@ -674,7 +660,7 @@ mod tests {
         let stats = decode(
             trace,
             &config,
-            || InsnDecoder::new(trace, Config::default(), Code),
+            || InsnDecoder::new(trace, Config::default(), code()),
             |batch| {
                 got.extend(batch);
                 Ok::<(), ()>(())
@@ -708,7 +694,7 @@ mod tests {
     fn a_unit_missing_a_return_from_before_its_psb_is_decoded_from_the_start() {
         let trace = call_across_psb();
         let want: Vec<FlowItem> =
-            Flow::new(InsnDecoder::new(&trace, Config::default(), Code)).collect();
+            Flow::new(InsnDecoder::new(&trace, Config::default(), code())).collect();
         // From the start: call, jz, nop, ret, jnz (then the end).
         let ips: Vec<u64> = want
             .iter()
@@ -722,7 +708,7 @@ mod tests {
         // From the second PSB alone the return fails, after the anchor.
         let second = psb_offsets(&trace)[1];
         let alone: Vec<FlowItem> =
-            Flow::at(InsnDecoder::new(&trace, Config::default(), Code), second).collect();
+            Flow::at(InsnDecoder::new(&trace, Config::default(), code()), second).collect();
         let kinds: Vec<ErrorKind> = errors(&alone).iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [ErrorKind::RetStackEmpty]);
         // So that unit is not trusted: the decode from the start goes
@@ -773,7 +759,7 @@ mod tests {
         .unwrap();
         let trace = t.finish();
         let want: Vec<FlowItem> =
-            Flow::new(InsnDecoder::new(&trace, Config::default(), Code)).collect();
+            Flow::new(InsnDecoder::new(&trace, Config::default(), code())).collect();
         let kinds: Vec<ErrorKind> = errors(&want).iter().map(|e| e.kind).collect();
         assert_eq!(kinds, [ErrorKind::NoMap]);
         let (got, stats) = parallel(&trace);

@@ -533,25 +533,11 @@ mod tests {
     use crate::insn::InsnDecoder;
     use crate::parallel::{Flow, FlowItem, MAX_STALL};
     use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
-    use hwtrace_types::{AddressSpace, MemoryError};
+    use hwtrace_types::BytesAt;
 
     /// `code` at 0x1000.
-    struct Code(&'static [u8]);
-
-    impl ReadMemory for Code {
-        fn read_memory(
-            &self,
-            _: AddressSpace,
-            addr: Ip,
-            buf: &mut [u8],
-        ) -> Result<usize, MemoryError> {
-            let at = usize::try_from(addr.0.wrapping_sub(0x1000)).unwrap_or(usize::MAX);
-            let rest = self.0.get(at..).filter(|r| !r.is_empty());
-            let rest = rest.ok_or(MemoryError::Unmapped { addr })?;
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            Ok(n)
-        }
+    fn code_at(bytes: &'static [u8]) -> BytesAt<'static> {
+        BytesAt::new(Ip(0x1000), bytes)
     }
 
     /// PSB+ with tracing on at 0x1000, then `tnt` (taken bits), twice.
@@ -598,7 +584,7 @@ mod tests {
         for max_stall in [7, 8, 9, 100, 1000] {
             let trace = trace(0b110, 3);
             let want: Vec<FlowItem> =
-                Flow::new(InsnDecoder::new(&trace, Config::default(), Code(LOOPS)))
+                Flow::new(InsnDecoder::new(&trace, Config::default(), code_at(LOOPS)))
                     .with_max_stall(max_stall)
                     .collect();
             // Given up inside the jnz loop (one TNT packet feeds it, so
@@ -608,14 +594,14 @@ mod tests {
                 want.iter().any(|i| matches!(i, FlowItem::Stuck { .. })),
                 "{want:?}"
             );
-            let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+            let fast = FastDecoder::new(&trace, Config::default(), code_at(LOOPS));
             let got: Vec<FlowItem> = Flow::new(FastSource::new(fast))
                 .with_max_stall(max_stall)
                 .collect();
             assert_eq!(got, want, "max_stall {max_stall}");
             // Counting: the same items, instructions aside, and every
             // endless loop reported at its exact last instruction.
-            let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+            let fast = FastDecoder::new(&trace, Config::default(), code_at(LOOPS));
             let got: Vec<FlowItem> = Flow::new(FastSource::counting(fast, max_stall))
                 .with_max_stall(max_stall)
                 .collect();
@@ -630,7 +616,7 @@ mod tests {
         for max_stall in [7, 8, 9, 100, 1000] {
             let trace = trace(0b110, 3);
             let want: Vec<FlowItem> =
-                Flow::new(InsnDecoder::new(&trace, Config::default(), Code(LOOPS)))
+                Flow::new(InsnDecoder::new(&trace, Config::default(), code_at(LOOPS)))
                     .with_max_stall(max_stall)
                     .collect();
             let want_insns = want
@@ -642,7 +628,7 @@ mod tests {
                 .filter(|i| !matches!(i, FlowItem::Insn { .. }))
                 .copied()
                 .collect();
-            let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+            let fast = FastDecoder::new(&trace, Config::default(), code_at(LOOPS));
             let mut flow =
                 Flow::new(FastSource::counting(fast, max_stall)).with_max_stall(max_stall);
             let (mut insns, mut skipped, mut got) = (0, 0, Vec::new());
@@ -718,7 +704,7 @@ mod tests {
         for (code, trace) in &cases {
             let len = trace.len() as u64;
             for max_stall in [7, 8, 9, 100, 1000] {
-                let insn = InsnDecoder::new(trace, Config::default(), Code(code));
+                let insn = InsnDecoder::new(trace, Config::default(), code_at(code));
                 let want = placed(Flow::new(insn).with_max_stall(max_stall));
                 // Every way to bound the runs passed over (none whole, up
                 // to each byte of the trace, all) while loops are short.
@@ -728,7 +714,7 @@ mod tests {
                     vec![0, len / 2, u64::MAX]
                 };
                 for until in untils {
-                    let fast = FastDecoder::new(trace, Config::default(), Code(code));
+                    let fast = FastDecoder::new(trace, Config::default(), code_at(code));
                     let mut flow =
                         Flow::new(FastSource::counting(fast, max_stall)).with_max_stall(max_stall);
                     let (mut insns, mut skipped, mut got) = (0, 0, Vec::new());
@@ -747,7 +733,7 @@ mod tests {
                     assert!(skipped > 0, "{what}: nothing passed over");
                 }
             }
-            let insn = InsnDecoder::new(trace, Config::default(), Code(code));
+            let insn = InsnDecoder::new(trace, Config::default(), code_at(code));
             for (_, item) in placed(Flow::new(insn).with_max_stall(100)).0 {
                 stuck |= matches!(item, FlowItem::Stuck { .. });
                 failed |= matches!(item, FlowItem::Error(_));
@@ -797,12 +783,12 @@ mod tests {
         let (mut bursts, mut queued) = (false, false);
         for to in [0x9000, 0x1000] {
             let trace = long_trace(6, to);
-            let insn = InsnDecoder::new(&trace, Config::default(), Code(INDIRECT));
+            let insn = InsnDecoder::new(&trace, Config::default(), code_at(INDIRECT));
             let want = placed(Flow::new(insn));
             // The stall count the source keeps (what decides whether a run
             // may end an endless loop) at each item other than an
             // instruction, as when every instruction is handed out.
-            let fast = FastDecoder::new(&trace, Config::default(), Code(INDIRECT));
+            let fast = FastDecoder::new(&trace, Config::default(), code_at(INDIRECT));
             let mut flow = Flow::new(FastSource::counting(fast, MAX_STALL));
             let mut want_stalls = Vec::new();
             while let Some(item) = flow.next() {
@@ -815,7 +801,7 @@ mod tests {
                 .flat_map(|u| [(u, 0), (u, BURST_REACH)])
                 .chain([(u64::MAX, BURST_REACH)])
             {
-                let fast = FastDecoder::new(&trace, Config::default(), Code(INDIRECT));
+                let fast = FastDecoder::new(&trace, Config::default(), code_at(INDIRECT));
                 let mut src = FastSource::counting(fast, MAX_STALL);
                 // Bursts right up to `until` too: taken there in part.
                 src.burst_reach = reach;
@@ -847,7 +833,7 @@ mod tests {
     #[test]
     fn seams_are_only_taken_between_runs() {
         let trace = trace(0b1, 1);
-        let fast = FastDecoder::new(&trace, Config::default(), Code(LOOPS));
+        let fast = FastDecoder::new(&trace, Config::default(), code_at(LOOPS));
         let mut flow = Flow::new(FastSource::new(fast)).with_max_stall(50);
         let mut seams = Vec::new();
         while let Some(item) = flow.next() {

@@ -100,25 +100,11 @@ mod tests {
     use hwtrace_flow::Config;
     use hwtrace_flow::insn::InsnDecoder;
     use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
-    use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
+    use hwtrace_types::{BytesAt, Ip};
 
     /// `code` at 0x1000.
-    struct Code(&'static [u8]);
-
-    impl ReadMemory for Code {
-        fn read_memory(
-            &self,
-            _: AddressSpace,
-            addr: Ip,
-            buf: &mut [u8],
-        ) -> Result<usize, MemoryError> {
-            let at = usize::try_from(addr.0.wrapping_sub(0x1000)).unwrap_or(usize::MAX);
-            let rest = self.0.get(at..).filter(|r| !r.is_empty());
-            let rest = rest.ok_or(MemoryError::Unmapped { addr })?;
-            let n = rest.len().min(buf.len());
-            buf[..n].copy_from_slice(&rest[..n]);
-            Ok(n)
-        }
+    fn code_at(bytes: &'static [u8]) -> BytesAt<'static> {
+        BytesAt::new(Ip(0x1000), bytes)
     }
 
     /// PSB+ with tracing on at 0x1000 and a TNT after it (trace the code
@@ -149,7 +135,7 @@ mod tests {
     fn an_endless_loop_without_trace_is_left_at_the_next_psb() {
         // 1000: nop; 1001: jmp 1000
         let trace = two_psbs();
-        let dec = InsnDecoder::new(&trace, Config::default(), Code(&[0x90, 0xeb, 0xfd]));
+        let dec = InsnDecoder::new(&trace, Config::default(), code_at(&[0x90, 0xeb, 0xfd]));
         let all: Vec<Item> = Items::new(dec).with_max_stall(100).collect();
         // Each PSB+ reports its status (enabled, exec mode) first.
         let status = all
