@@ -5,7 +5,7 @@
 use hwtrace_flow::event::{EventDecoder, EventKind};
 use hwtrace_flow::insn::{BlockDecoder, BlockStep, InsnClass, InsnDecoder, Step};
 use hwtrace_flow::{Config, ErrorKind};
-use hwtrace_packet::{IpPayload, ModeExec, Packet, Tnt, TraceBuilder};
+use hwtrace_packet::{IpPayload, Packet, Tnt, TraceBuilder};
 use hwtrace_types::{AddressSpace, Ip, MemoryError, ReadMemory};
 use proptest::prelude::*;
 
@@ -36,19 +36,6 @@ impl ReadMemory for Code {
 }
 
 const BASE: u64 = 0x1000;
-const MODE64: ModeExec = ModeExec {
-    csl: true,
-    csd: false,
-    iflag: false,
-};
-
-/// PSB+ with tracing enabled at `ip` in 64-bit mode.
-fn psb_at(t: &mut TraceBuilder, ip: u64) {
-    t.push(Packet::Psb).unwrap();
-    t.push(Packet::ModeExec(MODE64)).unwrap();
-    t.ip(Packet::Fup, ip).unwrap();
-    t.push(Packet::Psbend).unwrap();
-}
 
 /// Every step until the end or the first error, as text.
 fn steps(trace: &[u8], code: Code) -> Vec<String> {
@@ -81,7 +68,7 @@ fn conditional_branches_follow_tnt_bits() {
         bytes: vec![0x74, 0x02, 0x90, 0x90, 0xff, 0xe0],
     };
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     t.push(Packet::Tnt(Tnt {
         bits: 1,
         len: 1,
@@ -101,7 +88,7 @@ fn compressed_return_uses_the_return_stack() {
         bytes: vec![0xe8, 0x01, 0x00, 0x00, 0x00, 0xf4, 0xc3],
     };
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     // The return is compressed: one taken bit; then tracing stops at 1005.
     t.push(Packet::Tnt(Tnt {
         bits: 1,
@@ -131,7 +118,7 @@ fn missing_memory_is_an_error_with_offset_and_ip() {
         bytes: vec![0xeb, 0x10],
     };
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     // More trace follows (so decoding goes on), but the jump leaves the code.
     t.push(Packet::Tnt(Tnt {
         bits: 1,
@@ -164,7 +151,7 @@ fn an_endless_untraced_loop_is_cut_off() {
         bytes: vec![0xeb, 0xfe],
     };
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     // A TNT waits for a conditional branch that never comes.
     t.push(Packet::Tnt(Tnt {
         bits: 1,
@@ -187,7 +174,7 @@ fn fup_tip_is_an_interrupt() {
         bytes: [vec![0x90, 0x90], vec![0x90; 0xffe], vec![0x90, 0xf4]].concat(),
     };
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     t.ip(Packet::Fup, BASE + 1).unwrap();
     t.ip(Packet::Tip, 0x2000).unwrap();
     t.ip(Packet::Fup, 0x2001).unwrap();
@@ -210,7 +197,7 @@ fn fup_tip_is_an_interrupt() {
 #[test]
 fn overflow_resumes_at_its_fup() {
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     t.push(Packet::Ovf).unwrap();
     t.ip(Packet::Fup, 0x1234).unwrap();
     let trace = t.finish();
@@ -233,7 +220,7 @@ fn the_instruction_class_is_reported() {
         bytes: vec![0x90, 0xff, 0xe0],
     };
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     t.ip(Packet::Tip, BASE).unwrap();
     t.push(Packet::TipPgd(IpPayload::SUPPRESSED)).unwrap();
     let trace = t.finish();
@@ -256,7 +243,7 @@ fn blocks_hold_the_same_instructions_as_the_instruction_decoder() {
         0xe8, 0x02, 0x00, 0x00, 0x00, 0xf4, 0xf4, 0x90, 0x74, 0x01, 0x90, 0xc3,
     ];
     let mut t = TraceBuilder::new();
-    psb_at(&mut t, BASE);
+    t.psb_plus_64(BASE).unwrap();
     // jz taken, ret compressed.
     t.push(Packet::Tnt(Tnt {
         bits: 0b11,
@@ -306,7 +293,7 @@ proptest! {
             bytes: vec![0x74, 0x02, 0xff, 0xe0, 0xe8, 0xf7, 0xff, 0xff, 0xff, 0xc3, 0xcd, 0x80, 0xeb, 0xf2],
         };
         let mut t = TraceBuilder::new();
-        psb_at(&mut t, BASE);
+        t.psb_plus_64(BASE).unwrap();
         t.raw(&tail);
         let trace = t.finish();
         let mut dec = InsnDecoder::new(&trace, Config::default(), code);

@@ -3,7 +3,7 @@
 use crate::encode::{MAX_PACKET_LEN, encode};
 use crate::error::EncodeError;
 use crate::ip::{IpPayload, LastIp};
-use crate::packet::Packet;
+use crate::packet::{ModeExec, Packet};
 use alloc::vec::Vec;
 
 /// A growing trace: push packets, take the bytes.
@@ -51,6 +51,19 @@ impl TraceBuilder {
         self.push(make(payload))
     }
 
+    /// Appends the PSB+ a CPU writes while tracing 64-bit code that is
+    /// about to run at `ip`: PSB, MODE.Exec (64-bit), FUP `ip`, PSBEND.
+    pub fn psb_plus_64(&mut self, ip: u64) -> Result<&mut Self, EncodeError> {
+        self.push(Packet::Psb)?;
+        self.push(Packet::ModeExec(ModeExec {
+            csl: true,
+            csd: false,
+            iflag: false,
+        }))?;
+        self.ip(Packet::Fup, ip)?;
+        self.push(Packet::Psbend)
+    }
+
     /// Appends raw bytes (to build broken traces on purpose).
     pub fn raw(&mut self, bytes: &[u8]) -> &mut Self {
         self.bytes.extend_from_slice(bytes);
@@ -65,5 +78,35 @@ impl TraceBuilder {
     /// The finished trace.
     pub fn finish(self) -> Vec<u8> {
         self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PacketDecoder;
+
+    #[test]
+    fn psb_plus_64_is_psb_mode_fup_psbend() {
+        let mut t = TraceBuilder::new();
+        t.psb_plus_64(0x40_1000).unwrap();
+        let bytes = t.finish();
+        let mut dec = PacketDecoder::new(&bytes);
+        let mut got = Vec::new();
+        while let Some(p) = dec.next_packet().unwrap() {
+            got.push(p.packet);
+        }
+        assert_eq!(got.len(), 4);
+        assert_eq!(got[0], Packet::Psb);
+        assert_eq!(
+            got[1],
+            Packet::ModeExec(ModeExec {
+                csl: true,
+                csd: false,
+                iflag: false,
+            })
+        );
+        assert_eq!(got[2].ip_payload().map(|p| p.raw), Some(0x40_1000));
+        assert_eq!(got[3], Packet::Psbend);
     }
 }

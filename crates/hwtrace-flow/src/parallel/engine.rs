@@ -605,7 +605,7 @@ mod tests {
     use crate::insn::InsnDecoder;
     use crate::parallel::psb_offsets;
     use crate::{Config, Error};
-    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_packet::{Packet, Tnt, TraceBuilder};
     use hwtrace_types::{BytesAt, Ip};
 
     /// 1000: call 1010; 1005: jnz 1000; 1007: ret;
@@ -620,27 +620,15 @@ mod tests {
         BytesAt::new(Ip(0x1000), &CODE)
     }
 
-    fn psb_plus(t: &mut TraceBuilder, ip: u64) {
-        t.push(Packet::Psb).unwrap();
-        t.push(Packet::ModeExec(ModeExec {
-            csl: true,
-            csd: false,
-            iflag: false,
-        }))
-        .unwrap();
-        t.ip(Packet::Fup, ip).unwrap();
-        t.push(Packet::Psbend).unwrap();
-    }
-
     /// A trace that breaks the SDM's rule for return compression: the
     /// return at 0x1013 is compressed although its call came before the
     /// second PSB. The decode from the start has the call on its return
     /// stack; a decode from the second PSB does not.
     fn call_across_psb() -> Vec<u8> {
         let mut t = TraceBuilder::new();
-        psb_plus(&mut t, 0x1000);
+        t.psb_plus_64(0x1000).unwrap();
         // The call is direct: no packet until jz at 0x1010 asks.
-        psb_plus(&mut t, 0x1010);
+        t.psb_plus_64(0x1010).unwrap();
         // jz taken, ret (compressed) to 0x1005, jnz not taken.
         t.push(Packet::Tnt(Tnt {
             bits: 0b110,
@@ -725,8 +713,8 @@ mod tests {
         // and code missing at 0x2000 in the second unit: an error the
         // decode from the start meets too.
         let mut t = TraceBuilder::new();
-        psb_plus(&mut t, 0x1000);
-        psb_plus(&mut t, 0x1010);
+        t.psb_plus_64(0x1000).unwrap();
+        t.psb_plus_64(0x1010).unwrap();
         // jz taken, then the return is not compressed: to 0x2000.
         t.push(Packet::Tnt(Tnt {
             bits: 0b1,
@@ -743,7 +731,7 @@ mod tests {
             long: false,
         }))
         .unwrap();
-        psb_plus(&mut t, 0x1010);
+        t.psb_plus_64(0x1010).unwrap();
         t.push(Packet::Tnt(Tnt {
             bits: 0b0,
             len: 1,

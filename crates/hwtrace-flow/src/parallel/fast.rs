@@ -532,7 +532,7 @@ mod tests {
     use crate::Config;
     use crate::insn::InsnDecoder;
     use crate::parallel::{Flow, FlowItem, MAX_STALL};
-    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_packet::{Packet, Tnt, TraceBuilder};
     use hwtrace_types::BytesAt;
 
     /// `code` at 0x1000.
@@ -544,15 +544,7 @@ mod tests {
     fn trace(tnt: u64, len: u8) -> Vec<u8> {
         let mut t = TraceBuilder::new();
         for _ in 0..2 {
-            t.push(Packet::Psb).unwrap();
-            t.push(Packet::ModeExec(ModeExec {
-                csl: true,
-                csd: false,
-                iflag: false,
-            }))
-            .unwrap();
-            t.ip(Packet::Fup, 0x1000).unwrap();
-            t.push(Packet::Psbend).unwrap();
+            t.psb_plus_64(0x1000).unwrap();
             t.push(Packet::Tnt(Tnt {
                 bits: tnt,
                 len,
@@ -661,15 +653,7 @@ mod tests {
             long: false,
         });
         for _ in 0..3 {
-            t.push(Packet::Psb).unwrap();
-            t.push(Packet::ModeExec(ModeExec {
-                csl: true,
-                csd: false,
-                iflag: false,
-            }))
-            .unwrap();
-            t.ip(Packet::Fup, 0x1000).unwrap();
-            t.push(Packet::Psbend).unwrap();
+            t.psb_plus_64(0x1000).unwrap();
             t.push(bits).unwrap();
             t.ip(Packet::Tip, 0x1000).unwrap();
             t.push(bits).unwrap();
@@ -756,15 +740,7 @@ mod tests {
             })
         };
         for _ in 0..2 {
-            t.push(Packet::Psb).unwrap();
-            t.push(Packet::ModeExec(ModeExec {
-                csl: true,
-                csd: false,
-                iflag: false,
-            }))
-            .unwrap();
-            t.ip(Packet::Fup, 0x1000).unwrap();
-            t.push(Packet::Psbend).unwrap();
+            t.psb_plus_64(0x1000).unwrap();
             for _ in 0..rounds {
                 for _ in 0..3 {
                     t.push(tnt(0b11_1111, 6)).unwrap();

@@ -99,7 +99,7 @@ mod tests {
     use super::*;
     use hwtrace_flow::Config;
     use hwtrace_flow::insn::InsnDecoder;
-    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_packet::{Packet, Tnt, TraceBuilder};
     use hwtrace_types::{BytesAt, Ip};
 
     /// `code` at 0x1000.
@@ -112,15 +112,7 @@ mod tests {
     fn two_psbs() -> Vec<u8> {
         let mut t = TraceBuilder::new();
         for _ in 0..2 {
-            t.push(Packet::Psb).unwrap();
-            t.push(Packet::ModeExec(ModeExec {
-                csl: true,
-                csd: false,
-                iflag: false,
-            }))
-            .unwrap();
-            t.ip(Packet::Fup, 0x1000).unwrap();
-            t.push(Packet::Psbend).unwrap();
+            t.psb_plus_64(0x1000).unwrap();
             t.push(Packet::Tnt(Tnt {
                 bits: 1,
                 len: 1,
