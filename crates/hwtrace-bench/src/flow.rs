@@ -18,7 +18,7 @@
 use crate::corpus::real_dir;
 use crate::stats::{mb_per_s, median};
 use anyhow::{Context, Result, anyhow, ensure};
-use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder};
+use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder, RunBuffer};
 use hwtrace_flow::{Config, ErrorKind};
 use hwtrace_mem::image::{Image, RawSpec};
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd};
@@ -104,9 +104,11 @@ fn hwtrace_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
 
 /// `(instructions, errors)` of a decode with hwtrace's fast (block-cached)
 /// decoder, driven the same way; a run's instruction count is all it
-/// needs, so nothing is expanded.
-fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
+/// needs, so nothing is expanded. Plain code comes a burst of runs at a
+/// time; anything else (events, errors, the end) one step at a time.
+pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
     let mut dec = FastDecoder::new(trace, Config::default(), mem);
+    let mut runs = RunBuffer::new();
     let (mut insns, mut errors) = (0u64, 0u64);
     let mut last_sync = None;
     let mut sync = dec.sync_forward();
@@ -126,6 +128,10 @@ fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
             }
         }
         loop {
+            if dec.next_runs(&mut runs) > 0 {
+                insns += runs.iter().map(|r| u64::from(r.insns)).sum::<u64>();
+                continue;
+            }
             match dec.next() {
                 Ok(Some(FastStep::Run(run))) => insns += u64::from(run.insns),
                 Ok(Some(FastStep::Event(_))) => {}

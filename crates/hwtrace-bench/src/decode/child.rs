@@ -114,56 +114,13 @@ fn libipt_image(corpus: &Corpus) -> Result<hwtrace_libipt::Image<'static>> {
 
 /// `(instructions, errors)` of hwtrace-flow's block-cached decoder
 /// (`FastDecoder`, one thread) over the corpus's page cache, driven as
-/// ptxed drives a decoder: resynchronise at the next PSB after an error.
-/// A run's instruction count is all it needs; nothing is expanded.
+/// ptxed drives a decoder ([`crate::flow::hwtrace_fast_count`]).
 fn hwtrace_fast(trace: &[u8], corpus: &Corpus) -> Result<(u64, u64)> {
-    use hwtrace_flow::insn::{FastDecoder, FastStep, RunBuffer};
-    use hwtrace_flow::{Config, ErrorKind};
     let mut image = hwtrace_mem::image::Image::new();
     image
         .add_pages_dir(None, &corpus.pages_dir())
         .with_context(|| format!("loading {}", corpus.pages_dir().display()))?;
-    let mut dec = FastDecoder::new(trace, Config::default(), &image);
-    let mut runs = RunBuffer::new();
-    let (mut insns, mut errors) = (0u64, 0u64);
-    let mut last_sync = None;
-    let mut sync = dec.sync_forward();
-    'sync: loop {
-        match sync {
-            Ok(_) => {}
-            Err(e) if e.kind == ErrorKind::Eos => break,
-            Err(_) => {
-                // A bad PSB+: on to the next one, if synchronisation moves.
-                errors += 1;
-                let at = dec.offset();
-                if last_sync.is_some_and(|l| at <= l) {
-                    break;
-                }
-                last_sync = Some(at);
-                sync = dec.sync_forward();
-                continue;
-            }
-        }
-        loop {
-            // Plain code a burst of runs at a time; anything else (events,
-            // errors, the end) one step at a time.
-            if dec.next_runs(&mut runs) > 0 {
-                insns += runs.iter().map(|r| u64::from(r.insns)).sum::<u64>();
-                continue;
-            }
-            match dec.next() {
-                Ok(Some(FastStep::Run(run))) => insns += u64::from(run.insns),
-                Ok(Some(_)) => {}
-                Ok(None) => break 'sync,
-                Err(_) => {
-                    errors += 1;
-                    sync = dec.sync_forward();
-                    continue 'sync;
-                }
-            }
-        }
-    }
-    Ok((insns, errors))
+    Ok(crate::flow::hwtrace_fast_count(trace, &image))
 }
 
 /// The pieces of every copy of the unit, in order, each with the index of
