@@ -11,12 +11,11 @@
 
 use anyhow::{Context, Result, ensure};
 use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-}
+mod common;
+use common::{libipt_flow_cases, shared};
 
 /// Sequential; two threads; two threads with one work unit per PSB.
 const JOBS: [&[&str]; 3] = [
@@ -118,31 +117,12 @@ fn counting_the_real_traces_agrees_with_every_instruction_handed_out() -> Result
 
 #[test]
 fn counting_libipt_cases_agrees_with_every_instruction_handed_out() -> Result<()> {
-    let mut dirs: Vec<_> = std::fs::read_dir(shared().join("libipt"))
-        .context("../shared/corpus/libipt")?
-        .flatten()
-        .collect();
-    dirs.sort_by_key(|d| d.file_name());
     let (mut checked, mut decoded) = (0, 0);
     // Every 25th case with an image and a trace, across the corpus's
     // processors and packet kinds.
-    for dir in dirs.iter().step_by(25) {
-        let case: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("case.json"))?)?;
-        let (Some(image), Some(trace)) = (case["images"].get(0), case["trace"].as_str()) else {
-            continue;
-        };
-        let (Some(file), Some(at)) = (image["file"].as_str(), image["load_address"].as_str())
-        else {
-            continue;
-        };
-        let mut base = vec![trace.to_owned(), "--image".into(), format!("{file}@{at}")];
-        if let Some(cpu) = case["cpu"].as_str() {
-            base.extend(["--cpu".into(), cpu.to_owned()]);
-        }
-        let base: Vec<&str> = base.iter().map(String::as_str).collect();
-        let name = dir.file_name().to_string_lossy().into_owned();
-        let (stats, _) = counts_agree(&name, &dir.path(), &base)?;
+    for case in libipt_flow_cases(25)? {
+        let base: Vec<&str> = case.args.iter().map(String::as_str).collect();
+        let (stats, _) = counts_agree(&case.name, &case.dir, &base)?;
         if stats.is_empty() {
             continue;
         }

@@ -8,12 +8,11 @@
 //! errors) and on a sample of libipt's corpus cases.
 
 use anyhow::{Context, Result, ensure};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn shared() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-}
+mod common;
+use common::{libipt_flow_cases, shared};
 
 /// The output formats compared.
 const FORMATS: [&[&str]; 7] = [
@@ -104,32 +103,13 @@ fn the_real_traces_print_the_same_with_either_decoder() -> Result<()> {
 
 #[test]
 fn libipt_cases_print_the_same_with_either_decoder() -> Result<()> {
-    let mut dirs: Vec<_> = std::fs::read_dir(shared().join("libipt"))
-        .context("../shared/corpus/libipt")?
-        .flatten()
-        .collect();
-    dirs.sort_by_key(|d| d.file_name());
     let mut checked = 0;
     let mut insns = 0;
     // Every 30th case with an image and a trace: over a dozen, across the
     // corpus's processors and packet kinds (each is run 28 times).
-    for dir in dirs.iter().step_by(30) {
-        let case: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(dir.path().join("case.json"))?)?;
-        let (Some(image), Some(trace)) = (case["images"].get(0), case["trace"].as_str()) else {
-            continue;
-        };
-        let (Some(file), Some(at)) = (image["file"].as_str(), image["load_address"].as_str())
-        else {
-            continue;
-        };
-        let mut base = vec![trace.to_owned(), "--image".into(), format!("{file}@{at}")];
-        if let Some(cpu) = case["cpu"].as_str() {
-            base.extend(["--cpu".into(), cpu.to_owned()]);
-        }
-        let base: Vec<&str> = base.iter().map(String::as_str).collect();
-        let name = dir.file_name().to_string_lossy().into_owned();
-        let runs = same_both_ways(&name, &dir.path(), &base)?;
+    for case in libipt_flow_cases(30)? {
+        let base: Vec<&str> = case.args.iter().map(String::as_str).collect();
+        let runs = same_both_ways(&case.name, &case.dir, &base)?;
         insns += String::from_utf8_lossy(&runs[0].1).lines().count();
         checked += 1;
     }

@@ -30,3 +30,50 @@ pub fn fails(args: &[&str]) -> String {
     assert!(!out.status.success(), "hwtrace {args:?} should fail");
     String::from_utf8(out.stderr).expect("UTF-8 output")
 }
+
+/// `../shared/corpus`.
+pub fn shared() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
+}
+
+/// One libipt corpus case as `hwtrace flow` takes it.
+pub struct FlowCase {
+    pub name: String,
+    /// The case's folder: the arguments name files in it.
+    pub dir: std::path::PathBuf,
+    /// The trace, `--image FILE@ADDR`, and `--cpu F/M` when the case has one.
+    pub args: Vec<String>,
+}
+
+/// Every `step`-th folder of `../shared/corpus/libipt` (in name order)
+/// whose case has a trace and an image.
+pub fn libipt_flow_cases(step: usize) -> anyhow::Result<Vec<FlowCase>> {
+    use anyhow::Context;
+    let mut dirs: Vec<_> = std::fs::read_dir(shared().join("libipt"))
+        .context("../shared/corpus/libipt")?
+        .flatten()
+        .collect();
+    dirs.sort_by_key(|d| d.file_name());
+    let mut cases = Vec::new();
+    for dir in dirs.iter().step_by(step) {
+        let case: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("case.json"))?)?;
+        let (Some(image), Some(trace)) = (case["images"].get(0), case["trace"].as_str()) else {
+            continue;
+        };
+        let (Some(file), Some(at)) = (image["file"].as_str(), image["load_address"].as_str())
+        else {
+            continue;
+        };
+        let mut args = vec![trace.to_owned(), "--image".into(), format!("{file}@{at}")];
+        if let Some(cpu) = case["cpu"].as_str() {
+            args.extend(["--cpu".into(), cpu.to_owned()]);
+        }
+        cases.push(FlowCase {
+            name: dir.file_name().to_string_lossy().into_owned(),
+            dir: dir.path(),
+            args,
+        });
+    }
+    Ok(cases)
+}
