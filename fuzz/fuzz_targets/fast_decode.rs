@@ -9,10 +9,8 @@
 use hwtrace_flow::Config;
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, StepSource};
-use hwtrace_mem::image::Image;
-use hwtrace_types::{Ip, TraceOffset};
+use hwtrace_types::TraceOffset;
 use libfuzzer_sys::fuzz_target;
-use std::sync::OnceLock;
 
 /// Endless loops are given up after this many instructions without trace
 /// (small, so that inputs stay fast).
@@ -21,24 +19,9 @@ const MAX_STALL: u64 = 1 << 12;
 /// The most items compared per input.
 const MAX_ITEMS: usize = 1 << 18;
 
-/// The flow_decode target's code: every kind of branch (a conditional, a
-/// direct call and jump, indirect ones, far transfers, a return), at
-/// 0x1000 and at a kernel-looking address.
-const CODE: &[u8] = &[
-    0x74, 0x05, 0xe8, 0x09, 0x00, 0x00, 0x00, 0xff, 0xe0, 0x0f, 0x05, 0xeb, 0xf3, 0x90, 0x90, 0x90, 0x48, 0x01,
-    0xc8, 0x75, 0xfb, 0xff, 0xd0, 0xc3, 0xcf,
-];
-
-fn image() -> &'static Image {
-    static IMAGE: OnceLock<Image> = OnceLock::new();
-    IMAGE.get_or_init(|| {
-        let mut image = Image::new();
-        for base in [0x1000u64, 0xffff_ffff_8000_1000] {
-            image.add_bytes(None, Ip(base), CODE.to_vec(), "fuzz-code").expect("fixed image loads");
-        }
-        image
-    })
-}
+#[path = "branchy_image.rs"]
+mod branchy_image;
+use branchy_image::image;
 
 /// Every item, up to `MAX_ITEMS`; whether the flow ended before.
 fn items<S: StepSource>(mut flow: Flow<S>) -> (Vec<FlowItem>, bool) {
