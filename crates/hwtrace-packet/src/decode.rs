@@ -248,6 +248,32 @@ impl<'a> PacketDecoder<'a> {
         Ok(())
     }
 
+    /// Whether the next packet is read as a top-level packet: no PEBS
+    /// block (BBP) is open, in which bytes mean block items instead.
+    #[inline]
+    pub fn at_top_level(&self) -> bool {
+        self.block == BlockContext::None
+    }
+
+    /// Moves to `offset`, keeping the sync point: for a flow decoder that
+    /// read one-byte and IP packets straight from [`data`](Self::data)
+    /// and hands the rest back. `offset` must be a packet boundary at top
+    /// level (as must the current position) and not past the end;
+    /// otherwise nothing moves.
+    pub fn move_to(&mut self, offset: TraceOffset) -> Result<(), DecodeError> {
+        let at = usize::try_from(offset.0).unwrap_or(usize::MAX);
+        if at > self.data.len() || self.block != BlockContext::None {
+            return Err(DecodeError {
+                offset,
+                kind: DecodeErrorKind::OutOfBounds,
+            });
+        }
+        self.pos = at;
+        self.fresh = false;
+        self.halted = false;
+        Ok(())
+    }
+
     /// After an error: moves to the next PSB and says which bytes were
     /// passed over.
     pub fn resync(&mut self) -> Result<Skipped, DecodeError> {
@@ -621,6 +647,30 @@ fn decode_ext(bytes: &[u8]) -> Result<(Packet, usize), DecodeErrorKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn move_to_keeps_the_sync_point_and_refuses_block_context() {
+        // PSB, PAD, TNT-8, BBP (opens a PEBS block).
+        let mut bytes = crate::sync::PSB.to_vec();
+        bytes.extend_from_slice(&[0x00, 0x06, 0x02, 0x63, 0x00]);
+        let mut d = PacketDecoder::new(&bytes);
+        d.sync_forward().unwrap();
+        let tnt_at = TraceOffset(17);
+        d.move_to(tnt_at).unwrap();
+        assert_eq!(d.offset(), tnt_at);
+        assert_eq!(d.sync_offset(), Some(TraceOffset(0)));
+        assert!(matches!(d.next_packet(), Ok(Some(p)) if matches!(p.packet, Packet::Tnt(_))));
+        // Back to the PAD: packets read again the same.
+        d.move_to(TraceOffset(16)).unwrap();
+        assert!(matches!(d.next_packet(), Ok(Some(p)) if p.packet == Packet::Pad));
+        assert!(d.move_to(TraceOffset(bytes.len() as u64 + 1)).is_err());
+        d.move_to(TraceOffset(18)).unwrap();
+        assert!(d.at_top_level());
+        assert!(matches!(d.next_packet(), Ok(Some(p)) if matches!(p.packet, Packet::Bbp(_))));
+        assert!(!d.at_top_level());
+        assert!(d.move_to(TraceOffset(16)).is_err());
+        assert_eq!(d.offset(), TraceOffset(21));
+    }
 
     fn one(bytes: &[u8]) -> (Packet, usize) {
         decode_packet(bytes).unwrap_or_else(|e| panic!("{bytes:02x?}: {e}"))

@@ -198,6 +198,62 @@ impl<'a> EventDecoder<'a> {
         self.pkt.sync_offset()
     }
 
+    /// The trace bytes.
+    pub(super) const fn data(&self) -> &'a [u8] {
+        self.pkt.data()
+    }
+
+    /// The last IP (IP compression's state).
+    pub(super) const fn last_ip(&self) -> LastIp {
+        self.ip
+    }
+
+    /// Whether a [`TraceLane`](super::TraceLane) may read on from here:
+    /// TNT, TIP and PAD packets would do nothing but hand out their
+    /// answers (tracing enabled, nothing queued, deferred or waiting for a
+    /// FUP or CFE, no PEBS block open). An error reading the packet after
+    /// the look-ahead is no obstacle: the lane hands the trace back there.
+    pub(super) fn lane_ready(&self) -> bool {
+        self.enabled
+            && self.evq.is_empty(Binding::Tip)
+            && self.evq.is_empty(Binding::Fup)
+            && self.evq.is_empty(Binding::Psbend)
+            && self.evq.is_empty(Binding::Exstop)
+            && self.deferred.is_empty()
+            && self.after_fup.is_empty()
+            && self.evd.is_empty()
+            && self.pkt.at_top_level()
+    }
+
+    /// The offset and size of the packet being processed when it is a
+    /// TIP.
+    pub(super) fn tip_at(&self) -> Option<(TraceOffset, u8)> {
+        match self.packet {
+            Some(DecodedPacket {
+                offset,
+                size,
+                packet: Packet::Tip(_),
+            }) => Some((offset, size)),
+            _ => None,
+        }
+    }
+
+    /// Goes on at `at` with `last_ip`, where a lane handed the trace back:
+    /// the packet there is the one being processed, as after the answer
+    /// before it.
+    pub(super) fn lane_resume(&mut self, at: TraceOffset, last_ip: LastIp) {
+        self.ip = last_ip;
+        self.bound = false;
+        self.packet = None;
+        match self.pkt.move_to(at) {
+            Ok(()) => {
+                self.status = Ok(());
+                self.fetch_packet();
+            }
+            Err(_) => self.status = Err(ErrorKind::Internal),
+        }
+    }
+
     /// Moves to the next PSB and reads its PSB+ header.
     pub fn sync_forward(&mut self) -> Result<(), ErrorKind> {
         // Search from the packet being processed, not from where look-ahead

@@ -12,6 +12,7 @@
 //!   TNT bit ([`TntCache`]), the next TIP target, the next event.
 
 mod decoder;
+mod lane;
 mod query;
 mod queue;
 pub mod quirks;
@@ -19,6 +20,7 @@ mod tnt;
 pub mod trace;
 
 pub use decoder::EventDecoder;
+pub use lane::TraceLane;
 pub use query::{QueryDecoder, Status};
 pub use queue::{Binding, EventQueue};
 pub use tnt::TntCache;

@@ -1,12 +1,13 @@
 //! [`QueryDecoder`]: what the instruction layer asks of the trace.
 
 use super::decoder::EventDecoder;
+use super::lane::LaneStart;
 use super::tnt::TntCache;
 use super::{Event, EventKind};
 use crate::config::Config;
 use crate::error::ErrorKind;
 use crate::time::Time;
-use hwtrace_packet::Tnt;
+use hwtrace_packet::{LastIp, Tnt};
 use hwtrace_types::TraceOffset;
 
 /// Flags returned with each answer.
@@ -428,6 +429,68 @@ impl<'a> QueryDecoder<'a> {
         self.last_time = self.evdec.time().clone();
         self.fetch_event();
         Ok((ev, self.status()))
+    }
+
+    /// Where a [`TraceLane`](super::TraceLane) opened here starts: the
+    /// trace, the last IP, and the look-ahead when it is a TNT packet or a
+    /// TIP with an IP and nothing else can happen (tracing enabled, no
+    /// event queued or deferred, no PEBS block open).
+    pub(super) fn lane_start(&self) -> (&'a [u8], LastIp, Option<LaneStart>) {
+        let (data, last_ip) = (self.evdec.data(), self.evdec.last_ip());
+        if !self.evdec.lane_ready() {
+            return (data, last_ip, None);
+        }
+        let start = match (&self.next_tnt, &self.event) {
+            (Some(t), _) => Some(LaneStart::Tnt(*t, self.evdec.offset())),
+            (
+                None,
+                Ok(Event {
+                    kind: EventKind::Tnt { bits, size },
+                    ..
+                }),
+            ) => Some(LaneStart::Tnt(
+                Tnt {
+                    bits: *bits,
+                    len: *size,
+                    long: *size > Tnt::MAX_SHORT,
+                },
+                self.evdec.offset(),
+            )),
+            (
+                None,
+                Ok(Event {
+                    kind: EventKind::Tip { .. },
+                    ip_suppressed: false,
+                    ..
+                }),
+            ) => self
+                .evdec
+                .tip_at()
+                .map(|(at, size)| LaneStart::Tip(at, size)),
+            _ => None,
+        };
+        (data, last_ip, start)
+    }
+
+    /// Where a lane hands the trace back: the event decoder goes on at
+    /// `at` with `last_ip`, the TNT cache holds `bits` (`left` of them),
+    /// and the look-ahead is fetched as after any answer.
+    pub(super) fn lane_resume(&mut self, at: TraceOffset, last_ip: LastIp, bits: u64, left: u8) {
+        self.set_cached_tnt(bits, left);
+        self.last_time = self.evdec.time().clone();
+        self.next_tnt = None;
+        self.event = Err(ErrorKind::NoSync);
+        self.evdec.lane_resume(at, last_ip);
+        self.fetch_event();
+    }
+
+    /// Sets the TNT cache (a lane's bits left).
+    pub(super) fn set_cached_tnt(&mut self, bits: u64, left: u8) {
+        self.tnt.load(&Tnt {
+            bits,
+            len: left,
+            long: left > Tnt::MAX_SHORT,
+        });
     }
 
     /// The pending event.

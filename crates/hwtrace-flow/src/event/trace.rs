@@ -25,7 +25,7 @@ pub struct EventData {
 }
 
 impl EventData {
-    const fn is_empty(&self) -> bool {
+    pub(super) const fn is_empty(&self) -> bool {
         self.cr2.is_none() && self.vmxq.is_none() && self.vmxr.is_none()
     }
 }

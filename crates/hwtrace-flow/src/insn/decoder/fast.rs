@@ -13,7 +13,7 @@
 
 use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
-use crate::event::{EventKind, Status};
+use crate::event::{EventKind, Status, TraceLane};
 use crate::insn::blockcache::{
     BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathRun,
 };
@@ -318,6 +318,10 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         };
         let plain = Status::default();
         let mut rec: Option<Recording> = None;
+        // TNT bits and TIPs come straight from the trace bytes while they
+        // are plain; the lane hands the trace back before anything else
+        // looks at the query layer.
+        let mut lane = TraceLane::open(&self.query);
         loop {
             if out.is_full() {
                 break;
@@ -332,17 +336,17 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                     BlockFlow::CondJump | BlockFlow::Jump | BlockFlow::Straight
                 )
             {
-                let (mut bits, mut left) = self.query.cached_tnt();
+                let (mut bits, mut left) = lane.cached_tnt(&self.query);
                 if left == 0
                     && flow == BlockFlow::CondJump
                     && icount.saturating_add(n) <= MAX_UNTRACED_INSNS
-                    && self.query.load_next_tnt_packet()
+                    && lane.load_next_tnt_packet(&mut self.query)
                 {
                     // The block will run on the first bit of the next TNT
                     // packet: loaded now (as taking the bit would first),
                     // the whole packet's bits can pick a path.
-                    offset = self.query.offset();
-                    (bits, left) = self.query.cached_tnt();
+                    offset = lane.offset(&self.query);
+                    (bits, left) = lane.cached_tnt(&self.query);
                 }
                 if left > 0 {
                     // The bits left lead where they led before: the whole
@@ -353,10 +357,10 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                         Some((p, runs)) => {
                             if out.room() >= runs.len()
                                 && icount.saturating_add(p.insns) <= MAX_UNTRACED_INSNS
-                                && self.query.status_after_cached_tnt() == plain
+                                && lane.status_after_cached_tnt(&self.query) == plain
                             {
                                 out.push_path(runs, offset);
-                                self.query.drop_cached_tnt();
+                                lane.drop_cached_tnt(&mut self.query);
                                 icount = 0;
                                 ip = p.to.0;
                                 end.last = p.last;
@@ -395,7 +399,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                     (b.target, None)
                 }
                 BlockFlow::CondJump => {
-                    let Some((taken, status)) = self.query.next_tnt_bit(false) else {
+                    let Some((taken, status)) = lane.next_tnt_bit(&mut self.query, false) else {
                         break;
                     };
                     let to = if taken { b.target } else { b.end.0 };
@@ -405,30 +409,30 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                     if self.retstack.is_empty() {
                         // A compressed return would fail; an uncompressed
                         // one only needs its TIP.
-                        if self.query.peek_tnt().is_some() {
+                        if lane.peek_tnt(&self.query).is_some() {
                             break;
                         }
-                        let Some((to, status)) = self.query.take_tip() else {
+                        let Some((to, status)) = lane.take_tip(&mut self.query) else {
                             break;
                         };
                         (to, Some(status))
-                    } else if let Some((_, status)) = self.query.next_tnt_bit(true) {
+                    } else if let Some((_, status)) = lane.next_tnt_bit(&mut self.query, true) {
                         let Some(to) = self.retstack.pop() else {
                             break;
                         };
                         (to, Some(status))
-                    } else if self.query.peek_tnt().is_some() {
+                    } else if lane.peek_tnt(&self.query).is_some() {
                         // Not taken: a bad compressed return.
                         break;
                     } else {
-                        let Some((to, status)) = self.query.take_tip() else {
+                        let Some((to, status)) = lane.take_tip(&mut self.query) else {
                             break;
                         };
                         (to, Some(status))
                     }
                 }
                 BlockFlow::IndirectJump | BlockFlow::IndirectCall => {
-                    let Some((to, status)) = self.query.take_tip() else {
+                    let Some((to, status)) = lane.take_tip(&mut self.query) else {
                         break;
                     };
                     if b.flow == BlockFlow::IndirectCall {
@@ -444,12 +448,13 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 None => icount += n,
                 Some(status) if status == plain => {
                     icount = 0;
-                    offset = self.query.offset();
+                    offset = lane.offset(&self.query);
                 }
                 Some(status) => {
                     if let Some(r) = rec.take() {
                         cache.abandon_path(r.first);
                     }
+                    lane.close(&mut self.query);
                     self.ip = ip;
                     let result = match cache.last_insn(end.last).copied() {
                         Some(last) => self.answered(&b, &last, status),
@@ -508,7 +513,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 }
             };
             if let Some(r) = &rec
-                && self.query.cached_tnt().1 == 0
+                && lane.cached_tnt(&self.query).1 == 0
             {
                 // The bits it started with are used up: the path ends here.
                 cache.finish_path(
@@ -527,6 +532,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         if let Some(r) = rec {
             cache.abandon_path(r.first);
         }
+        lane.close(&mut self.query);
         self.ip = ip;
         self.icount = icount;
         end
