@@ -10,8 +10,11 @@ use std::path::Path;
 /// How far behind the decode released pages stay (the decoders only read
 /// forward; a released page read again is simply read from the file).
 const MARGIN: u64 = 1 << 20;
-/// Release in steps of this much at least (one system call each).
-const STEP: u64 = 16 << 20;
+/// Release in steps of this much at least (one system call each: 512 for a
+/// GiB). Small, so the resident part of the trace stays what the decoders
+/// have in flight (a parallel decode's units ahead of the merge point) and
+/// does not swing with where the trace is cut into steps.
+const STEP: u64 = 2 << 20;
 /// The page size madvise ranges are aligned to (x86-64).
 const PAGE: u64 = 4096;
 
