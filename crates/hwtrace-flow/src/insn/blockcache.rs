@@ -438,7 +438,7 @@ impl BlockCache {
         }
     }
 
-    /// The cached block starting at `ip`, if any.    /// The cached block starting at `ip`, if any.
+    /// The cached block starting at `ip`, if any.
     pub fn lookup(&self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
         self.index
             .get(&Key {
