@@ -22,7 +22,7 @@ use crate::input::MappedFile;
 use crate::ptdump::cpu::Cpu;
 use anyhow::{Result, bail};
 use hwtrace_flow::insn::FastDecoder;
-use hwtrace_flow::parallel::{self, FastSource, FlowItem, ParallelConfig, StepSource};
+use hwtrace_flow::parallel::FastSource;
 use hwtrace_report::exec::{Exec, GapKind, Mapping};
 use hwtrace_types::Ip;
 use std::path::{Path, PathBuf};
@@ -86,14 +86,6 @@ pub struct SourceArgs {
     /// LBR: MSR_LASTBRANCH_TOS (default: the dump's).
     #[arg(long, value_name = "N", requires = "lbr")]
     pub lbr_tos: Option<String>,
-    /// Raw PT: decode on N threads, the trace split at its PSBs (default:
-    /// every core; 1: one thread, no splitting). The answer is the same.
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
-    pub jobs: Option<u64>,
-    /// The least trace bytes a parallel work unit covers (tests use tiny
-    /// units to put seams everywhere).
-    #[arg(long, value_name = "BYTES", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
-    pub unit_bytes: Option<u64>,
 }
 
 /// What decoding found besides the records: counts and the first
@@ -152,9 +144,6 @@ enum Input {
         trace: MappedTrace,
         memory: Box<FlowMemory>,
         config: hwtrace_flow::Config,
-        /// Threads to decode on, and the least bytes of a work unit.
-        jobs: usize,
-        unit_bytes: Option<u64>,
     },
     Perf(Box<perf::PerfInput>),
     Branches {
@@ -244,11 +233,6 @@ impl Source {
                 trace,
                 memory,
                 config: decoder_config(args.cpu),
-                jobs: match args.jobs {
-                    Some(n) => usize::try_from(n).unwrap_or(1),
-                    None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-                },
-                unit_bytes: args.unit_bytes,
             },
             mappings,
         })
@@ -283,31 +267,17 @@ impl Source {
                 trace,
                 memory,
                 config,
-                jobs,
-                unit_bytes,
             } => {
                 let bytes = trace.bytes();
+                // The block-cached decoder, handing out every instruction:
+                // the same items as InsnDecoder's, at its speed.
+                let dec = FastSource::new(FastDecoder::new(bytes, *config, &**memory));
                 let mut map = pt::ItemMapper::new(0, bytes.len() as u64, show(path));
-                let mut feed = |item: Item, report: &mut SourceReport| {
+                for item in Items::new(dec) {
                     if let Item::Insn { offset, .. } = item {
                         trace.decoded_to(offset);
                     }
-                    map.item(item, &mut *sink, report)
-                };
-                // The block-cached decoder, handing out every instruction:
-                // the same items as InsnDecoder's, at its speed.
-                let (config, memory) = (*config, &**memory);
-                let make = || FastSource::new(FastDecoder::new(bytes, config, memory));
-                if *jobs <= 1 {
-                    for item in Items::new(make()) {
-                        feed(item, &mut report)?;
-                    }
-                } else {
-                    let mut parallel = ParallelConfig::new(*jobs);
-                    if let Some(unit) = unit_bytes {
-                        parallel.unit_bytes = *unit;
-                    }
-                    decode_in_parallel(bytes, &parallel, make, |item| feed(item, &mut report))?;
+                    map.item(item, sink, &mut report)?;
                 }
                 map.gap(bytes.len() as u64, GapKind::Disabled, sink, &mut report)?;
             }
@@ -326,40 +296,6 @@ impl Source {
         }
         Ok(report)
     }
-}
-
-/// Decodes `bytes` as `config` says with the sources `make` creates,
-/// handing every item to `feed` in trace order (the items of a
-/// sequential decode: the parallel engine splices units at seams where
-/// the decodes agree). The decode runs beside `feed` and is stopped by
-/// its first error.
-fn decode_in_parallel<S: StepSource + Send>(
-    bytes: &[u8],
-    config: &ParallelConfig,
-    make: impl Fn() -> S + Sync,
-    mut feed: impl FnMut(Item) -> Result<()>,
-) -> Result<()> {
-    std::thread::scope(|scope| {
-        // Batches of items cross in a bounded channel: memory stays
-        // bounded when the answer is the slower side.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FlowItem>>(config.window);
-        let make = &make;
-        let decoder =
-            scope.spawn(move || parallel::decode(bytes, config, make, |batch| tx.send(batch)));
-        let mut fed = Ok(());
-        for item in rx.iter().flatten().map(Item::from) {
-            fed = feed(item);
-            if fed.is_err() {
-                break;
-            }
-        }
-        // Dropping the receiver stops the decode.
-        drop(rx);
-        match decoder.join() {
-            Ok(_) => fed,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
 }
 
 fn show(path: &Path) -> String {
