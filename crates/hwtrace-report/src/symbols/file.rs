@@ -42,7 +42,7 @@ pub struct Func {
     pub addr: u64,
     /// Size in bytes (0: it covers its own address only).
     pub size: u64,
-    /// Its name as the symbol table has it.
+    /// Its name as the symbol table has it, demangled (Rust, C++).
     pub name: Box<str>,
 }
 
@@ -366,7 +366,7 @@ fn functions(
             Func {
                 addr: sym.address(),
                 size: sym.size(),
-                name: name.into(),
+                name: demangled(name),
             },
         ));
     }
@@ -379,7 +379,7 @@ fn functions(
                 Func {
                     addr: e.address(),
                     size: 0,
-                    name: String::from_utf8_lossy(e.name()).into(),
+                    name: demangled(&String::from_utf8_lossy(e.name())),
                 },
             ));
         }
@@ -413,4 +413,14 @@ fn functions(
         }
     }
     funcs
+}
+
+/// A symbol's name as people read it: Rust (legacy and v0) and Itanium C++
+/// mangled names demangled (`hwtrace_demo::Counter::step(int)`, Rust paths
+/// without their hash), anything else as it is, like `perf report` shows
+/// them by default.
+fn demangled(name: &str) -> Box<str> {
+    addr2line::demangle_auto(std::borrow::Cow::Borrowed(name), None)
+        .into_owned()
+        .into()
 }

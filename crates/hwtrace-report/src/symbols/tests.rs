@@ -319,3 +319,87 @@ fn pe_exports_name_code_up_to_the_next_export() {
     );
     let _ = std::fs::remove_file(path);
 }
+
+/// Compiles `source` (file `name` in a scratch folder) with `compiler`
+/// and `args`, then `check`s the symbols of the program.
+fn with_program(
+    compiler: &str,
+    package: &str,
+    name: &str,
+    source: &str,
+    args: &[&str],
+    check: impl FnOnce(&Path),
+) {
+    let dir =
+        std::env::temp_dir().join(format!("hwtrace-symbols-{}-{compiler}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join(name);
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join("demo");
+    let status = Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} runs (Debian package {package}): {e}"));
+    assert!(status.success(), "{compiler} failed");
+    check(&exe);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Looks `name` up in the symbol table of `exe` and at that address in a
+/// symboliser: both say `name`.
+fn named(exe: &Path, name: &str) {
+    let info = ObjectInfo::load(exe).unwrap();
+    let addr = func_addr(&info, name);
+    let mut s = Symbolizer::new();
+    s.add_file(exe, Placement::Bias(0), Space::ANY).unwrap();
+    let f = s.function(Space::ANY, Ip(addr)).unwrap();
+    assert_eq!(f.name, name);
+    assert_eq!(
+        s.name(Space::ANY, Ip(addr + 1)).as_deref(),
+        Some(format!("{name}+0x1").as_str())
+    );
+    let frames = s.frames(Space::ANY, Ip(addr));
+    assert!(
+        frames.iter().any(|f| f.function.as_deref() == Some(name)),
+        "no DWARF frame named {name}: {frames:?}"
+    );
+}
+
+#[test]
+fn cpp_and_rust_names_are_demangled() {
+    // `_ZN12hwtrace_demo7Counter4stepEi` in the symbol table.
+    let cpp = r#"
+namespace hwtrace_demo {
+struct Counter { int step(int by); };
+__attribute__((noinline)) int Counter::step(int by) { return by + 1; }
+}
+int main(int argc, char **) { hwtrace_demo::Counter c; return c.step(argc); }
+"#;
+    with_program("clang++", "clang", "demo.cpp", cpp, &["-g", "-O0"], |exe| {
+        named(exe, "hwtrace_demo::Counter::step(int)");
+        named(exe, "main");
+    });
+    // `_ZN12hwtrace_demo4deep6answer17h…E`: the path, without its hash.
+    let rust = r#"
+mod deep {
+    #[inline(never)]
+    pub fn answer(x: u64) -> u64 {
+        x * 3 + 1
+    }
+}
+fn main() {
+    std::process::exit(deep::answer(std::hint::black_box(2)) as i32);
+}
+"#;
+    with_program(
+        "rustc",
+        "rustc (the toolchain running the tests)",
+        "demo.rs",
+        rust,
+        &["-g", "-C", "opt-level=0", "--crate-name", "hwtrace_demo"],
+        |exe| named(exe, "hwtrace_demo::deep::answer"),
+    );
+}
