@@ -207,9 +207,9 @@ pub struct PathRun {
 }
 
 /// Where the TNT bits left in the cache lead from a block, when they are
-/// used up by conditional jumps with only direct jumps and straight code
-/// between (no call, return or TIP): the blocks run, in order, and the
-/// block after the last. The same code with the same bits always goes the
+/// used up by conditional jumps with only direct jumps, direct calls and
+/// straight code between (no return or TIP): the blocks run, in order, the
+/// return addresses the calls push, and the block after the last. The same code with the same bits always goes the
 /// same way, so a decoder that meets the key again runs the whole path in
 /// one step (the idea of libxdc's and iptr's TNT caches) instead of
 /// following the blocks one branch at a time.
@@ -225,6 +225,10 @@ pub struct TntPath {
     first: u32,
     /// How many runs.
     pub runs: u32,
+    /// Where the return addresses its direct calls push start in the
+    /// path push store, and how many.
+    first_push: u32,
+    pushes: u32,
     /// How many instructions, all runs together.
     pub insns: u64,
     /// The IP after the last run.
@@ -302,6 +306,11 @@ pub struct BlockCache {
     paths: Vec<TntPath>,
     /// The runs of every path, each path's one after the other.
     path_runs: Vec<PathRun>,
+    /// The return addresses the direct calls of every path push, each
+    /// path's one after the other, and where the path being recorded
+    /// starts there.
+    path_pushes: Vec<u64>,
+    pushes_mark: u32,
 }
 
 impl BlockCache {
@@ -356,6 +365,8 @@ impl BlockCache {
         self.path_slots.iter_mut().for_each(|p| *p = NO_PATH);
         self.paths.clear();
         self.path_runs.clear();
+        self.path_pushes.clear();
+        self.pushes_mark = 0;
     }
 
     /// The path from block `start` with TNT bits `bits` (`left` of them)
@@ -372,6 +383,16 @@ impl BlockCache {
         Some((p, runs))
     }
 
+    /// The return addresses path `p`'s direct calls push, in order (a
+    /// call to the next instruction pushes nothing).
+    #[inline]
+    pub fn path_pushes(&self, p: &TntPath) -> &[u64] {
+        let first = p.first_push as usize;
+        self.path_pushes
+            .get(first..first + p.pushes as usize)
+            .unwrap_or(&[])
+    }
+
     /// How many TNT paths are kept (some may be unreachable, replaced in
     /// their slot by a later one).
     pub fn paths(&self) -> usize {
@@ -384,7 +405,14 @@ impl BlockCache {
         if self.path_runs.len() >= MAX_PATH_RUNS || self.paths.len() >= MAX_PATHS {
             self.forget_paths();
         }
+        self.pushes_mark = self.path_pushes.len() as u32;
         self.path_runs.len() as u32
+    }
+
+    /// Adds the return address a direct call of the path being recorded
+    /// pushed.
+    pub fn push_path_push(&mut self, ret: u64) {
+        self.path_pushes.push(ret);
     }
 
     /// Adds a run to the path being recorded.
@@ -395,6 +423,7 @@ impl BlockCache {
     /// Drops the path being recorded (begun at `first`).
     pub fn abandon_path(&mut self, first: u32) {
         self.path_runs.truncate(first as usize);
+        self.path_pushes.truncate(self.pushes_mark as usize);
     }
 
     /// Keeps the path being recorded (begun at `first`, its runs pushed)
@@ -430,6 +459,8 @@ impl BlockCache {
                 left,
                 first,
                 runs,
+                first_push: self.pushes_mark,
+                pushes: (self.path_pushes.len() as u32).saturating_sub(self.pushes_mark),
                 insns,
                 to,
                 last,
@@ -718,11 +749,15 @@ mod tests {
         };
         let first = c.begin_path();
         c.push_path_run(run);
+        c.push_path_push(0x2000);
         c.push_path_run(run);
+        c.push_path_push(0x3000);
         c.finish_path(first, head, 0b10, 2, 6, Ip(0x1004), head, tail);
         let (p, runs) = c.path(head, 0b10, 2).expect("a path");
         assert_eq!(runs, [run, run]);
         assert_eq!((p.insns, p.to, p.last, p.next), (6, Ip(0x1004), head, tail));
+        // The return addresses its calls pushed, in order.
+        assert_eq!(c.path_pushes(p), [0x2000, 0x3000]);
         assert_eq!(c.paths(), 1);
         // Other bits, another start: no path.
         assert!(c.path(head, 0b11, 2).is_none());
@@ -731,12 +766,21 @@ mod tests {
         // An abandoned recording leaves nothing behind.
         let first = c.begin_path();
         c.push_path_run(run);
+        c.push_path_push(0x4000);
         c.abandon_path(first);
         assert!(c.path(head, 0b1, 1).is_none());
         assert_eq!(c.path(head, 0b10, 2).map(|(_, r)| r.len()), Some(2));
+        // A path recorded after it has only its own pushes.
+        let first = c.begin_path();
+        c.push_path_run(run);
+        c.push_path_push(0x5000);
+        c.finish_path(first, tail, 0b1, 1, 3, Ip(0x1004), head, tail);
+        let (p, _) = c.path(tail, 0b1, 1).expect("a second path");
+        assert_eq!(c.path_pushes(p), [0x5000]);
         c.clear();
         assert!(c.path(head, 0b10, 2).is_none());
         assert_eq!(c.paths(), 0);
+        assert!(c.path_pushes.is_empty());
     }
 
     #[test]

@@ -333,7 +333,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             if let Some((flow, n)) = start
                 && matches!(
                     flow,
-                    BlockFlow::CondJump | BlockFlow::Jump | BlockFlow::Straight
+                    BlockFlow::CondJump | BlockFlow::Jump | BlockFlow::Straight | BlockFlow::Call
                 )
             {
                 let (mut bits, mut left) = lane.cached_tnt(&self.query);
@@ -360,6 +360,9 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                                 && lane.status_after_cached_tnt(&self.query) == plain
                             {
                                 out.push_path(runs, offset);
+                                for &ret in cache.path_pushes(p) {
+                                    self.retstack.push(ret);
+                                }
                                 lane.drop_cached_tnt(&mut self.query);
                                 icount = 0;
                                 ip = p.to.0;
@@ -470,9 +473,12 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             if let Some(r) = &mut rec {
                 if matches!(
                     b.flow,
-                    BlockFlow::Straight | BlockFlow::Jump | BlockFlow::CondJump
+                    BlockFlow::Straight | BlockFlow::Jump | BlockFlow::CondJump | BlockFlow::Call
                 ) && r.runs < MAX_PATH_LEN
                 {
+                    if b.flow == BlockFlow::Call && b.target != b.end.0 {
+                        cache.push_path_push(b.end.0);
+                    }
                     cache.push_path_run(PathRun {
                         ip: b.ip,
                         end_ip: b.last_ip,
