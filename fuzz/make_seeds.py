@@ -5,6 +5,10 @@ packet_decode: every trace of ../shared/corpus (libipt scenarios and real traces
 page_walk:     16 bytes of parameters (va, flags, cr3 page, MAXPHYADDR) followed by
                physical memory holding small but valid 4- and 5-level page tables,
                so the fuzzer starts from walks that reach every level.
+cr3_scan:      8 bytes of parameters (flags, MAXPHYADDR, reference page, pages to copy the
+               kernel half into, region split, hole, table limit, PCID bits) followed by
+               pages holding a top-level table whose kernel half points into the dump,
+               so the fuzzer starts from scans that find tables and walk their user halves.
 perf_data:     the perf.data fixtures of testdata/perf (Debian perf's file and pipe
                format, hwtrace's Intel PT file) and, where `perf` can record here,
                fresh `perf record` files: cpu-clock samples, --switch-events, pipe
@@ -66,6 +70,27 @@ def page_walk_seeds():
                                            {1: 0x5000 | P | US}, {}])
 
 
+def cr3_scan_seeds():
+    out = os.path.join(OUT, "cr3_scan")
+    os.makedirs(out, exist_ok=True)
+    # flags bit 0: 5-level, bit 1: NXE, bit 2: copy the reference's kernel
+    # half into the pages params[3] selects, bit 3: two regions.
+    tables = [
+        {**{i: 0x1000 | P | RW for i in range(256, 512, 3)}, 0: 0x2000 | P | RW | US, 1: 0x3000 | P | US | 0x60},
+        {0: 0x2000 | P | RW, 5: NX | 0x3000 | P | RW},
+        {0: 0x3000 | P | US, 1: 0x4000 | P | RW | US, 511: 0x1000 | P | RW | PS},
+        {i: 0x1000 * (i % 4) | P | US for i in range(0, 512, 7)},
+    ]
+    mem = bytearray(4096 * len(tables))
+    for i, entries in enumerate(tables):
+        for idx, val in entries.items():
+            struct.pack_into("<Q", mem, i * 4096 + idx * 8, val)
+    for n, (flags, select) in enumerate([(4, 0b1110), (4 | 8, 0b0110), (1 | 4, 0b1010), (4 | 2, 0b0011)]):
+        params = bytes([flags, 40, 0, select, 2, 3, 7, 0])
+        with open(os.path.join(out, "seed%d" % n), "wb") as f:
+            f.write(params + bytes(mem))
+
+
 def perf_seeds():
     out = os.path.join(OUT, "perf_data")
     os.makedirs(out, exist_ok=True)
@@ -113,4 +138,5 @@ def perf_seeds():
 if __name__ == "__main__":
     packet_seeds()
     page_walk_seeds()
+    cr3_scan_seeds()
     perf_seeds()
