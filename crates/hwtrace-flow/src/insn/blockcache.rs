@@ -206,10 +206,23 @@ pub struct PathRun {
     pub class: InsnClass,
 }
 
+/// What a block of a [`TntPath`] does to the return stack: the same
+/// operations, replayed in order, leave the stack as the blocks did
+/// (overflowing entries included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StackOp {
+    /// A direct call pushed its return address.
+    Push(u64),
+    /// A compressed return popped the address a call of the same path
+    /// pushed.
+    Pop,
+}
+
 /// Where the TNT bits left in the cache lead from a block, when they are
-/// used up by conditional jumps with only direct jumps, direct calls and
-/// straight code between (no return or TIP): the blocks run, in order, the
-/// return addresses the calls push, and the block after the last. The same code with the same bits always goes the
+/// used up by conditional jumps with only direct jumps, direct calls,
+/// compressed returns to those calls and straight code between (no TIP, no
+/// return to a call made before): the blocks run, in order, what they do to
+/// the return stack, and the block after the last. The same code with the same bits always goes the
 /// same way, so a decoder that meets the key again runs the whole path in
 /// one step (the idea of libxdc's and iptr's TNT caches) instead of
 /// following the blocks one branch at a time.
@@ -225,10 +238,10 @@ pub struct TntPath {
     first: u32,
     /// How many runs.
     pub runs: u32,
-    /// Where the return addresses its direct calls push start in the
-    /// path push store, and how many.
-    first_push: u32,
-    pushes: u32,
+    /// Where its return stack operations start in the path operation
+    /// store, and how many.
+    first_op: u32,
+    ops: u32,
     /// How many instructions, all runs together.
     pub insns: u64,
     /// The IP after the last run.
@@ -306,11 +319,10 @@ pub struct BlockCache {
     paths: Vec<TntPath>,
     /// The runs of every path, each path's one after the other.
     path_runs: Vec<PathRun>,
-    /// The return addresses the direct calls of every path push, each
-    /// path's one after the other, and where the path being recorded
-    /// starts there.
-    path_pushes: Vec<u64>,
-    pushes_mark: u32,
+    /// The return stack operations of every path, each path's one after
+    /// the other, and where the path being recorded starts there.
+    path_ops: Vec<StackOp>,
+    ops_mark: u32,
 }
 
 impl BlockCache {
@@ -365,8 +377,8 @@ impl BlockCache {
         self.path_slots.iter_mut().for_each(|p| *p = NO_PATH);
         self.paths.clear();
         self.path_runs.clear();
-        self.path_pushes.clear();
-        self.pushes_mark = 0;
+        self.path_ops.clear();
+        self.ops_mark = 0;
     }
 
     /// The path from block `start` with TNT bits `bits` (`left` of them)
@@ -383,13 +395,14 @@ impl BlockCache {
         Some((p, runs))
     }
 
-    /// The return addresses path `p`'s direct calls push, in order (a
-    /// call to the next instruction pushes nothing).
+    /// What path `p` does to the return stack, in order: its direct
+    /// calls' pushes (a call to the next instruction pushes nothing) and
+    /// the compressed returns to them.
     #[inline]
-    pub fn path_pushes(&self, p: &TntPath) -> &[u64] {
-        let first = p.first_push as usize;
-        self.path_pushes
-            .get(first..first + p.pushes as usize)
+    pub fn path_ops(&self, p: &TntPath) -> &[StackOp] {
+        let first = p.first_op as usize;
+        self.path_ops
+            .get(first..first + p.ops as usize)
             .unwrap_or(&[])
     }
 
@@ -405,14 +418,14 @@ impl BlockCache {
         if self.path_runs.len() >= MAX_PATH_RUNS || self.paths.len() >= MAX_PATHS {
             self.forget_paths();
         }
-        self.pushes_mark = self.path_pushes.len() as u32;
+        self.ops_mark = self.path_ops.len() as u32;
         self.path_runs.len() as u32
     }
 
-    /// Adds the return address a direct call of the path being recorded
-    /// pushed.
-    pub fn push_path_push(&mut self, ret: u64) {
-        self.path_pushes.push(ret);
+    /// Adds what a block of the path being recorded did to the return
+    /// stack.
+    pub fn push_path_op(&mut self, op: StackOp) {
+        self.path_ops.push(op);
     }
 
     /// Adds a run to the path being recorded.
@@ -423,7 +436,7 @@ impl BlockCache {
     /// Drops the path being recorded (begun at `first`).
     pub fn abandon_path(&mut self, first: u32) {
         self.path_runs.truncate(first as usize);
-        self.path_pushes.truncate(self.pushes_mark as usize);
+        self.path_ops.truncate(self.ops_mark as usize);
     }
 
     /// Keeps the path being recorded (begun at `first`, its runs pushed)
@@ -459,8 +472,8 @@ impl BlockCache {
                 left,
                 first,
                 runs,
-                first_push: self.pushes_mark,
-                pushes: (self.path_pushes.len() as u32).saturating_sub(self.pushes_mark),
+                first_op: self.ops_mark,
+                ops: (self.path_ops.len() as u32).saturating_sub(self.ops_mark),
                 insns,
                 to,
                 last,
@@ -749,15 +762,19 @@ mod tests {
         };
         let first = c.begin_path();
         c.push_path_run(run);
-        c.push_path_push(0x2000);
+        c.push_path_op(StackOp::Push(0x2000));
         c.push_path_run(run);
-        c.push_path_push(0x3000);
+        c.push_path_op(StackOp::Push(0x3000));
+        c.push_path_op(StackOp::Pop);
         c.finish_path(first, head, 0b10, 2, 6, Ip(0x1004), head, tail);
         let (p, runs) = c.path(head, 0b10, 2).expect("a path");
         assert_eq!(runs, [run, run]);
         assert_eq!((p.insns, p.to, p.last, p.next), (6, Ip(0x1004), head, tail));
         // The return addresses its calls pushed, in order.
-        assert_eq!(c.path_pushes(p), [0x2000, 0x3000]);
+        assert_eq!(
+            c.path_ops(p),
+            [StackOp::Push(0x2000), StackOp::Push(0x3000), StackOp::Pop]
+        );
         assert_eq!(c.paths(), 1);
         // Other bits, another start: no path.
         assert!(c.path(head, 0b11, 2).is_none());
@@ -766,21 +783,21 @@ mod tests {
         // An abandoned recording leaves nothing behind.
         let first = c.begin_path();
         c.push_path_run(run);
-        c.push_path_push(0x4000);
+        c.push_path_op(StackOp::Push(0x4000));
         c.abandon_path(first);
         assert!(c.path(head, 0b1, 1).is_none());
         assert_eq!(c.path(head, 0b10, 2).map(|(_, r)| r.len()), Some(2));
         // A path recorded after it has only its own pushes.
         let first = c.begin_path();
         c.push_path_run(run);
-        c.push_path_push(0x5000);
+        c.push_path_op(StackOp::Push(0x5000));
         c.finish_path(first, tail, 0b1, 1, 3, Ip(0x1004), head, tail);
         let (p, _) = c.path(tail, 0b1, 1).expect("a second path");
-        assert_eq!(c.path_pushes(p), [0x5000]);
+        assert_eq!(c.path_ops(p), [StackOp::Push(0x5000)]);
         c.clear();
         assert!(c.path(head, 0b10, 2).is_none());
         assert_eq!(c.paths(), 0);
-        assert!(c.path_pushes.is_empty());
+        assert!(c.path_ops.is_empty());
     }
 
     #[test]

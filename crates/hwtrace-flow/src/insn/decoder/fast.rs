@@ -15,7 +15,7 @@ use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
 use crate::event::{EventKind, Status, TraceLane};
 use crate::insn::blockcache::{
-    BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathRun,
+    BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathRun, StackOp,
 };
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
@@ -264,6 +264,8 @@ struct Recording {
     left: u8,
     insns: u64,
     runs: u32,
+    /// Return addresses its calls pushed that no return popped yet.
+    calls: u32,
 }
 
 /// How a burst ended.
@@ -360,8 +362,13 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                                 && lane.status_after_cached_tnt(&self.query) == plain
                             {
                                 out.push_path(runs, offset);
-                                for &ret in cache.path_pushes(p) {
-                                    self.retstack.push(ret);
+                                for op in cache.path_ops(p) {
+                                    match *op {
+                                        StackOp::Push(ret) => self.retstack.push(ret),
+                                        StackOp::Pop => {
+                                            self.retstack.pop();
+                                        }
+                                    }
                                 }
                                 lane.drop_cached_tnt(&mut self.query);
                                 icount = 0;
@@ -379,6 +386,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                                 left,
                                 insns: 0,
                                 runs: 0,
+                                calls: 0,
                             });
                         }
                     }
@@ -471,13 +479,26 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             }
             out.push(&b, offset);
             if let Some(r) = &mut rec {
-                if matches!(
-                    b.flow,
-                    BlockFlow::Straight | BlockFlow::Jump | BlockFlow::CondJump | BlockFlow::Call
-                ) && r.runs < MAX_PATH_LEN
+                // A compressed return to a call of the path itself goes
+                // where the path went before; one to an earlier call
+                // depends on the stack, and ends the recording.
+                let own_return = b.flow == BlockFlow::Return && r.calls > 0;
+                if (own_return
+                    || matches!(
+                        b.flow,
+                        BlockFlow::Straight
+                            | BlockFlow::Jump
+                            | BlockFlow::CondJump
+                            | BlockFlow::Call
+                    ))
+                    && r.runs < MAX_PATH_LEN
                 {
                     if b.flow == BlockFlow::Call && b.target != b.end.0 {
-                        cache.push_path_push(b.end.0);
+                        cache.push_path_op(StackOp::Push(b.end.0));
+                        r.calls += 1;
+                    } else if own_return {
+                        cache.push_path_op(StackOp::Pop);
+                        r.calls -= 1;
                     }
                     cache.push_path_run(PathRun {
                         ip: b.ip,
