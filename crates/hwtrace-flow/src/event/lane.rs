@@ -375,6 +375,16 @@ mod tests {
         Packet::Tip(IpPayload { compression, raw })
     }
 
+    /// A PSB+ of 64-bit code traced from 0x401000, then `packets`.
+    fn after_psb(packets: &[Packet]) -> TraceBuilder {
+        let mut t = TraceBuilder::new();
+        t.psb_plus_64(0x40_1000).unwrap();
+        for p in packets {
+            t.push(*p).unwrap();
+        }
+        t
+    }
+
     /// Two query decoders over `trace`, one asked through lanes and one
     /// directly, the questions a decoder would ask (a TNT bit while there
     /// is one, else a TIP, else the pending event or an indirect branch's
@@ -438,9 +448,7 @@ mod tests {
 
     #[test]
     fn answers_statuses_and_offsets_are_the_layered_paths() {
-        let mut t = TraceBuilder::new();
-        t.psb_plus_64(0x40_1000).unwrap();
-        for p in [
+        let mut t = after_psb(&[
             tnt(0b101101, 6),
             Packet::Pad,
             Packet::Pad,
@@ -473,9 +481,7 @@ mod tests {
             tip(IpCompression::Update16, 0x7000),
             tnt(0b01, 2),
             Packet::TipPgd(IpPayload::SUPPRESSED),
-        ] {
-            t.push(p).unwrap();
-        }
+        ]);
         t.psb_plus_64(0x40_8000).unwrap();
         t.push(tnt(0b111, 3)).unwrap();
         t.push(Packet::Pad).unwrap();
@@ -487,19 +493,15 @@ mod tests {
 
     #[test]
     fn every_prefix_ends_where_the_layered_path_ends() {
-        let mut t = TraceBuilder::new();
-        t.psb_plus_64(0x40_1000).unwrap();
-        for p in [
+        let trace = after_psb(&[
             tnt(0b110, 3),
             Packet::Pad,
             tip(IpCompression::Update16, 0x2000),
             tip(IpCompression::Sext48, 0x40_3000),
             tnt(0b1, 1),
             Packet::Pad,
-        ] {
-            t.push(p).unwrap();
-        }
-        let trace = t.finish();
+        ])
+        .finish();
         for len in 0..=trace.len() {
             same_as_layered(&trace[..len]);
         }

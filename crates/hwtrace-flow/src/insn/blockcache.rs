@@ -605,6 +605,15 @@ mod tests {
         Ok(Cached { decoded, raw })
     }
 
+    /// A cache holding the blocks of [`CODE`] that start at `ips`, its
+    /// address space id, and their indices.
+    fn built<const N: usize>(ips: [u64; N]) -> (BlockCache, u32, [u32; N]) {
+        let mut c = BlockCache::new();
+        let s = c.space_id(AddressSpace::UNKNOWN);
+        let idx = ips.map(|ip| c.get_or_build(s, ExecMode::Bits64, Ip(ip), decode).unwrap());
+        (c, s, idx)
+    }
+
     #[test]
     fn block_runs_to_the_first_branch() {
         let mut c = BlockCache::new();
@@ -629,14 +638,7 @@ mod tests {
 
     #[test]
     fn successors_link_taken_and_not_taken() {
-        let mut c = BlockCache::new();
-        let s = c.space_id(AddressSpace::UNKNOWN);
-        let head = c
-            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
-            .unwrap();
-        let tail = c
-            .get_or_build(s, ExecMode::Bits64, Ip(0x1004), decode)
-            .unwrap();
+        let (mut c, _, [head, tail]) = built([0x1000, 0x1004]);
         assert_eq!(blk(&c, head).successor(Ip(0x1000)), NO_BLOCK);
         c.link(head, head);
         c.link(head, tail);
@@ -745,14 +747,7 @@ mod tests {
 
     #[test]
     fn tnt_paths_are_kept_by_start_and_bits() {
-        let mut c = BlockCache::new();
-        let s = c.space_id(AddressSpace::UNKNOWN);
-        let head = c
-            .get_or_build(s, ExecMode::Bits64, Ip(0x1000), decode)
-            .unwrap();
-        let tail = c
-            .get_or_build(s, ExecMode::Bits64, Ip(0x1004), decode)
-            .unwrap();
+        let (mut c, _, [head, tail]) = built([0x1000, 0x1004]);
         // Taken, then not taken: the loop once, then out to the tail.
         let run = PathRun {
             ip: Ip(0x1000),
