@@ -367,15 +367,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
                 self.hint = successor;
             }
             Ok(None) => return None,
-            Err(e) => {
-                self.hint = NO_BLOCK;
-                self.from = NO_BLOCK;
-                if e.kind == ErrorKind::Eos {
-                    self.done = true;
-                } else {
-                    self.pending = Some(e);
-                }
-            }
+            Err(e) => self.stop_after_run(e),
         }
         run.offset = self.dec.offset();
         Some(FastStep::Run(run))
@@ -389,15 +381,20 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         match end.result {
             None => self.last = self.dec.plain_status(),
             Some(Ok(status)) => self.last = status,
-            Some(Err(e)) => {
-                self.hint = NO_BLOCK;
-                self.from = NO_BLOCK;
-                if e.kind == ErrorKind::Eos {
-                    self.done = true;
-                } else {
-                    self.pending = Some(e);
-                }
-            }
+            Some(Err(e)) => self.stop_after_run(e),
+        }
+    }
+
+    /// The run just taken ended in `e` (its last instruction ran): the
+    /// end of the trace, or an error the next step returns. No block
+    /// follows it.
+    fn stop_after_run(&mut self, e: Error) {
+        self.hint = NO_BLOCK;
+        self.from = NO_BLOCK;
+        if e.kind == ErrorKind::Eos {
+            self.done = true;
+        } else {
+            self.pending = Some(e);
         }
     }
 
@@ -470,8 +467,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         };
         match result {
             Ok(status) => self.last = status,
-            Err(e) if e.kind == ErrorKind::Eos => self.done = true,
-            Err(e) => self.pending = Some(e),
+            Err(e) => self.stop_after_run(e),
         }
         Ok(Some(FastStep::Run(run)))
     }
@@ -503,11 +499,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
                 if insn.class == InsnClass::Unknown {
                     return if eos { Ok(None) } else { Err(e) };
                 }
-                if eos {
-                    self.done = true;
-                } else {
-                    self.pending = Some(e);
-                }
+                self.stop_after_run(e);
                 Ok(Some(FastStep::Run(run)))
             }
         }
