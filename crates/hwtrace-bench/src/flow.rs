@@ -19,7 +19,7 @@ use crate::corpus::real_dir;
 use crate::stats::{mb_per_s, median};
 use anyhow::{Context, Result, anyhow, ensure};
 use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder, RunBuffer};
-use hwtrace_flow::{Config, ErrorKind};
+use hwtrace_flow::{Config, ErrorKind, SyncProgress};
 use hwtrace_mem::image::{Image, RawSpec};
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd};
 use hwtrace_types::{Ip, ReadMemory};
@@ -47,7 +47,7 @@ struct Case {
 fn hwtrace_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
     let mut dec = InsnDecoder::new(trace, Config::default(), mem);
     let (mut insns, mut errors) = (0u64, 0u64);
-    let mut last_sync = None;
+    let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
     'sync: loop {
         let mut status = match sync {
@@ -56,11 +56,9 @@ fn hwtrace_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
             Err(_) => {
                 // A bad PSB+: on to the next one, if synchronisation moves.
                 errors += 1;
-                let at = dec.offset();
-                if last_sync.is_some_and(|l| at <= l) {
+                if !progress.moved(dec.offset()) {
                     break;
                 }
-                last_sync = Some(at);
                 sync = dec.sync_forward();
                 continue;
             }
@@ -110,7 +108,7 @@ pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
     let mut dec = FastDecoder::new(trace, Config::default(), mem);
     let mut runs = RunBuffer::new();
     let (mut insns, mut errors) = (0u64, 0u64);
-    let mut last_sync = None;
+    let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
     'sync: loop {
         match sync {
@@ -118,11 +116,9 @@ pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
             Err(e) if e.kind == ErrorKind::Eos => break,
             Err(_) => {
                 errors += 1;
-                let at = dec.offset();
-                if last_sync.is_some_and(|l| at <= l) {
+                if !progress.moved(dec.offset()) {
                     break;
                 }
-                last_sync = Some(at);
                 sync = dec.sync_forward();
                 continue;
             }

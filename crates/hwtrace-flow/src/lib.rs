@@ -61,9 +61,11 @@ pub mod error;
 pub mod event;
 pub mod insn;
 pub mod parallel;
+mod progress;
 pub mod time;
 
 pub use config::{AddrFilter, Config};
 pub use errata::Errata;
 pub use error::{Error, ErrorKind};
+pub use progress::SyncProgress;
 pub use time::{Fcr, Time, TimeCal, TimeConfig, TimeError, TscEstimate};

@@ -14,7 +14,7 @@
 
 use hwtrace_flow::event::Status;
 use hwtrace_flow::insn::{BlockRun, FastDecoder, FastStep, RunBuffer};
-use hwtrace_flow::{Config, Error, ErrorKind};
+use hwtrace_flow::{Config, Error, ErrorKind, SyncProgress};
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder};
 use hwtrace_types::{ReadMemory, TraceOffset};
 use std::path::Path;
@@ -56,7 +56,7 @@ fn decode<M: ReadMemory>(
     let mut dec = FastDecoder::new(trace, config, mem);
     let mut buf = RunBuffer::with_capacity(cap.max(1));
     let (mut out, mut burst_runs) = (Vec::new(), 0);
-    let mut last_sync = None;
+    let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
     'sync: while out.len() < MAX_ITEMS {
         match sync {
@@ -64,11 +64,9 @@ fn decode<M: ReadMemory>(
             Err(e) if e.kind == ErrorKind::Eos => break,
             Err(e) => {
                 out.push(Item::SyncError(e));
-                let at = dec.offset();
-                if last_sync.is_some_and(|l| at <= l) {
+                if !progress.moved(dec.offset()) {
                     break;
                 }
-                last_sync = Some(at);
                 sync = dec.sync_forward();
                 continue;
             }

@@ -10,7 +10,7 @@
 
 use hwtrace_flow::event::Event;
 use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder};
-use hwtrace_flow::{Config, Error, ErrorKind};
+use hwtrace_flow::{Config, Error, ErrorKind, SyncProgress};
 use hwtrace_packet::ExecMode;
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd, TscModel};
 use hwtrace_types::ReadMemory;
@@ -64,7 +64,7 @@ const MAX_ITEMS: usize = 5_000_000;
 fn reference<M: ReadMemory>(trace: &[u8], config: Config, mem: M, how: Recover) -> Vec<Item> {
     let mut dec = InsnDecoder::new(trace, config, mem);
     let mut out = Vec::new();
-    let mut last_sync = None;
+    let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
     'sync: while out.len() < MAX_ITEMS {
         let mut status = match sync {
@@ -72,11 +72,9 @@ fn reference<M: ReadMemory>(trace: &[u8], config: Config, mem: M, how: Recover) 
             Err(e) if e.kind == ErrorKind::Eos => break,
             Err(e) => {
                 out.push(Item::SyncError(e));
-                let at = dec.offset();
-                if last_sync.is_some_and(|l| at <= l) {
+                if !progress.moved(dec.offset()) {
                     break;
                 }
-                last_sync = Some(at);
                 sync = dec.sync_forward();
                 continue;
             }
@@ -136,7 +134,7 @@ fn fast<M: ReadMemory>(trace: &[u8], config: Config, mem: M, how: Recover) -> (V
     let mut dec = FastDecoder::new(trace, config, mem);
     let mut out = Vec::new();
     let mut runs = 0;
-    let mut last_sync = None;
+    let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
     'sync: while out.len() < MAX_ITEMS {
         match sync {
@@ -144,11 +142,9 @@ fn fast<M: ReadMemory>(trace: &[u8], config: Config, mem: M, how: Recover) -> (V
             Err(e) if e.kind == ErrorKind::Eos => break,
             Err(e) => {
                 out.push(Item::SyncError(e));
-                let at = dec.offset();
-                if last_sync.is_some_and(|l| at <= l) {
+                if !progress.moved(dec.offset()) {
                     break;
                 }
-                last_sync = Some(at);
                 sync = dec.sync_forward();
                 continue;
             }
