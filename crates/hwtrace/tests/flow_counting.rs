@@ -10,12 +10,11 @@
 //! threads, with ordinary units and with one per PSB.
 
 use anyhow::{Context, Result, ensure};
-use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+use hwtrace_packet::{Packet, Tnt, TraceBuilder};
 use std::path::Path;
-use std::process::Command;
 
 mod common;
-use common::{libipt_flow_cases, shared};
+use common::{hwtrace_in, libipt_flow_cases, shared};
 
 /// Sequential; two threads; two threads with one work unit per PSB.
 const JOBS: [&[&str]; 3] = [
@@ -28,12 +27,8 @@ const JOBS: [&[&str]; 3] = [
 type Run = (Option<i32>, String, String);
 
 fn flow(dir: &Path, args: &[&str]) -> Result<Run> {
-    let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
-        .current_dir(dir)
-        .arg("flow")
-        .args(args)
-        .output()
-        .context("running hwtrace flow")?;
+    let args: Vec<&str> = ["flow"].iter().chain(args).copied().collect();
+    let out = hwtrace_in(dir, &args).context("running hwtrace flow")?;
     Ok((
         out.status.code(),
         String::from_utf8(out.stdout).context("stdout")?,
@@ -147,14 +142,7 @@ const LOOPS: &[u8] = &[0x90, 0x90, 0x90, 0x75, 0xfb, 0x90, 0xeb, 0xfd];
 fn trace(psbs: &[(u64, u64, u8)]) -> Result<Vec<u8>> {
     let mut t = TraceBuilder::new();
     for &(ip, tnt, len) in psbs {
-        t.push(Packet::Psb)?;
-        t.push(Packet::ModeExec(ModeExec {
-            csl: true,
-            csd: false,
-            iflag: false,
-        }))?;
-        t.ip(Packet::Fup, ip)?;
-        t.push(Packet::Psbend)?;
+        t.psb_plus_64(ip)?;
         t.push(Packet::Tnt(Tnt {
             bits: tnt,
             len,

@@ -9,10 +9,9 @@
 
 use anyhow::{Context, Result, ensure};
 use std::path::Path;
-use std::process::Command;
 
 mod common;
-use common::{libipt_flow_cases, shared};
+use common::{hwtrace_in, libipt_flow_cases, shared};
 
 /// The output formats compared.
 const FORMATS: [&[&str]; 7] = [
@@ -32,12 +31,8 @@ const JOBS: [&[&str]; 2] = [&["--jobs", "1"], &["--jobs", "3", "--unit-bytes", "
 type Run = (Option<i32>, Vec<u8>, Vec<u8>);
 
 fn flow(dir: &Path, args: &[&str]) -> Result<Run> {
-    let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
-        .current_dir(dir)
-        .arg("flow")
-        .args(args)
-        .output()
-        .context("running hwtrace flow")?;
+    let args: Vec<&str> = ["flow"].iter().chain(args).copied().collect();
+    let out = hwtrace_in(dir, &args).context("running hwtrace flow")?;
     Ok((out.status.code(), out.stdout, out.stderr))
 }
 

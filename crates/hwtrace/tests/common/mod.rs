@@ -13,6 +13,15 @@ pub fn hwtrace(args: &[&str]) -> Output {
         .expect("the hwtrace binary runs")
 }
 
+/// Runs `hwtrace ARGS…` in `dir` (a test case's folder, which its
+/// arguments name files in).
+pub fn hwtrace_in(dir: &std::path::Path, args: &[&str]) -> std::io::Result<Output> {
+    Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+}
+
 /// Runs `hwtrace ARGS…`, which must succeed, and returns its stdout.
 pub fn ok(args: &[&str]) -> String {
     let out = hwtrace(args);
