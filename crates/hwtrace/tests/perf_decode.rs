@@ -1355,6 +1355,37 @@ fn kernel_branches_read_kcore_code_and_kallsyms_names() {
     ]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), text);
 
+    // The answers name kernel addresses by the same kallsyms (given, or
+    // in the kcore_dir); with neither, by perf's kernel mapping.
+    let calls = |extra: &[&str]| {
+        let mut args = vec!["calls", "--quiet"];
+        args.extend_from_slice(extra);
+        args.push(f);
+        let out = hwtrace(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let tree = |caller: &str, callee: &str| {
+        format!(
+            "[thread {PID}/{PID}]\n(trace begins in) {caller} {{\n  {callee}  1 insns\n}} {caller}  2 insns (self 1) [trace ends]\n"
+        )
+    };
+    let core = core.to_str().unwrap();
+    let named = tree("start_kernel", "helper");
+    assert_eq!(
+        calls(&["--kcore", core, "--kallsyms", ksyms.to_str().unwrap()]),
+        named
+    );
+    assert_eq!(calls(&["--kcore", kcore_dir.to_str().unwrap()]), named);
+    assert_eq!(
+        calls(&["--kcore", core]),
+        tree("[kernel.kallsyms]_text+0x0", "[kernel.kallsyms]_text+0x100")
+    );
+
     // A kcore that is not one is refused, naming it.
     let bad = dir.join("bad-kcore");
     std::fs::write(&bad, b"not an ELF core file, just some text of some length").unwrap();

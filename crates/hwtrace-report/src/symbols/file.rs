@@ -20,6 +20,9 @@ pub enum FileFormat {
     Pe,
     /// Anything else `object` reads (Mach-O, plain COFF, ...).
     Other,
+    /// A list of symbols without code or headers (`/proc/kallsyms`):
+    /// [`ObjectInfo::from_symbols`].
+    SymbolList,
 }
 
 /// A range of the file loaded at a link-time address.
@@ -195,13 +198,7 @@ impl ObjectInfo {
             }
         }
         let funcs = functions(&file, &segments, format, pdb_funcs);
-        let reach = funcs
-            .iter()
-            .scan(0u64, |top, f| {
-                *top = (*top).max(f.addr.saturating_add(f.size.max(1)));
-                Some(*top)
-            })
-            .collect();
+        let reach = reach_of(&funcs);
         let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let debuglink = file
             .gnu_debuglink()
@@ -222,6 +219,29 @@ impl ObjectInfo {
             pdb_problems,
             dwarf: OnceCell::new(),
         })
+    }
+
+    /// The functions of a symbol list (kallsyms) read from `path`: no
+    /// segments, no DWARF; each function at its runtime address. Sorted
+    /// here; at one address the first given is kept.
+    pub fn from_symbols(path: &Path, mut funcs: Vec<Func>) -> Self {
+        funcs.sort_by_key(|f| f.addr);
+        funcs.dedup_by_key(|f| f.addr);
+        let reach = reach_of(&funcs);
+        Self {
+            path: path.to_path_buf(),
+            format: FileFormat::SymbolList,
+            segments: Vec::new(),
+            lowest: funcs.first().map_or(0, |f| f.addr),
+            funcs,
+            reach,
+            build_id: None,
+            entry: 0,
+            debuglink: None,
+            pdb: None,
+            pdb_problems: Vec::new(),
+            dwarf: OnceCell::from(None),
+        }
     }
 
     /// The file.
@@ -325,6 +345,17 @@ impl ObjectInfo {
         }
         out
     }
+}
+
+/// `reach[i]` of sorted `funcs`: the highest end of `funcs[..=i]`.
+fn reach_of(funcs: &[Func]) -> Vec<u64> {
+    funcs
+        .iter()
+        .scan(0u64, |top, f| {
+            *top = (*top).max(f.addr.saturating_add(f.size.max(1)));
+            Some(*top)
+        })
+        .collect()
 }
 
 /// Whether `head` starts like a file `object` reads as an executable:

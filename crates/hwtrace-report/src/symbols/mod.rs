@@ -243,6 +243,26 @@ impl Symbolizer {
         Ok(())
     }
 
+    /// Adds a symbol list read from `path` (`/proc/kallsyms`: functions
+    /// at their runtime addresses, no code) as one module in `space`,
+    /// spanning its functions. Where it overlaps images added before, it
+    /// wins: a kernel mapping perf recorded as `[kernel.kallsyms]_text`
+    /// is named by the list's functions. Nothing is added for an empty
+    /// list.
+    pub fn add_symbol_list(&mut self, path: &Path, space: Space, funcs: Vec<Func>) {
+        let info = ObjectInfo::from_symbols(path, funcs);
+        let (Some(first), Some(last)) = (info.funcs().first(), info.funcs().last()) else {
+            return;
+        };
+        let (start, end) = (first.addr, last.addr.saturating_add(last.size.max(1)));
+        self.files.push(info);
+        let index = self.files.len() - 1;
+        self.by_path.insert(path.to_path_buf(), Some(index));
+        let module = self.module_for(path, space, Some(index), 0);
+        self.extend(module, space, Ip(start), end - start);
+        self.rebuild();
+    }
+
     /// Names the PDB of the PE image at `image`, tried before the one
     /// beside the image and the one its CodeView record names; like
     /// those, used only if its GUID and age match the image's. Takes

@@ -403,3 +403,67 @@ fn main() {
         |exe| named(exe, "hwtrace_demo::deep::answer"),
     );
 }
+
+#[test]
+fn a_symbol_list_names_the_kernel_mapping_it_covers() {
+    // perf's kernel mapping has no readable file: alone, it names
+    // addresses `[kernel.kallsyms]_text+0xoff`.
+    let kernel = Mapping {
+        path: PathBuf::from("[kernel.kallsyms]_text"),
+        cr3: None,
+        pid: None,
+        start: Ip(0xffff_ffff_8100_0000),
+        len: 0x2000,
+        file_offset: 0,
+    };
+    let mut s = Symbolizer::from_mappings(std::slice::from_ref(&kernel));
+    let user = Space {
+        pid: Some(7),
+        cr3: None,
+    };
+    assert_eq!(
+        s.name(user, Ip(0xffff_ffff_8100_0105)).as_deref(),
+        Some("[kernel.kallsyms]_text+0x105")
+    );
+    let func = |addr: u64, size: u64, name: &str| Func {
+        addr,
+        size,
+        name: name.into(),
+    };
+    let list = vec![
+        func(0xffff_ffff_8100_0100, 0x80, "helper"),
+        func(0xffff_ffff_8100_0000, 0x100, "start_kernel"),
+        // A second name at one address: the first given is kept.
+        func(0xffff_ffff_8100_0000, 0x100, "_text"),
+    ];
+    s.add_symbol_list(Path::new("kallsyms"), Space::ANY, list);
+    assert_eq!(
+        s.name(user, Ip(0xffff_ffff_8100_0105)).as_deref(),
+        Some("helper+0x5")
+    );
+    assert_eq!(
+        s.name(Space::ANY, Ip(0xffff_ffff_8100_0000)).as_deref(),
+        Some("start_kernel+0x0")
+    );
+    let f = s.function(user, Ip(0xffff_ffff_8100_0110)).unwrap();
+    assert_eq!(
+        (f.name, f.start, f.size),
+        ("helper", Ip(0xffff_ffff_8100_0100), 0x80)
+    );
+    let module = s.module(user, Ip(0xffff_ffff_8100_0110)).unwrap();
+    assert_eq!(
+        (module.name.as_str(), module.base),
+        ("kallsyms", Ip(0xffff_ffff_8100_0000))
+    );
+    assert_eq!(s.object(module).unwrap().format(), FileFormat::SymbolList);
+    assert!(s.frames(user, Ip(0xffff_ffff_8100_0110)).is_empty());
+    // Past the list's last function the perf mapping names it again.
+    assert_eq!(
+        s.name(user, Ip(0xffff_ffff_8100_0190)).as_deref(),
+        Some("[kernel.kallsyms]_text+0x190")
+    );
+    // An empty list adds nothing.
+    let before = s.modules().len();
+    s.add_symbol_list(Path::new("empty"), Space::ANY, Vec::new());
+    assert_eq!(s.modules().len(), before);
+}

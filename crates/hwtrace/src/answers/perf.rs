@@ -99,6 +99,11 @@ impl PerfInput {
         })
     }
 
+    /// The kernel symbols (`--kallsyms`, or the kcore_dir's `kallsyms`).
+    pub fn kallsyms(&self) -> Option<&crate::perfdecode::kernel::Kallsyms> {
+        self.kernel.kallsyms.as_ref()
+    }
+
     fn data(&self) -> Result<PerfData<'_>> {
         PerfData::parse(self.file.bytes()).with_context(|| format!("{}", self.path.display()))
     }
@@ -125,13 +130,21 @@ impl PerfInput {
                     }
                     (_, name) => PathBuf::from(name),
                 };
+                // perf's `[kernel.kallsyms]_text` record gives the start
+                // address as its "offset": without a file (no kallsyms)
+                // its addresses are named from the mapping's start.
+                let file_offset = if m.filename.starts_with("[kernel") {
+                    0
+                } else {
+                    m.pgoff
+                };
                 Mapping {
                     path,
                     cr3: None,
                     pid: (!kernel).then_some(m.pid),
                     start: Ip(m.addr),
                     len: m.len,
-                    file_offset: m.pgoff,
+                    file_offset,
                 }
             })
             .collect()

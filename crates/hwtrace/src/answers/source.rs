@@ -4,8 +4,8 @@
 //! ```text
 //! TRACE                         raw Intel PT, or perf.data (by its magic)
 //!   --image/--elf/--pe/--pages/--cr3, --dump/--la57, --cpu   (raw PT, as `hwtrace flow`)
-//!   --sysroot DIR, --vdso FILE, --kcore DIR|FILE, --kallsyms FILE
-//!                                                            (perf.data, as `hwtrace perf decode`)
+//!   --sysroot DIR, --vdso FILE, --kcore DIR|FILE             (perf.data, as `hwtrace perf decode`)
+//!   --kallsyms FILE                                          (kernel symbols, any input)
 //! --bts FILE | --bts-ds DS --bts-buffer BUF [--bts-format 32|64]
 //! --lbr FILE [--lbr-format N] [--lbr-uarch NAME] [--lbr-tos N]
 //! ```
@@ -19,11 +19,13 @@ use crate::cmd::flow::{DumpArgs, decoder_config, open_dump, parse_cpu};
 use crate::flow::{FlowMemory, Item, Items, MappedTrace};
 use crate::image_args::ImageArgs;
 use crate::input::MappedFile;
+use crate::perfdecode::kernel::Kallsyms;
 use crate::ptdump::cpu::Cpu;
 use anyhow::{Result, bail};
 use hwtrace_flow::insn::FastDecoder;
 use hwtrace_flow::parallel::FastSource;
 use hwtrace_report::exec::{Exec, GapKind, Mapping};
+use hwtrace_report::symbols::{Space, Symbolizer};
 use hwtrace_types::Ip;
 use std::path::{Path, PathBuf};
 
@@ -57,9 +59,9 @@ pub struct SourceArgs {
     /// virtual addresses, like /proc/kcore.
     #[arg(long, value_name = "DIR|FILE")]
     pub kcore: Option<PathBuf>,
-    /// perf.data: kernel symbols (/proc/kallsyms text); with --kcore and
-    /// no kernel mapping in the sideband, its _stext.._etext is the kernel
-    /// code read.
+    /// Kernel symbols (/proc/kallsyms text) naming kernel addresses, for
+    /// every input; for perf.data with --kcore and no kernel mapping in
+    /// the sideband, its _stext.._etext is also the kernel code read.
     #[arg(long, value_name = "FILE")]
     pub kallsyms: Option<PathBuf>,
     /// BTS: raw 64- or 32-bit records, oldest first (instead of TRACE).
@@ -135,6 +137,8 @@ impl SourceReport {
 pub struct Source {
     input: Input,
     mappings: Vec<Mapping>,
+    /// `--kallsyms` (for perf.data also its kcore_dir's `kallsyms`).
+    kallsyms: Option<Kallsyms>,
 }
 
 #[derive(Debug)]
@@ -183,6 +187,8 @@ impl Source {
         };
         let has_code = image.is_some() || dump.is_some();
         let memory = Box::new(FlowMemory::new(image, dump));
+        // perf.data inputs read it with their kernel (or from its kcore_dir).
+        let kallsyms = || args.kallsyms.as_deref().map(Kallsyms::load).transpose();
         if args.bts.is_some() || args.bts_ds.is_some() {
             let (list, bytes) = branches::bts(args)?;
             return Ok(Self {
@@ -192,6 +198,7 @@ impl Source {
                     memory: has_code.then_some(memory),
                 },
                 mappings,
+                kallsyms: kallsyms()?,
             });
         }
         if let Some(path) = &args.lbr {
@@ -203,6 +210,7 @@ impl Source {
                     memory: has_code.then_some(memory),
                 },
                 mappings,
+                kallsyms: kallsyms()?,
             });
         }
         let Some(path) = &args.trace else {
@@ -212,9 +220,11 @@ impl Source {
         if trace.bytes().starts_with(PERF_MAGIC) {
             let input = perf::PerfInput::open(path, trace, args)?;
             mappings.extend(input.mappings());
+            let kallsyms = input.kallsyms().cloned();
             return Ok(Self {
                 input: Input::Perf(Box::new(input)),
                 mappings,
+                kallsyms,
             });
         }
         if !has_code {
@@ -235,13 +245,27 @@ impl Source {
                 config: decoder_config(args.cpu),
             },
             mappings,
+            kallsyms: kallsyms()?,
         })
     }
 
     /// The files mapped into the traced address spaces: the image options'
     /// files, and for perf.data every executable mapping of its sideband.
+    #[cfg(test)]
     pub fn mappings(&self) -> &[Mapping] {
         &self.mappings
+    }
+
+    /// The symboliser every answer names addresses with: the files of
+    /// [`Self::mappings`], and over them the kernel symbols of
+    /// `--kallsyms` as the module `[kernel.kallsyms]` (where perf's kernel
+    /// mapping and the list overlap, the list's functions name it).
+    pub fn symbolizer(&self) -> Symbolizer {
+        let mut s = Symbolizer::from_mappings(&self.mappings);
+        if let Some(k) = &self.kallsyms {
+            s.add_symbol_list(Path::new("[kernel.kallsyms]"), Space::ANY, k.functions());
+        }
+        s
     }
 
     /// Bytes of trace the input has (for progress).
@@ -385,6 +409,43 @@ mod tests {
         assert_eq!(source.mappings().len(), 1);
         assert_eq!(source.mappings()[0].start, Ip(0x1000));
         assert_eq!(source.mappings()[0].path, code);
+        // Kernel symbols name kernel addresses for raw PT too; the image
+        // still names its own.
+        let ksyms = tmp(
+            "kallsyms",
+            b"ffffffff81000000 T _stext\nffffffff81000040 t helper\n",
+        );
+        let with_ksyms = parse(&[
+            trace.to_str().unwrap(),
+            "--image",
+            &image,
+            "--kallsyms",
+            ksyms.to_str().unwrap(),
+        ])
+        .unwrap();
+        let symbols = Source::open(&with_ksyms).unwrap().symbolizer();
+        let name = |ip: u64| symbols.name(hwtrace_report::symbols::Space::ANY, Ip(ip));
+        assert_eq!(name(0xffff_ffff_8100_0041).as_deref(), Some("helper+0x1"));
+        assert_eq!(
+            name(0x1003),
+            Some(format!(
+                "{}+0x3",
+                code.file_name().unwrap().to_string_lossy()
+            ))
+        );
+        let bad = tmp("bad-kallsyms", b"not kallsyms\n");
+        let e = Source::open(
+            &parse(&[
+                trace.to_str().unwrap(),
+                "--image",
+                &image,
+                "--kallsyms",
+                bad.to_str().unwrap(),
+            ])
+            .unwrap(),
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("--kallsyms"), "{e:#}");
         let (all, report) = collect(&source);
         let space = AddressSpace::with_cr3(Cr3(0xa000));
         let insn = |ip: u64, size: u8, class: InsnClass| {

@@ -115,7 +115,7 @@ pub fn decode(
     quiet: bool,
     sink: &mut dyn CallSink,
 ) -> Result<Decoded> {
-    let symbols = Symbolizer::from_mappings(source.mappings());
+    let symbols = source.symbolizer();
     let mut tracker = CallTracker::new(Box::new(Names(symbols)));
     let mut progress = Progress::bytes(source.trace_bytes(), name, quiet);
     let report = source.run(&mut |exec| {

@@ -10,7 +10,6 @@ use crate::progress::Progress;
 use anyhow::{Context, Result};
 use hwtrace_report::coverage::{Coverage, CoverageBuilder, afl, drcov, json, lcov};
 use hwtrace_report::exec::Exec;
-use hwtrace_report::symbols::Symbolizer;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -68,7 +67,7 @@ fn write_file(
 /// Runs `hwtrace coverage`: exit code 2 when the trace had problems.
 pub fn run(args: CoverageArgs) -> Result<ExitCode> {
     let source = Source::open(&args.source)?;
-    let symbols = Symbolizer::from_mappings(source.mappings());
+    let symbols = source.symbolizer();
     let mut builder = CoverageBuilder::new();
     let name = super::calls::input_name(&args.source);
     let mut progress = Progress::bytes(source.trace_bytes(), &name, args.quiet);

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use hwtrace_mem::image::{Image, Kcore};
+use hwtrace_report::symbols::Func;
 use hwtrace_types::Ip;
 
 use super::image::is_kernel;
@@ -106,6 +107,29 @@ impl Kallsyms {
             return None;
         }
         Some(format!("{}+{:#x}", s.name, addr - s.addr))
+    }
+
+    /// The symbols as functions for the answers' symboliser, each reaching
+    /// the next symbol (the last one [`LAST_SYMBOL_REACH`] bytes): the
+    /// names [`Self::symbolize`] gives (at an address with several
+    /// symbols, the one it picks comes first).
+    pub fn functions(&self) -> Vec<Func> {
+        let mut next = None;
+        let mut out = Vec::with_capacity(self.syms.len());
+        for s in self.syms.iter().rev() {
+            let end = match next {
+                Some(n) if n > s.addr => n,
+                Some(_) => out.last().map_or(s.addr + 1, |f: &Func| f.addr + f.size),
+                None => s.addr.saturating_add(LAST_SYMBOL_REACH),
+            };
+            out.push(Func {
+                addr: s.addr,
+                size: end - s.addr,
+                name: s.name.as_str().into(),
+            });
+            next = Some(s.addr);
+        }
+        out
     }
 
     /// The kernel text, `_stext` (or `_text`) to `_etext` inclusive, with
@@ -261,6 +285,21 @@ ffffffffc0000000 t mod_init\t[e1000]
             k.text_range(),
             Some((Ip(0xffff_ffff_8100_0000), Ip(0xffff_ffff_c000_0fff)))
         );
+    }
+
+    #[test]
+    fn kallsyms_functions_name_what_symbolize_names() {
+        use hwtrace_report::symbols::{Space, Symbolizer};
+        let k = Kallsyms::parse(TEXT).unwrap();
+        let mut s = Symbolizer::new();
+        s.add_symbol_list(Path::new("kallsyms"), Space::ANY, k.functions());
+        let mut probes = vec![0xffff_ffff_8000_0000, 0xffff_ffff_c000_2000];
+        for sym in &k.syms {
+            probes.extend([sym.addr, sym.addr + 1, sym.addr - 1, sym.addr + 0xfff]);
+        }
+        for at in probes {
+            assert_eq!(s.name(Space::ANY, Ip(at)), k.symbolize(at), "at {at:#x}");
+        }
     }
 
     #[test]
