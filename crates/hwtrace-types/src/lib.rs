@@ -9,6 +9,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used))]
 
 mod addr;
+pub mod hash;
 mod memory;
 
 pub use addr::{Cr3, Ip, PhysAddr, TraceOffset, Tsc};

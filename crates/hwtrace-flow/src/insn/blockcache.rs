@@ -28,9 +28,9 @@ use super::cache::Cached;
 use super::classify::{Decoded, InsnClass, Special};
 use crate::error::ErrorKind;
 use hwtrace_packet::ExecMode;
+use hwtrace_types::hash::BuildIntHasher;
 use hwtrace_types::{AddressSpace, Ip};
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 /// The most instructions one cached block holds.
 pub const MAX_CACHED_BLOCK_INSNS: u32 = 1024;
@@ -159,6 +159,19 @@ impl CachedBlock {
         self.end
     }
 
+    /// The block as a run of its instructions.
+    #[inline]
+    pub fn as_run(&self) -> PathRun {
+        PathRun {
+            ip: self.ip,
+            end_ip: self.last_ip,
+            insns: self.insns,
+            class: self.class,
+            // At most `MAX_INSN_SIZE` (15) bytes.
+            end_size: self.end.0.wrapping_sub(self.last_ip.0) as u8,
+        }
+    }
+
     /// The bytes from the first instruction to the end of the last.
     pub fn byte_len(&self) -> u64 {
         self.end.0.wrapping_sub(self.ip.0)
@@ -204,6 +217,9 @@ pub struct PathRun {
     pub insns: u32,
     /// The class of the last instruction.
     pub class: InsnClass,
+    /// The size of the last instruction (the run ends at `end_ip` plus
+    /// this).
+    pub end_size: u8,
 }
 
 /// What a block of a [`TntPath`] does to the return stack: the same
@@ -258,35 +274,6 @@ fn path_slot(start: u32, bits: u64, left: u8) -> usize {
     (h >> 40) as usize & (PATH_SLOTS - 1)
 }
 
-/// A multiply-rotate hasher for the block keys (SipHash cost more than
-/// the lookups it served).
-#[derive(Clone, Copy, Debug, Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-
-    fn write_u8(&mut self, v: u8) {
-        self.write_u64(u64::from(v));
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Key {
     ip: u64,
@@ -309,7 +296,7 @@ pub struct BlockCache {
     blocks: Vec<CachedBlock>,
     /// The last instruction of each block, by the same index.
     lasts: Vec<Cached>,
-    index: HashMap<Key, u32, BuildHasherDefault<KeyHasher>>,
+    index: HashMap<Key, u32, BuildIntHasher>,
     spaces: Vec<AddressSpace>,
     /// Indices into `paths`, direct-mapped by (start, bits): small, so
     /// the lookup made at every TNT packet stays in the cache; allocated
@@ -754,6 +741,7 @@ mod tests {
             end_ip: Ip(0x1002),
             insns: 3,
             class: InsnClass::CondJump,
+            end_size: 2,
         };
         let first = c.begin_path();
         c.push_path_run(run);

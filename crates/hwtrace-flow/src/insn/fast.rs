@@ -76,6 +76,9 @@ pub struct BlockRun {
     pub end_ip: Ip,
     /// The class of the last instruction (how the run ends).
     pub end_class: InsnClass,
+    /// The size of the last instruction (the run ends at `end_ip` plus
+    /// this).
+    pub end_size: u8,
     /// The trace offset after the run (of the packet the decoder is at).
     pub offset: TraceOffset,
     /// The address space the code ran in.
@@ -332,13 +335,14 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         if !self.dec.query_config().tick_events {
             let mut one = OneRun(None);
             let end = self.dec.run_burst(&mut self.cache, idx, &mut one, false);
-            if let Some((ip, insns, end_ip, end_class, offset)) = one.0 {
+            if let Some((r, offset)) = one.0 {
                 self.burst_ended(end);
                 return Some(FastStep::Run(BlockRun {
-                    ip,
-                    insns,
-                    end_ip,
-                    end_class,
+                    ip: r.ip,
+                    insns: r.insns,
+                    end_ip: r.end_ip,
+                    end_class: r.class,
+                    end_size: r.end_size,
                     offset,
                     space: self.space,
                     mode: Some(mode),
@@ -355,6 +359,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             insns: block.insns,
             end_ip: block.last_ip,
             end_class: block.end_class(),
+            end_size: block.as_run().end_size,
             offset: TraceOffset(0),
             space: self.space,
             mode: Some(mode),
@@ -460,6 +465,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             insns: block.insns,
             end_ip: Ip(insn.ip),
             end_class: insn.class,
+            end_size: insn.size,
             offset: self.dec.offset(),
             space,
             mode: Some(mode),
@@ -484,6 +490,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             insns: 1,
             end_ip: Ip(insn.ip),
             end_class: insn.class,
+            end_size: insn.size,
             offset: self.dec.offset(),
             space,
             mode: insn.mode,
@@ -532,7 +539,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
 }
 
 /// The sink of a one-run burst ([`FastDecoder::next`]).
-struct OneRun(Option<(Ip, u32, Ip, InsnClass, TraceOffset)>);
+struct OneRun(Option<(PathRun, TraceOffset)>);
 
 impl RunSink for OneRun {
     #[inline]
@@ -542,7 +549,7 @@ impl RunSink for OneRun {
 
     #[inline]
     fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
-        self.0 = Some((b.ip, b.insns, b.last_ip, b.class, offset));
+        self.0 = Some((b.as_run(), offset));
     }
 
     #[inline]
@@ -553,7 +560,7 @@ impl RunSink for OneRun {
     #[inline]
     fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset) {
         if let [r] = runs {
-            self.0 = Some((r.ip, r.insns, r.end_ip, r.class, offset));
+            self.0 = Some((*r, offset));
         }
     }
 }
@@ -566,7 +573,7 @@ impl RunSink for RunBuffer {
 
     #[inline]
     fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
-        RunBuffer::push(self, b.ip, b.insns, b.last_ip, b.class, offset);
+        RunBuffer::push(self, &b.as_run(), offset);
     }
 
     #[inline]

@@ -26,6 +26,21 @@ struct Entry {
     offset: TraceOffset,
     insns: u32,
     end_class: InsnClass,
+    end_size: u8,
+}
+
+impl Entry {
+    #[inline]
+    fn new(r: &PathRun, offset: TraceOffset) -> Self {
+        Self {
+            ip: r.ip,
+            end_ip: r.end_ip,
+            offset,
+            insns: r.insns,
+            end_class: r.class,
+            end_size: r.end_size,
+        }
+    }
 }
 
 /// A fixed-capacity buffer of runs executed one after the other, in the
@@ -105,6 +120,7 @@ impl RunBuffer {
             insns: e.insns,
             end_ip: e.end_ip,
             end_class: e.end_class,
+            end_size: e.end_size,
             offset: e.offset,
             space: self.space,
             mode: self.mode,
@@ -128,22 +144,9 @@ impl RunBuffer {
 
     /// Adds a run (the caller checked [`is_full`](Self::is_full)).
     #[inline]
-    pub(crate) fn push(
-        &mut self,
-        ip: Ip,
-        insns: u32,
-        end_ip: Ip,
-        end_class: InsnClass,
-        offset: TraceOffset,
-    ) {
+    pub(crate) fn push(&mut self, run: &PathRun, offset: TraceOffset) {
         if self.entries.len() < self.cap {
-            self.entries.push(Entry {
-                ip,
-                end_ip,
-                offset,
-                insns,
-                end_class,
-            });
+            self.entries.push(Entry::new(run, offset));
         }
     }
 }
@@ -153,13 +156,8 @@ impl RunBuffer {
     #[inline]
     pub(crate) fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset) {
         let room = self.cap.saturating_sub(self.entries.len());
-        self.entries.extend(runs.iter().take(room).map(|r| Entry {
-            ip: r.ip,
-            end_ip: r.end_ip,
-            offset,
-            insns: r.insns,
-            end_class: r.class,
-        }));
+        self.entries
+            .extend(runs.iter().take(room).map(|r| Entry::new(r, offset)));
     }
 }
 
@@ -174,11 +172,18 @@ mod tests {
         let space = AddressSpace::with_cr3(hwtrace_types::Cr3(0x5000));
         b.start(space, ExecMode::Bits32, true);
         assert!(b.is_empty());
-        b.push(Ip(0x10), 3, Ip(0x14), InsnClass::Jump, TraceOffset(7));
-        b.push(Ip(0x40), 1, Ip(0x40), InsnClass::Return, TraceOffset(9));
+        let run = |ip: u64, insns: u32, end_ip: u64, class: InsnClass, end_size: u8| PathRun {
+            ip: Ip(ip),
+            end_ip: Ip(end_ip),
+            insns,
+            class,
+            end_size,
+        };
+        b.push(&run(0x10, 3, 0x14, InsnClass::Jump, 2), TraceOffset(7));
+        b.push(&run(0x40, 1, 0x40, InsnClass::Return, 1), TraceOffset(9));
         assert!(b.is_full());
         // A full buffer takes no more.
-        b.push(Ip(0x90), 1, Ip(0x90), InsnClass::Return, TraceOffset(9));
+        b.push(&run(0x90, 1, 0x90, InsnClass::Return, 1), TraceOffset(9));
         assert_eq!(b.len(), 2);
         assert_eq!(b.insns(), 4);
         let runs: Vec<_> = b.iter().collect();
@@ -189,6 +194,7 @@ mod tests {
                 insns: 3,
                 end_ip: Ip(0x14),
                 end_class: InsnClass::Jump,
+                end_size: 2,
                 offset: TraceOffset(7),
                 space,
                 mode: Some(ExecMode::Bits32),
@@ -207,6 +213,7 @@ mod tests {
             end_ip: Ip(0x22),
             insns: 2,
             class: InsnClass::CondJump,
+            end_size: 2,
         };
         b.push_path(&[r, r, r], TraceOffset(5));
         assert_eq!(b.len(), 2);

@@ -2,7 +2,7 @@
 //! ptxed drives its decoder, one [`FlowItem`] at a time. This is the
 //! sequential decode the parallel one must reproduce exactly.
 
-use super::StepSource;
+use super::{PassedRun, RunVisitor, StepSource};
 use crate::event::{Event, Status};
 use crate::insn::{Insn, InsnClass};
 use crate::{Error, ErrorKind};
@@ -240,12 +240,27 @@ impl<S: StepSource> Flow<S> {
     /// reach the endless-loop limit is left to be handed out one by one,
     /// so [`FlowItem::Stuck`] names the exact instruction.
     pub fn skip_runs(&mut self, until: TraceOffset) -> u64 {
+        self.pass_runs(until, None) + self.skip_insns()
+    }
+
+    /// Passes over whole runs of instructions as
+    /// [`skip_runs`](Self::skip_runs) does (not the middle of the next
+    /// one), handing each to `visit` instead of an item per instruction:
+    /// for callers that keep runs (the source must keep runs whole, like
+    /// [`FastSource::runs`](super::FastSource::runs)). The items that
+    /// follow are those [`Iterator::next`] would have made after them.
+    /// Returns how many instructions they held.
+    pub fn visit_runs(&mut self, until: TraceOffset, visit: &mut dyn FnMut(&PassedRun)) -> u64 {
+        self.pass_runs(until, Some(visit))
+    }
+
+    fn pass_runs(&mut self, until: TraceOffset, visit: RunVisitor<'_>) -> u64 {
         let mut taken = 0;
         if self.queued.is_none()
             && let State::Run(status) = self.state
             && !status.event_pending
             && !status.eos
-            && let Some(t) = self.src.take_runs(self.max_stall, until)
+            && let Some(t) = self.src.take_runs(self.max_stall, until, visit)
         {
             self.state = State::Run(t.status);
             // As `stalled` counts them one by one (none reaching the
@@ -258,7 +273,7 @@ impl<S: StepSource> Flow<S> {
             }
             taken = t.insns;
         }
-        taken + self.skip_insns()
+        taken
     }
 
     /// Whether the flow is done.

@@ -41,7 +41,7 @@
 //! decoder underneath is already past them, and its state says nothing
 //! about how much is still to come.
 
-use super::{Probe, StepSource, Taken};
+use super::{PassedRun, Probe, RunVisitor, StepSource, Taken};
 use crate::Error;
 use crate::ErrorKind;
 use crate::event::{Event, Status};
@@ -56,6 +56,9 @@ pub struct FastSource<'a, M> {
     dec: FastDecoder<'a, M>,
     /// Expand runs into instructions (else count mode).
     expand: bool,
+    /// Runs may be passed over whole ([`StepSource::take_runs`]) in
+    /// expand mode too ([`FastSource::runs`]).
+    whole_runs: bool,
     /// The run being handed out, and how many of its instructions are
     /// still to come.
     run: Option<BlockRun>,
@@ -115,10 +118,22 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         Self::with_mode(dec, false, max_stall)
     }
 
+    /// Hands `dec`'s runs out whole where the flow is plain code
+    /// ([`Flow::visit_runs`](super::Flow::visit_runs)) and as fully
+    /// decoded instructions where it is not (the runs an event, an error
+    /// or an endless loop's end falls in): for callers that keep runs.
+    /// `max_stall` as for [`counting`](Self::counting).
+    pub fn runs(dec: FastDecoder<'a, M>, max_stall: u64) -> Self {
+        let mut s = Self::with_mode(dec, true, max_stall);
+        s.whole_runs = true;
+        s
+    }
+
     fn with_mode(dec: FastDecoder<'a, M>, expand: bool, max_stall: u64) -> Self {
         Self {
             dec,
             expand,
+            whole_runs: !expand,
             run: None,
             left: 0,
             insns: Vec::new(),
@@ -139,6 +154,14 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
     /// The fast decoder underneath.
     pub fn decoder(&self) -> &FastDecoder<'a, M> {
         &self.dec
+    }
+
+    /// Replaces the memory code is read from (a sideband switch, between
+    /// items): what is left of a run is dropped, decoded code forgotten
+    /// ([`FastDecoder::set_memory`]).
+    pub fn set_memory(&mut self, mem: M) {
+        self.drop_run();
+        self.dec.set_memory(mem);
     }
 
     /// Drops what is left of the run being handed out (a new
@@ -288,6 +311,22 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         Ok(())
     }
 
+    /// Hands `run`, taken at `before`, to `visit`.
+    fn visit(&self, before: TraceOffset, run: BlockRun, visit: &mut dyn FnMut(&PassedRun)) {
+        visit(&PassedRun { before, run });
+    }
+
+    /// Hands the first `k` runs of the burst, the first taken at
+    /// `before`, to `visit`.
+    fn visit_burst(&self, before: TraceOffset, k: usize, visit: &mut dyn FnMut(&PassedRun)) {
+        let mut at = before;
+        for i in 0..k {
+            let Some(run) = self.burst.get(i) else { break };
+            self.visit(at, run, visit);
+            at = run.offset;
+        }
+    }
+
     /// Instruction `i` of `run`, as far as count mode knows it.
     fn counted(run: &BlockRun, i: u32) -> Insn {
         if i + 1 == run.insns {
@@ -415,8 +454,13 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     /// follows and the decoder is still before `until`; the first other
     /// one becomes the run handed out one by one. One loop around the
     /// decoder's step, as a caller of [`FastDecoder`] itself would write.
-    fn take_runs(&mut self, max_stall: u64, until: TraceOffset) -> Option<Taken> {
-        if self.expand || self.left > 0 || self.failed.is_some() || self.queued_runs() {
+    fn take_runs(
+        &mut self,
+        max_stall: u64,
+        until: TraceOffset,
+        mut visit: RunVisitor<'_>,
+    ) -> Option<Taken> {
+        if !self.whole_runs || self.left > 0 || self.failed.is_some() || self.queued_runs() {
             return None;
         }
         let limit = self.max_stall.min(max_stall);
@@ -446,6 +490,9 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                     && last.offset < until
                     && let Ok(status) = self.dec.step_result()
                 {
+                    if let Some(v) = visit.as_deref_mut() {
+                        self.visit_burst(before, k, v);
+                    }
                     let (at, trailing) = self.trailing(before);
                     let total = self.burst.insns();
                     if total > trailing {
@@ -472,6 +519,9 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                         && let Ok(status) = status
                     {
                         self.add(&mut taken, at, n, status);
+                        if let Some(v) = visit.as_deref_mut() {
+                            self.visit(at, run, v);
+                        }
                         at = run.offset;
                         continue;
                     }
@@ -510,6 +560,9 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                 && let Ok(status) = self.dec.step_result()
             {
                 self.add(&mut taken, before, n, status);
+                if let (Some(v), Ok(Some(FastStep::Run(run)))) = (visit.as_deref_mut(), step) {
+                    self.visit(before, run, v);
+                }
                 if status.event_pending || status.eos {
                     return taken;
                 }

@@ -58,7 +58,7 @@ pub use segment::{Splitter, Unit, psb_offsets, units};
 
 use crate::Error;
 use crate::event::{Event, Status};
-use crate::insn::{Insn, InsnDecoder};
+use crate::insn::{BlockRun, Insn, InsnDecoder};
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
 
 /// What of a decoder's state can be seen from outside, compared at seams.
@@ -87,6 +87,22 @@ pub struct Taken {
     pub last_offset: TraceOffset,
     pub last_insns: u64,
 }
+
+/// A run of instructions [`Flow::visit_runs`] passed over, as a caller
+/// that keeps runs (coverage, call trees) needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassedRun {
+    /// The trace offset before it: every instruction of the run was
+    /// decoded there (as [`FlowItem::Insn`]'s `offset` says).
+    pub before: TraceOffset,
+    /// The run: its first and last instruction, count, class and size of
+    /// the last, address space and mode.
+    pub run: BlockRun,
+}
+
+/// Where [`StepSource::take_runs`] hands each run it passes over, when
+/// the caller wants them (`None`: only counted).
+pub type RunVisitor<'v> = Option<&'v mut dyn FnMut(&PassedRun)>;
 
 /// A decoder [`Flow`] can drive: the verbs of
 /// [`InsnDecoder`], which implements it.
@@ -136,8 +152,17 @@ pub trait StepSource {
     /// ([`Flow::skip_runs`]): a decoder step and a few comparisons per
     /// block instead of an item per instruction. Passes over nothing by
     /// default.
-    fn take_runs(&mut self, max_stall: u64, until: TraceOffset) -> Option<Taken> {
-        let _ = (max_stall, until);
+    ///
+    /// With `visit`, each run passed over is also handed to it, in order
+    /// (the source must be one that keeps runs whole, like
+    /// [`FastSource::runs`]).
+    fn take_runs(
+        &mut self,
+        max_stall: u64,
+        until: TraceOffset,
+        visit: RunVisitor<'_>,
+    ) -> Option<Taken> {
+        let _ = (max_stall, until, visit);
         None
     }
 }

@@ -500,12 +500,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                         cache.push_path_op(StackOp::Pop);
                         r.calls -= 1;
                     }
-                    cache.push_path_run(PathRun {
-                        ip: b.ip,
-                        end_ip: b.last_ip,
-                        insns: b.insns,
-                        class: b.class,
-                    });
+                    cache.push_path_run(b.as_run());
                     r.insns += n;
                     r.runs += 1;
                 } else {
