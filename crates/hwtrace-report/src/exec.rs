@@ -15,6 +15,11 @@ use std::path::PathBuf;
 pub enum Exec {
     /// An instruction was executed.
     Insn(ExecInsn),
+    /// Instructions were executed one after the other in consecutive
+    /// memory: what `insns` [`Exec::Insn`] records in a row would say, in
+    /// one record (decoders that keep runs hand these out where the flow
+    /// is plain code). Only the last may transfer control.
+    Run(ExecRun),
     /// A branch whose source and target are known but whose straight-line
     /// code in between was not traced instruction by instruction (BTS
     /// records, LBR entries).
@@ -62,6 +67,35 @@ pub struct ExecInsn {
     pub size: u8,
     /// Its control-flow class.
     pub class: InsnClass,
+}
+
+/// Instructions executed in a row ([`Exec::Run`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExecRun {
+    /// The address space they ran in.
+    pub space: AddressSpace,
+    /// The first one's address.
+    pub ip: Ip,
+    /// How many (at least one).
+    pub insns: u32,
+    /// The last one's address.
+    pub last_ip: Ip,
+    /// The last one's length in bytes (0 if it could not be decoded).
+    pub last_size: u8,
+    /// The last one's control-flow class (the others are plain).
+    pub last_class: InsnClass,
+}
+
+impl ExecRun {
+    /// The last instruction as an [`ExecInsn`].
+    pub fn last(&self) -> ExecInsn {
+        ExecInsn {
+            space: self.space,
+            ip: self.last_ip,
+            size: self.last_size,
+            class: self.last_class,
+        }
+    }
 }
 
 /// Why the flow breaks at an [`Exec::Gap`].

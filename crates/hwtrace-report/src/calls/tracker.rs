@@ -3,7 +3,7 @@
 //! [`crate::calls`].
 
 use super::functions::{CodeAddr, FuncId, Functions, Symbolize};
-use crate::exec::{Exec, ExecInsn, GapKind};
+use crate::exec::{Exec, ExecInsn, ExecRun, GapKind};
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_types::{Cr3, Ip, TraceOffset, Tsc};
 use std::collections::HashMap;
@@ -282,7 +282,8 @@ impl CallTracker {
     /// Feeds one record.
     pub fn feed(&mut self, exec: &Exec, sink: &mut dyn CallSink) -> io::Result<()> {
         match *exec {
-            Exec::Insn(ref insn) => self.insn(insn, sink),
+            Exec::Insn(ref insn) => self.insn(insn, sink, 1),
+            Exec::Run(ref run) => self.run(run, sink),
             Exec::Branch { from, to, class } => self.branch(from, to, class, sink),
             Exec::Gap { offset, why } => self.gap(offset, why, sink),
             Exec::Time(tsc) => {
@@ -341,7 +342,24 @@ impl CallTracker {
         }
     }
 
-    fn insn(&mut self, insn: &ExecInsn, sink: &mut dyn CallSink) -> io::Result<()> {
+    /// A run: its first instruction settles what the one before it left
+    /// pending, the rest are counted, and the last leaves its own.
+    fn run(&mut self, run: &ExecRun, sink: &mut dyn CallSink) -> io::Result<()> {
+        if run.insns > 1 {
+            let first = ExecInsn {
+                space: run.space,
+                ip: run.ip,
+                size: 0,
+                class: InsnClass::Other,
+            };
+            self.insn(&first, sink, u64::from(run.insns - 1))?;
+        }
+        self.insn(&run.last(), sink, 1)
+    }
+
+    /// `insn` and the `n - 1` plain instructions after it that need
+    /// nothing but counting (the class and size are `insn`'s alone).
+    fn insn(&mut self, insn: &ExecInsn, sink: &mut dyn CallSink, n: u64) -> io::Result<()> {
         let t = self.current(sink)?;
         let cr3 = insn.space.cr3;
         let pending = std::mem::replace(&mut self.threads[t].pending, Pending::None);
@@ -357,8 +375,8 @@ impl CallTracker {
             self.begin(t, cr3, insn.ip, sink)?;
         }
         let state = &mut self.threads[t];
-        state.insns += 1;
-        self.now.insns += 1;
+        state.insns += n;
+        self.now.insns += n;
         state.pending = match insn.class {
             InsnClass::Call | InsnClass::FarCall if insn.size > 0 => {
                 Pending::Call(insn.ip.add(u64::from(insn.size)))

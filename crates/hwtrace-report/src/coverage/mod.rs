@@ -31,10 +31,11 @@ pub mod drcov;
 pub mod json;
 pub mod lcov;
 
-use crate::exec::{Exec, GapKind};
+use crate::exec::{Exec, ExecRun, GapKind};
 use crate::symbols::Space;
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_types::Ip;
+use hwtrace_types::hash::BuildIntHasher;
 use std::collections::HashMap;
 
 /// Branch-only input: two consecutive records further apart than this
@@ -103,11 +104,17 @@ struct Chain {
 #[derive(Debug, Default)]
 pub struct CoverageBuilder {
     blocks: Vec<Block>,
-    ids: HashMap<(Space, u64, u64), u32>,
-    edges: HashMap<(u32, u32), u64>,
+    ids: HashMap<(Space, u64, u64), u32, BuildIntHasher>,
+    /// Each block's first two successors and their hits (most blocks
+    /// have no more: one lookup in the block's own slot per edge), by
+    /// block id; the rest in `edges`.
+    succ: Vec<[(u32, u64); 2]>,
+    edges: HashMap<(u32, u32), u64, BuildIntHasher>,
     open: Option<Open>,
-    /// The last block of each chain.
-    prev: HashMap<Chain, u32>,
+    /// The last block of each chain, but the current one's, which is
+    /// `last` (consecutive blocks are mostly on one chain).
+    prev: HashMap<Chain, u32, BuildIntHasher>,
+    last: Option<(Chain, u32)>,
     pid: Option<u32>,
     tid: Option<u32>,
     cpu: Option<u32>,
@@ -127,37 +134,48 @@ impl CoverageBuilder {
         Self::default()
     }
 
+    /// Instructions in a row (their last may end the block).
+    fn run(&mut self, r: &ExecRun) {
+        self.insns += u64::from(r.insns);
+        let space = Space {
+            pid: self.pid,
+            cr3: r.space.cr3,
+        };
+        let end = Ip(r.last_ip.0.wrapping_add(u64::from(r.last_size)));
+        match &mut self.open {
+            Some(open) if open.space == space && open.end == r.ip => {
+                open.end = end;
+                open.last = r.last_ip;
+                open.insns = open.insns.saturating_add(r.insns);
+            }
+            _ => {
+                self.close();
+                self.open = Some(Open {
+                    space,
+                    start: r.ip,
+                    end,
+                    last: r.last_ip,
+                    insns: r.insns,
+                });
+            }
+        }
+        if ends_block(r.last_class) || r.last_size == 0 {
+            self.close();
+        }
+    }
+
     /// Takes one record.
     pub fn push(&mut self, exec: &Exec) {
         match *exec {
-            Exec::Insn(i) => {
-                self.insns += 1;
-                let space = Space {
-                    pid: self.pid,
-                    cr3: i.space.cr3,
-                };
-                let end = Ip(i.ip.0.wrapping_add(u64::from(i.size)));
-                match &mut self.open {
-                    Some(open) if open.space == space && open.end == i.ip => {
-                        open.end = end;
-                        open.last = i.ip;
-                        open.insns += 1;
-                    }
-                    _ => {
-                        self.close();
-                        self.open = Some(Open {
-                            space,
-                            start: i.ip,
-                            end,
-                            last: i.ip,
-                            insns: 1,
-                        });
-                    }
-                }
-                if ends_block(i.class) || i.size == 0 {
-                    self.close();
-                }
-            }
+            Exec::Insn(i) => self.run(&ExecRun {
+                space: i.space,
+                ip: i.ip,
+                insns: 1,
+                last_ip: i.ip,
+                last_size: i.size,
+                last_class: i.class,
+            }),
+            Exec::Run(r) => self.run(&r),
             Exec::Branch { from, to, .. } => {
                 let space = Space {
                     pid: self.pid,
@@ -178,6 +196,7 @@ impl CoverageBuilder {
                     }
                     Some(_) => {
                         let chain = self.chain(space);
+                        self.park_last();
                         self.prev.remove(&chain);
                     }
                     None => {}
@@ -192,6 +211,7 @@ impl CoverageBuilder {
                     // Lost data: what ran next is not known to follow.
                     let cpu = self.cpu;
                     let tid = self.tid;
+                    self.park_last();
                     self.prev.retain(|c, _| {
                         !(c.tid == tid && c.cpu == cpu && space.is_none_or(|s| s == c.space))
                     });
@@ -221,27 +241,76 @@ impl CoverageBuilder {
         let Some(open) = self.open.take() else {
             return;
         };
-        let key = (open.space, open.start.0, open.end.0);
-        let next = u32::try_from(self.blocks.len()).unwrap_or(u32::MAX);
-        let id = *self.ids.entry(key).or_insert(next);
-        if id == next {
-            self.blocks.push(Block {
-                space: open.space,
-                start: open.start,
-                end: open.end,
-                last: open.last,
-                insns: open.insns,
-                hits: 0,
-            });
-        }
+        let chain = self.chain(open.space);
+        let prev = match self.last {
+            Some((c, prev)) if c == chain => Some(prev),
+            _ => {
+                self.park_last();
+                self.prev.remove(&chain)
+            }
+        };
+        // Mostly a block the previous one went to before: found among its
+        // successors without hashing.
+        let is_open =
+            |b: &Block| b.start == open.start && b.end == open.end && b.space == open.space;
+        let known = prev.and_then(|p| self.succ.get(p as usize)).and_then(|s| {
+            s.iter()
+                .map(|&(to, _)| to)
+                .find(|&to| self.blocks.get(to as usize).is_some_and(is_open))
+        });
+        let id = match known {
+            Some(id) => id,
+            None => {
+                let key = (open.space, open.start.0, open.end.0);
+                let next = u32::try_from(self.blocks.len()).unwrap_or(u32::MAX);
+                let id = *self.ids.entry(key).or_insert(next);
+                if id == next {
+                    self.blocks.push(Block {
+                        space: open.space,
+                        start: open.start,
+                        end: open.end,
+                        last: open.last,
+                        insns: open.insns,
+                        hits: 0,
+                    });
+                }
+                id
+            }
+        };
         let Some(block) = self.blocks.get_mut(id as usize) else {
             return;
         };
         block.hits += 1;
-        let chain = self.chain(open.space);
-        if let Some(prev) = self.prev.insert(chain, id) {
-            *self.edges.entry((prev, id)).or_insert(0) += 1;
+        self.last = Some((chain, id));
+        if let Some(prev) = prev {
+            self.count_edge(prev, id);
         }
+    }
+
+    /// Puts the current chain's last block back among the others'.
+    fn park_last(&mut self) {
+        if let Some((chain, id)) = self.last.take() {
+            self.prev.insert(chain, id);
+        }
+    }
+
+    /// One more time from block `from` to block `to`.
+    fn count_edge(&mut self, from: u32, to: u32) {
+        let i = from as usize;
+        if self.succ.len() <= i {
+            self.succ.resize(i + 1, [(u32::MAX, 0); 2]);
+        }
+        for slot in &mut self.succ[i] {
+            if slot.0 == to {
+                slot.1 += 1;
+                return;
+            }
+            if slot.0 == u32::MAX {
+                *slot = (to, 1);
+                return;
+            }
+        }
+        *self.edges.entry((from, to)).or_insert(0) += 1;
     }
 
     /// The coverage so far (the open block counted).
@@ -258,9 +327,13 @@ impl CoverageBuilder {
             new_id[old as usize] = new as u32;
         }
         let blocks = order.iter().map(|&i| self.blocks[i as usize]).collect();
-        let mut edges: Vec<Edge> = self
-            .edges
-            .into_iter()
+        let slots = self.succ.iter().enumerate().flat_map(|(from, s)| {
+            s.iter()
+                .filter(|(to, _)| *to != u32::MAX)
+                .map(move |&(to, hits)| ((from as u32, to), hits))
+        });
+        let mut edges: Vec<Edge> = slots
+            .chain(self.edges)
             .map(|((from, to), hits)| Edge {
                 from: new_id[from as usize],
                 to: new_id[to as usize],
