@@ -241,7 +241,18 @@ impl PerfInput {
             if gap_at.contains(&start) {
                 map.gap(start, GapKind::Lost, sink, report)?;
             }
-            for item in flow.items(&run.trace) {
+            let mut items = flow.runs(&run.trace);
+            loop {
+                // Plain code as whole runs; no thread switch falls among
+                // them (switches come at timed events, which are items).
+                let mut done = Ok(());
+                items.visit_runs(&mut |r| {
+                    if done.is_ok() {
+                        done = map.run(r, sink, report);
+                    }
+                });
+                done?;
+                let Some(item) = items.next() else { break };
                 // The time line switched thread at this item's timed event.
                 if flow.tid() != tid {
                     tid = flow.tid();

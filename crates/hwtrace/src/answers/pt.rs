@@ -4,7 +4,8 @@ use super::source::{Sink, SourceReport};
 use crate::flow::Item;
 use anyhow::Result;
 use hwtrace_flow::event::{Event, EventKind};
-use hwtrace_report::exec::{Exec, ExecInsn, GapKind};
+use hwtrace_flow::parallel::PassedRun;
+use hwtrace_report::exec::{Exec, ExecInsn, ExecRun, GapKind};
 use hwtrace_types::{AddressSpace, Cr3, Ip, TraceOffset};
 
 /// Turns [`Item`]s of one trace into [`Exec`] records: the address space
@@ -85,6 +86,19 @@ impl ItemMapper {
             Item::Block(_) | Item::Branch(_) => {}
         }
         Ok(())
+    }
+
+    /// A run of instructions passed over whole.
+    pub fn run(&mut self, r: &PassedRun, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
+        report.insns += u64::from(r.run.insns);
+        sink(Exec::Run(ExecRun {
+            space: self.space,
+            ip: r.run.ip,
+            insns: r.run.insns,
+            last_ip: r.run.end_ip,
+            last_size: r.run.end_size,
+            last_class: r.run.end_class,
+        }))
     }
 
     /// A decode error already explained elsewhere (perf.data: inside a

@@ -23,7 +23,7 @@ use crate::perfdecode::kernel::Kallsyms;
 use crate::ptdump::cpu::Cpu;
 use anyhow::{Result, bail};
 use hwtrace_flow::insn::FastDecoder;
-use hwtrace_flow::parallel::FastSource;
+use hwtrace_flow::parallel::{FastSource, MAX_STALL};
 use hwtrace_report::exec::{Exec, GapKind, Mapping};
 use hwtrace_report::symbols::{Space, Symbolizer};
 use hwtrace_types::Ip;
@@ -293,11 +293,25 @@ impl Source {
                 config,
             } => {
                 let bytes = trace.bytes();
-                // The block-cached decoder, handing out every instruction:
-                // the same items as InsnDecoder's, at its speed.
-                let dec = FastSource::new(FastDecoder::new(bytes, *config, &**memory));
+                // The block-cached decoder: runs of plain code handed out
+                // whole, every other step as InsnDecoder's items.
+                let dec = FastSource::runs(FastDecoder::new(bytes, *config, &**memory), MAX_STALL);
                 let mut map = pt::ItemMapper::new(0, bytes.len() as u64, show(path));
-                for item in Items::new(dec) {
+                let mut items = Items::new(dec);
+                loop {
+                    let mut done = Ok(());
+                    let mut at = None;
+                    items.visit_runs(&mut |r| {
+                        at = Some(r.before.0);
+                        if done.is_ok() {
+                            done = map.run(r, sink, &mut report);
+                        }
+                    });
+                    done?;
+                    if let Some(offset) = at {
+                        trace.decoded_to(offset);
+                    }
+                    let Some(item) = items.next() else { break };
                     if let Item::Insn { offset, .. } = item {
                         trace.decoded_to(offset);
                     }
@@ -456,11 +470,32 @@ mod tests {
                 class,
             })
         };
-        let insns: Vec<Exec> = all
-            .iter()
-            .copied()
-            .filter(|e| matches!(e, Exec::Insn(_)))
-            .collect();
+        // Runs of plain code come whole: spelled out here by the code's
+        // sizes (only the jz at 0x1001 is two bytes).
+        let mut insns = Vec::new();
+        let mut runs = 0;
+        for e in &all {
+            match *e {
+                Exec::Insn(_) => insns.push(*e),
+                Exec::Run(r) => {
+                    runs += 1;
+                    assert_eq!(r.space, space);
+                    let mut ip = r.ip.0;
+                    for k in 1..=r.insns {
+                        let (size, class) = if k == r.insns {
+                            assert_eq!(ip, r.last_ip.0, "{r:?}");
+                            (r.last_size, r.last_class)
+                        } else {
+                            (if ip == 0x1001 { 2 } else { 1 }, InsnClass::Other)
+                        };
+                        insns.push(insn(ip, size, class));
+                        ip += u64::from(size);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(runs > 0, "{all:?}");
         assert_eq!(
             insns,
             [

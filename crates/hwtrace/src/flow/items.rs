@@ -5,7 +5,8 @@ use super::shape::{Block, Branch};
 use hwtrace_flow::Error;
 use hwtrace_flow::event::Event;
 use hwtrace_flow::insn::Insn;
-use hwtrace_flow::parallel::{Flow, FlowItem, StepSource};
+use hwtrace_flow::parallel::{Flow, FlowItem, PassedRun, StepSource};
+use hwtrace_types::TraceOffset;
 
 /// One thing the trace says happened, in trace order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +77,13 @@ impl<S: StepSource> Items<S> {
         Self {
             flow: Flow::new(src),
         }
+    }
+
+    /// Passes over the runs of plain code the source can hand out whole
+    /// ([`Flow::visit_runs`]), handing each to `visit`; the items that
+    /// follow are those [`Iterator::next`] would have made after them.
+    pub fn visit_runs(&mut self, visit: &mut dyn FnMut(&PassedRun)) -> u64 {
+        self.flow.visit_runs(TraceOffset(u64::MAX), visit)
     }
 
     /// Gives up after `max` instructions without trace instead of

@@ -3,19 +3,23 @@
 //! stream: per-CPU queues interleave processes, and two processes may map
 //! different code at one address.
 //!
-//! The decode itself is hwtrace-flow's [`Flow`], as for
-//! [`crate::flow::Items`] (synchronise at the first PSB, after an error
-//! report it and go on at the next PSB, give up on an endless untraced
-//! loop). Each timed event it yields (one that carries a TSC: PSB+, TSC
-//! packets at enables) is passed to a [`Switcher`] before the next
-//! instruction is decoded; when the switcher names another image, the
-//! decoder's memory is replaced ([`InsnDecoder::set_memory`], which also
-//! forgets the decoded instructions of the previous process).
+//! The decode itself is hwtrace-flow's [`Flow`] over the block-cached
+//! decoder, as for [`crate::flow::Items`] (synchronise at the first PSB,
+//! after an error report it and go on at the next PSB, give up on an
+//! endless untraced loop): every instruction as an item, or runs of plain
+//! code handed out whole ([`Driver::runs`]). Each timed event it
+//! yields (one that carries a TSC: PSB+, TSC packets at enables) is passed
+//! to a [`Switcher`] before the next instruction is decoded; when the
+//! switcher names another image, the decoder's memory is replaced
+//! ([`ImageSource::switch_image`], which also forgets the decoded code of
+//! the previous process). Printing every instruction, the instruction
+//! decoder is the faster ([`Driver::new`]).
 
 use hwtrace_flow::event::Event;
-use hwtrace_flow::insn::InsnDecoder;
-use hwtrace_flow::parallel::{Flow, FlowItem};
+use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
+use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, MAX_STALL, PassedRun, StepSource};
 use hwtrace_mem::image::Image;
+use hwtrace_types::TraceOffset;
 
 use super::image::ProcessImage;
 use crate::flow::Item;
@@ -27,22 +31,63 @@ pub trait Switcher {
     fn at_tsc(&mut self, tsc: u64) -> Option<usize>;
 }
 
+/// A decoder whose code image can be switched between items.
+pub trait ImageSource<'i>: StepSource {
+    /// Decodes on over `image` (decoded code forgotten).
+    fn switch_image(&mut self, image: &'i Image);
+}
+
+impl<'i> ImageSource<'i> for InsnDecoder<'_, &'i Image> {
+    fn switch_image(&mut self, image: &'i Image) {
+        self.set_memory(image);
+    }
+}
+
+impl<'i> ImageSource<'i> for FastSource<'_, &'i Image> {
+    fn switch_image(&mut self, image: &'i Image) {
+        self.set_memory(image);
+    }
+}
+
 /// The decoder, its images and the switcher, as an iterator of items.
-pub struct Driver<'a, 'i, S> {
-    flow: Flow<InsnDecoder<'a, &'i Image>>,
+pub struct Driver<'i, D, S> {
+    flow: Flow<D>,
     images: &'i [ProcessImage],
     switcher: S,
 }
 
-impl<'a, 'i, S: Switcher> Driver<'a, 'i, S> {
+impl<'a, 'i, S: Switcher> Driver<'i, FastSource<'a, &'i Image>, S> {
+    /// Decodes `dec`'s trace from its first PSB, runs of plain code to be
+    /// handed out whole ([`Self::visit_runs`], [`Self::skip_runs`]);
+    /// `switcher` picks among `images` at timed events.
+    pub fn runs(dec: FastDecoder<'a, &'i Image>, images: &'i [ProcessImage], switcher: S) -> Self {
+        Self::new(FastSource::runs(dec, MAX_STALL), images, switcher)
+    }
+}
+
+impl<'i, D: ImageSource<'i>, S: Switcher> Driver<'i, D, S> {
     /// Decodes `dec`'s trace from its first PSB; `switcher` picks among
     /// `images` at timed events.
-    pub fn new(dec: InsnDecoder<'a, &'i Image>, images: &'i [ProcessImage], switcher: S) -> Self {
+    pub fn new(dec: D, images: &'i [ProcessImage], switcher: S) -> Self {
         Self {
             flow: Flow::new(dec),
             images,
             switcher,
         }
+    }
+
+    /// Passes over the runs of plain code that can be handed out whole,
+    /// only counting them ([`Flow::skip_runs`]): how many instructions.
+    pub fn skip_runs(&mut self) -> u64 {
+        self.flow.skip_runs(TraceOffset(u64::MAX))
+    }
+
+    /// Passes over the runs of plain code that can be handed out whole
+    /// ([`Flow::visit_runs`]), handing each to `visit`; the items that
+    /// follow are those [`Iterator::next`] would have made after them (no
+    /// timed event falls among the runs: events are items).
+    pub fn visit_runs(&mut self, visit: &mut dyn FnMut(&PassedRun)) -> u64 {
+        self.flow.visit_runs(TraceOffset(u64::MAX), visit)
     }
 
     fn timed(&mut self, event: &Event) {
@@ -52,12 +97,12 @@ impl<'a, 'i, S: Switcher> Driver<'a, 'i, S> {
         if let Some(i) = self.switcher.at_tsc(event.tsc)
             && let Some(p) = self.images.get(i)
         {
-            self.flow.source_mut().set_memory(&p.image);
+            self.flow.source_mut().switch_image(&p.image);
         }
     }
 }
 
-impl<S: Switcher> Iterator for Driver<'_, '_, S> {
+impl<'i, D: ImageSource<'i>, S: Switcher> Iterator for Driver<'i, D, S> {
     type Item = Item;
 
     fn next(&mut self) -> Option<Item> {
@@ -78,6 +123,7 @@ mod tests {
     use hwtrace_types::Ip;
 
     /// Switches to image 1 at the first TSC at or after `at`.
+    #[derive(Clone)]
     struct At(u64);
 
     impl Switcher for At {
@@ -127,8 +173,11 @@ mod tests {
         let images = [a, b];
         let trace = trace();
         let run = |switcher: At| {
+            let dec = FastDecoder::new(&trace, Config::default(), &images[0].image);
+            let fast = ips(Driver::runs(dec, &images, switcher.clone()));
             let dec = InsnDecoder::new(&trace, Config::default(), &images[0].image);
-            ips(Driver::new(dec, &images, switcher))
+            assert_eq!(ips(Driver::new(dec, &images, switcher)), fast);
+            fast
         };
         let switched = run(At(200));
         // Before the second PSB+ only A's code ran (1002 is A's jmp); after

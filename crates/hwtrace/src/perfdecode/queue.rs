@@ -19,7 +19,9 @@ use std::ops::Range;
 use std::rc::Rc;
 
 use anyhow::Result;
-use hwtrace_flow::insn::InsnDecoder;
+use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
+use hwtrace_flow::parallel::FastSource;
+use hwtrace_mem::image::Image;
 use hwtrace_perf::data::{AuxQueue, QueueKey, TscConversion};
 
 use super::drive::{Driver, Switcher};
@@ -27,7 +29,6 @@ use super::image::{self, BuildIdCache, ImageOptions, Missing, ProcessImage};
 use super::kernel::Kernel;
 use super::sideband::Sideband;
 use super::stream::{MAX_JOIN, PtSettings, perf_time};
-use crate::flow::Item;
 
 /// The thread and image at each timed event: on a per-CPU queue the
 /// thread switched in last at the event's perf time runs (per-thread
@@ -195,10 +196,29 @@ impl<'s> QueueFlow<'s> {
     /// each timed event. Each run starts over with the image of every
     /// process that ran here, until a timed event says which one runs;
     /// [`Self::tid`] and [`Self::image`] follow the items.
-    pub fn items<'t>(&'t self, trace: &'t [u8]) -> impl Iterator<Item = Item> + 't {
-        self.current.set(0);
+    pub fn items<'t>(
+        &'t self,
+        trace: &'t [u8],
+    ) -> Driver<'t, InsnDecoder<'t, &'t Image>, impl Switcher + 't> {
         let dec = InsnDecoder::new(trace, self.settings.config, &self.images[0].image);
-        let timeline = self.timeline.map(|(sb, fixed_tid)| Timeline {
+        Driver::new(dec, &self.images, self.switcher())
+    }
+
+    /// [`Self::items`], runs of plain code to be handed out whole
+    /// ([`Driver::visit_runs`], [`Driver::skip_runs`]).
+    pub fn runs<'t>(
+        &'t self,
+        trace: &'t [u8],
+    ) -> Driver<'t, FastSource<'t, &'t Image>, impl Switcher + 't> {
+        let dec = FastDecoder::new(trace, self.settings.config, &self.images[0].image);
+        Driver::runs(dec, &self.images, self.switcher())
+    }
+
+    /// What picks the image at each timed event (each run starts over with
+    /// the first).
+    fn switcher(&self) -> Option<Timeline<'_>> {
+        self.current.set(0);
+        self.timeline.map(|(sb, fixed_tid)| Timeline {
             sb,
             cpu: self.key.cpu,
             fixed_tid,
@@ -206,8 +226,7 @@ impl<'s> QueueFlow<'s> {
             image_of: &self.image_of,
             tid: Rc::clone(&self.tid),
             current: Rc::clone(&self.current),
-        });
-        Driver::new(dec, &self.images, timeline)
+        })
     }
 }
 

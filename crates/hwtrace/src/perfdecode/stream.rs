@@ -228,17 +228,27 @@ impl<'s> QueueDecoder<'s> {
         out: &mut dyn Write,
         diag: &mut dyn Write,
     ) -> Result<()> {
-        let branches = self.printer.opts.format == Format::Branches;
+        let format = self.printer.opts.format;
         let flow = &self.flow;
         let printer = &mut self.printer;
-        let items = flow.items(trace);
         let len = trace.len() as u64;
         let mut each =
             |item: Item| printer.item(item, flow, start, len, names.as_deref_mut(), out, diag);
-        if branches {
-            Branches::new(items).try_for_each(&mut each)
-        } else {
-            items.into_iter().try_for_each(&mut each)
+        match format {
+            Format::Branches => Branches::new(flow.items(trace)).try_for_each(&mut each),
+            Format::Insns => flow.items(trace).try_for_each(&mut each),
+            Format::Stats => {
+                let mut items = flow.runs(trace);
+                // Only counted: plain code passed over a run at a time.
+                let mut skipped = 0;
+                loop {
+                    skipped += items.skip_runs();
+                    let Some(item) = items.next() else { break };
+                    each(item)?;
+                }
+                printer.report.insns += skipped;
+                Ok(())
+            }
         }
     }
 
