@@ -98,6 +98,54 @@ impl ExecRun {
     }
 }
 
+/// `execs` with instructions in a row gathered into [`Exec::Run`]s of at
+/// most `max` instructions, as a decoder that keeps runs hands them out
+/// (every instruction but a run's last plain, contiguous, in one space):
+/// for tests that answers give the same for both.
+#[cfg(test)]
+pub(crate) fn as_runs(execs: &[Exec], max: u32) -> Vec<Exec> {
+    let mut out: Vec<Exec> = Vec::new();
+    let mut open: Option<ExecRun> = None;
+    for e in execs {
+        let Exec::Insn(i) = *e else {
+            out.extend(open.take().map(Exec::Run));
+            out.push(*e);
+            continue;
+        };
+        let next = ExecRun {
+            space: i.space,
+            ip: i.ip,
+            insns: 1,
+            last_ip: i.ip,
+            last_size: i.size,
+            last_class: i.class,
+        };
+        open = match open {
+            Some(r)
+                if r.insns < max
+                    && r.space == i.space
+                    && r.last_size > 0
+                    && matches!(r.last_class, InsnClass::Other | InsnClass::Ptwrite)
+                    && r.last_ip.0.wrapping_add(u64::from(r.last_size)) == i.ip.0 =>
+            {
+                Some(ExecRun {
+                    insns: r.insns + 1,
+                    last_ip: i.ip,
+                    last_size: i.size,
+                    last_class: i.class,
+                    ..r
+                })
+            }
+            r => {
+                out.extend(r.map(Exec::Run));
+                Some(next)
+            }
+        };
+    }
+    out.extend(open.map(Exec::Run));
+    out
+}
+
 /// Why the flow breaks at an [`Exec::Gap`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GapKind {

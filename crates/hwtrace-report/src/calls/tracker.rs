@@ -644,14 +644,24 @@ pub(crate) mod tests {
         }
     }
 
+    /// The events of `flow`, the same with its instructions gathered
+    /// into runs (of every length up to 5, and whole).
     fn events(flow: Flow) -> Vec<String> {
-        let mut tracker = CallTracker::new(Box::new(HexNames));
-        let mut log = Log::default();
-        for e in &flow.0 {
-            tracker.feed(e, &mut log).unwrap();
+        let feed = |execs: &[Exec]| {
+            let mut tracker = CallTracker::new(Box::new(HexNames));
+            let mut log = Log::default();
+            for e in execs {
+                tracker.feed(e, &mut log).unwrap();
+            }
+            tracker.finish(&mut log).unwrap();
+            log.0
+        };
+        let one_by_one = feed(&flow.0);
+        for max in [1, 2, 3, 5, u32::MAX] {
+            let runs = crate::exec::as_runs(&flow.0, max);
+            assert_eq!(feed(&runs), one_by_one, "runs of at most {max}: {runs:?}");
         }
-        tracker.finish(&mut log).unwrap();
-        log.0
+        one_by_one
     }
 
     #[test]

@@ -32,6 +32,39 @@ fn loop_flow() -> Vec<Exec> {
     v
 }
 
+#[test]
+fn runs_cover_as_their_instructions_do() {
+    // Loops, a disable, lost data, two threads, code at odd addresses
+    // and blocks longer than a run.
+    let mut flow = loop_flow();
+    flow.push(gap(GapKind::Disabled));
+    flow.extend(loop_flow());
+    flow.push(gap(GapKind::Lost));
+    for tid in [1, 2, 1] {
+        flow.push(Exec::Thread {
+            pid: Some(7),
+            tid: Some(tid),
+            cpu: None,
+        });
+        for k in 0..9u64 {
+            flow.push(insn(0x2000 + 3 * k, 3, InsnClass::Other));
+        }
+        flow.push(insn(0x201b, 5, InsnClass::Call));
+        flow.extend(loop_flow());
+    }
+    let want = Coverage::from_execs(&flow);
+    assert!(want.edges.len() > 3, "{want:?}");
+    for max in [1, 2, 4, 7, u32::MAX] {
+        let runs = crate::exec::as_runs(&flow, max);
+        assert!(
+            runs.iter()
+                .any(|e| matches!(e, Exec::Run(r) if r.insns > 1))
+                || max == 1
+        );
+        assert_eq!(Coverage::from_execs(&runs), want, "runs of at most {max}");
+    }
+}
+
 fn block(cov: &Coverage, start: u64) -> (usize, &Block) {
     cov.blocks
         .iter()
