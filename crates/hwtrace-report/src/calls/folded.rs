@@ -11,16 +11,17 @@
 
 use super::functions::{FuncId, Functions};
 use super::tracker::{CallSink, Context, ExitHow, Frame, ThreadKey};
+use hwtrace_types::hash::BuildIntHasher;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
 /// Instruction counts per distinct call stack.
 #[derive(Debug, Default)]
 pub struct FoldedStacks {
-    done: HashMap<Vec<FuncId>, u64>,
+    done: HashMap<Vec<FuncId>, u64, BuildIntHasher>,
     /// Per thread: counts of the stack that is still open, whose
     /// outermost callers may not be known yet.
-    open: HashMap<ThreadKey, HashMap<Vec<FuncId>, u64>>,
+    open: HashMap<ThreadKey, HashMap<Vec<FuncId>, u64, BuildIntHasher>, BuildIntHasher>,
 }
 
 impl FoldedStacks {

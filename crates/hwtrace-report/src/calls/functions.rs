@@ -2,6 +2,7 @@
 //! that frames, stacks and profiles carry a small [`FuncId`] instead of a
 //! string.
 
+use hwtrace_types::hash::BuildIntHasher;
 use hwtrace_types::{Cr3, Ip};
 use std::collections::HashMap;
 
@@ -61,7 +62,7 @@ pub struct FuncId(pub u32);
 /// The functions seen so far, by address and by name.
 pub struct Functions {
     symbolize: Box<dyn Symbolize>,
-    by_ip: HashMap<CodeAddr, FuncId>,
+    by_ip: HashMap<CodeAddr, FuncId, BuildIntHasher>,
     by_name: HashMap<FunctionName, FuncId>,
     names: Vec<FunctionName>,
 }
@@ -80,7 +81,7 @@ impl Functions {
     pub fn new(symbolize: Box<dyn Symbolize>) -> Self {
         Self {
             symbolize,
-            by_ip: HashMap::new(),
+            by_ip: HashMap::default(),
             by_name: HashMap::new(),
             names: Vec::new(),
         }

@@ -7,6 +7,7 @@
 use super::functions::FuncId;
 use super::tracker::{CallSink, Context, ExitHow, Frame, ThreadKey};
 use hwtrace_types::Tsc;
+use hwtrace_types::hash::BuildIntHasher;
 use std::collections::HashMap;
 use std::io;
 
@@ -39,16 +40,16 @@ pub struct ThreadStats {
 #[derive(Debug, Default)]
 pub struct Profile {
     /// Per function.
-    pub functions: HashMap<FuncId, FunctionStats>,
+    pub functions: HashMap<FuncId, FunctionStats, BuildIntHasher>,
     /// Per thread.
-    pub threads: HashMap<ThreadKey, ThreadStats>,
+    pub threads: HashMap<ThreadKey, ThreadStats, BuildIntHasher>,
     /// Frames ended by a return to a frame further down (longjmp-like).
     pub unwound: u64,
     /// Synthetic callers: returns above the frame the trace began in.
     pub callers: u64,
     /// How many activations of each function are open, per thread (for
     /// counting recursive totals once).
-    active: HashMap<(ThreadKey, FuncId), u32>,
+    active: HashMap<(ThreadKey, FuncId), u32, BuildIntHasher>,
 }
 
 impl Profile {

@@ -5,6 +5,7 @@
 use super::functions::{CodeAddr, FuncId, Functions, Symbolize};
 use crate::exec::{Exec, ExecInsn, ExecRun, GapKind};
 use hwtrace_flow::insn::InsnClass;
+use hwtrace_types::hash::BuildIntHasher;
 use hwtrace_types::{Cr3, Ip, TraceOffset, Tsc};
 use std::collections::HashMap;
 use std::io;
@@ -252,7 +253,7 @@ struct ThreadState {
 pub struct CallTracker {
     funcs: Functions,
     threads: Vec<ThreadState>,
-    index: HashMap<ThreadKey, usize>,
+    index: HashMap<ThreadKey, usize, BuildIntHasher>,
     current: Option<usize>,
     now: Stamp,
 }
@@ -263,7 +264,7 @@ impl CallTracker {
         Self {
             funcs: Functions::new(symbolize),
             threads: Vec::new(),
-            index: HashMap::new(),
+            index: HashMap::default(),
             current: None,
             now: Stamp::default(),
         }

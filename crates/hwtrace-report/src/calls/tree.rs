@@ -25,6 +25,7 @@
 
 use super::tracker::{CallSink, Context, ExitHow, Frame, FrameKind, ThreadKey};
 use crate::exec::GapKind;
+use hwtrace_types::hash::BuildIntHasher;
 use hwtrace_types::{TraceOffset, Tsc};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -57,7 +58,7 @@ pub struct TreeWriter<W: Write> {
     rate: TscRate,
     /// The frame whose `name {` is not written yet (it may turn out to
     /// call nothing and be a single line), per thread: its depth.
-    open: HashMap<ThreadKey, usize>,
+    open: HashMap<ThreadKey, usize, BuildIntHasher>,
     /// The last thread written, to label lines when threads interleave.
     last_thread: Option<ThreadKey>,
 }
@@ -74,7 +75,7 @@ impl<W: Write> TreeWriter<W> {
         Self {
             out,
             rate,
-            open: HashMap::new(),
+            open: HashMap::default(),
             last_thread: None,
         }
     }
