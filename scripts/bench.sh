@@ -8,7 +8,10 @@
 #            repeated to 1 GiB (hwtrace flow --jobs 1 and --jobs N, libipt's
 #            packet/instruction/block decoders, perf script, iptr, ptcov):
 #            MB/s, instructions/s, peak RSS, checked instruction counts
-#   all      the three (the default)
+#   answers  report, calls, coverage and timeline against the decode they
+#            stand on (hwtrace flow --jobs 1), on the decode corpus's
+#            32 MiB prefixes (mixed and real traces)
+#   all      the four (the default)
 # Options are passed on, e.g.:
 #   bash scripts/bench.sh packets --size-mib 256 --runs 7
 #   bash scripts/bench.sh decode --size-mib 1024 --runs 3

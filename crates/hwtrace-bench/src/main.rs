@@ -12,8 +12,8 @@ mod stats;
 use anyhow::{Context, Result, bail};
 use std::path::Path;
 
-const USAGE: &str = "usage: hwtrace-bench [packets|flow|decode|all] [--size-mib N] [--exec-size-mib N] [--runs N]
-       decode options: [--size-mib N (1024)] [--rss-size-mib N (256)] [--prefix-mib N (32)] [--perf-mib N (1)] [--runs N (3)] [--row-budget-secs N (150)]";
+const USAGE: &str = "usage: hwtrace-bench [packets|flow|decode|answers|all] [--size-mib N] [--exec-size-mib N] [--runs N]
+       decode and answers options: [--size-mib N (1024)] [--rss-size-mib N (256)] [--prefix-mib N (32)] [--perf-mib N (1)] [--runs N (3)] [--row-budget-secs N (150)]";
 
 fn number<T: std::str::FromStr>(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<T> {
     let v = args
@@ -63,11 +63,18 @@ fn main() -> Result<()> {
     let packets = || packets::run(size_mib.unwrap_or(256), runs);
     let flow = || flow::run(size_mib.unwrap_or(64), exec_size_mib, runs);
     let decode = || decode::run(&dec);
+    let answers = || decode::answers(&dec);
     match what.as_str() {
         "packets" => packets(),
         "flow" => flow(),
         "decode" => decode(),
-        "all" => packets().and_then(|()| flow()).and_then(|()| decode()),
-        other => bail!("unknown benchmark {other:?}; known: packets, flow, decode, all\n{USAGE}"),
+        "answers" => answers(),
+        "all" => packets()
+            .and_then(|()| flow())
+            .and_then(|()| decode())
+            .and_then(|()| answers()),
+        other => bail!(
+            "unknown benchmark {other:?}; known: packets, flow, decode, answers, all\n{USAGE}"
+        ),
     }
 }

@@ -9,6 +9,7 @@
 //! are comparable with the full run's; the table says which trace each
 //! row used.
 
+mod answers;
 mod child;
 mod corpus;
 mod iphash;
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+pub use answers::run as answers;
 pub use child::main as child_main;
 
 /// What the decode benchmark measures, and on how much.
@@ -484,7 +486,9 @@ fn mib(bytes: u64) -> f64 {
 }
 
 /// Runs the decode benchmark.
-pub fn run(opts: &Options) -> Result<()> {
+/// The corpus, the traces `inputs` name at `opts`' sizes, and the
+/// programs to time.
+fn open(opts: &Options, inputs: &[Input]) -> Result<Bench> {
     let me = std::env::current_exe()?;
     let hwtrace = me.with_file_name("hwtrace");
     ensure!(
@@ -506,9 +510,11 @@ pub fn run(opts: &Options) -> Result<()> {
         (Input::Real, Layout::Real, opts.prefix_mib),
         (Input::Perf, Layout::Mixed, opts.perf_mib),
     ] {
-        traces.insert(input, corpus.trace(layout, size << 20)?);
+        if inputs.contains(&input) {
+            traces.insert(input, corpus.trace(layout, size << 20)?);
+        }
     }
-    let bench = Bench {
+    Ok(Bench {
         jobs: jobs_supported(&hwtrace)?,
         corpus,
         corpus_dir,
@@ -517,7 +523,21 @@ pub fn run(opts: &Options) -> Result<()> {
         traces,
         runs: opts.runs,
         row_budget: Duration::from_secs(opts.row_budget_secs),
-    };
+    })
+}
+
+/// Runs the decode benchmark.
+pub fn run(opts: &Options) -> Result<()> {
+    let bench = open(
+        opts,
+        &[
+            Input::Full,
+            Input::Rss,
+            Input::Prefix,
+            Input::Real,
+            Input::Perf,
+        ],
+    )?;
     let c = &bench.corpus;
     println!(
         "decode: corpus unit of {} bytes ({}), {} pieces of {} traces:",

@@ -1,0 +1,101 @@
+//! `hwtrace-bench answers`: what the answer commands (report, calls,
+//! coverage, timeline) cost over the decode they stand on. Each runs as a
+//! child process over the decode benchmark's prefix traces (the mixed
+//! corpus and the real hardware traces), timed from spawn to exit with its
+//! peak RSS; medians over runs. The reference is `hwtrace flow --jobs 1
+//! --stats` on the same bytes in the same run: no peer computes these
+//! answers from a raw PT trace, so the ratio that matters is the answer's
+//! time over the decode's. Outputs go to /dev/null.
+
+use super::{Bench, Input, Options, Row, mib, open, parse_stats};
+use anyhow::{Result, ensure};
+use std::process::Command;
+
+/// The answer commands timed, with the arguments that write their outputs
+/// to /dev/null.
+const ANSWERS: [(&str, &[&str]); 5] = [
+    ("report", &[]),
+    ("calls", &["--folded", "/dev/null"]),
+    (
+        "coverage",
+        &[
+            "--drcov",
+            "/dev/null",
+            "--json",
+            "/dev/null",
+            "--afl-map",
+            "/dev/null",
+        ],
+    ),
+    ("timeline", &["-o", "/dev/null"]),
+    ("report --flame", &["--flame", "/dev/null"]),
+];
+
+impl Bench {
+    /// `hwtrace ANSWER TRACE --pages DIR --quiet ARGS...`.
+    fn answer_row(&self, answer: &str, args: &[&str], input: Input) -> Result<Row> {
+        let trace = self.trace(input).to_path_buf();
+        let command = answer.split(' ').next().unwrap_or(answer);
+        self.measure(
+            &format!("hwtrace {answer}"),
+            input,
+            || {
+                let mut cmd = Command::new(&self.hwtrace);
+                cmd.arg(command)
+                    .arg(&trace)
+                    .arg("--pages")
+                    .arg(self.corpus.pages_dir())
+                    .arg("--quiet")
+                    .args(args);
+                cmd
+            },
+            &[0, 2],
+            |_, _| {},
+        )
+    }
+}
+
+/// Runs the answers benchmark.
+pub fn run(opts: &Options) -> Result<()> {
+    let bench = open(opts, &[Input::Prefix, Input::Real])?;
+    eprintln!("timing (median of {} runs each):", bench.runs);
+    println!("answers: each command over a trace, against hwtrace flow --jobs 1 on the same trace");
+    println!(
+        "| trace | command | wall (median) | MB/s | M insns/s | peak RSS | × decode time |\n|---|---|---:|---:|---:|---:|---:|"
+    );
+    for (input, what) in [(Input::Prefix, "corpus"), (Input::Real, "real traces")] {
+        let decode = bench.measure(
+            "hwtrace flow --jobs 1",
+            input,
+            || {
+                let mut cmd = bench.hwtrace_cmd(bench.trace(input), 1);
+                cmd.args(["--quiet", "--stats"]);
+                cmd
+            },
+            &[0, 2],
+            |l, c| {
+                parse_stats(l, c);
+            },
+        )?;
+        let insns = decode.counts.insns;
+        ensure!(insns.is_some(), "hwtrace flow printed no instruction count");
+        let mut rows = vec![decode];
+        for (answer, args) in ANSWERS {
+            rows.push(bench.answer_row(answer, args, input)?);
+        }
+        let base = rows[0].wall.as_secs_f64();
+        let label = format!("{what} ({:.0} MiB)", mib(bench.bytes(input)?));
+        for r in &rows {
+            let wall = r.wall.as_secs_f64();
+            let m_insns = insns.map_or(0.0, |n| n as f64 / wall / 1e6);
+            println!(
+                "| {label} | {} | {wall:.2} s | {:.1} | {m_insns:.1} | {} MiB | {:.1}× |",
+                r.name,
+                r.mb_s(),
+                r.max_rss_kib / 1024,
+                wall / base
+            );
+        }
+    }
+    Ok(())
+}
