@@ -1224,6 +1224,30 @@ fn per_cpu_bts_buffers_go_to_the_thread_switched_in_when_they_were_read() {
         lines.iter().all(|l| l.3 != "?"),
         "kinds from the process's image"
     );
+
+    // The answers give each buffer's branches to the same thread.
+    let out = hwtrace(&["report", "--quiet", file.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let threads: Vec<(u64, String)> = text
+        .lines()
+        .skip_while(|l| *l != "threads")
+        .skip(2)
+        .take_while(|l| !l.is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[1].parse().unwrap(), f[f.len() - 1].to_string())
+        })
+        .collect();
+    assert_eq!(
+        threads,
+        [(10, format!("{PID}/{a}")), (10, format!("{PID}/{b}"))],
+        "{text}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

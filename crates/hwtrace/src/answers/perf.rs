@@ -12,13 +12,13 @@
 //! mappings or `--kallsyms`). Here the items are handed on instead of
 //! printed.
 
-use super::branches::class_at;
 use super::pt::ItemMapper;
 use super::source::{Sink, SourceArgs, SourceReport};
 use crate::flow::Item;
 use crate::input::MappedFile;
 use crate::perfdecode::ImageOptions;
-use crate::perfdecode::image::{self, BuildIdCache, Missing};
+use crate::perfdecode::bts::{BtsDecoder, BtsStep, BufferTimes};
+use crate::perfdecode::image::{BuildIdCache, Missing};
 use crate::perfdecode::kernel::Kernel;
 use crate::perfdecode::queue::{QueueFlow, runs};
 use crate::perfdecode::sideband::Sideband;
@@ -26,10 +26,8 @@ use crate::perfdecode::stream::PtSettings;
 use anyhow::{Context, Result, bail};
 use hwtrace_flow::ErrorKind;
 use hwtrace_perf::data::{
-    AuxQueue, AuxStreams, AuxtraceKind, FileOffset, PerfData, PerfRecord, QueueKey,
+    AuxQueue, AuxStreams, AuxtraceKind, FileOffset, IntelBtsInfo, PerfData, PerfRecord, QueueKey,
 };
-use hwtrace_regs::bts::BtsRecord;
-use hwtrace_regs::ds::DsFormat;
 use hwtrace_report::exec::{Exec, GapKind, Mapping};
 use hwtrace_types::{Ip, TraceOffset};
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +45,11 @@ pub struct PerfInput {
     options: ImageOptions,
     sb: Sideband,
     kernel: Kernel,
+    /// The intel_bts AUXTRACE_INFO (its TSC conversion times buffers).
+    bts: Option<IntelBtsInfo>,
+    /// Each AUXTRACE record's `reference` (the TSC perf read it at), by
+    /// its file offset: when a BTS buffer's branches ran.
+    references: BTreeMap<FileOffset, u64>,
 }
 
 impl PerfInput {
@@ -55,17 +58,21 @@ impl PerfInput {
     pub fn open(path: &Path, file: MappedFile, args: &SourceArgs) -> Result<Self> {
         let data = PerfData::parse(file.bytes()).with_context(|| format!("{}", path.display()))?;
         let mut pt = None;
-        let mut bts = false;
+        let mut bts = None;
+        let mut references = BTreeMap::new();
         let mut records = data.records();
         for r in &mut records {
-            if let Ok(r) = r
-                && let PerfRecord::AuxtraceInfo(i) = r.record
-            {
-                match i.kind {
+            let Ok(r) = r else { continue };
+            match r.record {
+                PerfRecord::AuxtraceInfo(i) => match i.kind {
                     AuxtraceKind::IntelPt(p) if pt.is_none() => pt = Some(p),
-                    AuxtraceKind::IntelBts(_) => bts = true,
+                    AuxtraceKind::IntelBts(b) => bts = Some(b),
                     _ => {}
+                },
+                PerfRecord::Auxtrace(a) => {
+                    references.insert(r.offset, a.reference);
                 }
+                _ => {}
             }
         }
         let settings = match pt {
@@ -77,7 +84,7 @@ impl PerfInput {
                     .map(|a| a.attr.config);
                 Some(PtSettings::new(&info, event_config))
             }
-            None if bts => None,
+            None if bts.is_some() => None,
             None => bail!(
                 "{}: no intel_pt or intel_bts AUXTRACE_INFO record: not a hardware trace recording",
                 path.display()
@@ -96,6 +103,8 @@ impl PerfInput {
             },
             sb,
             kernel,
+            bts,
+            references,
         })
     }
 
@@ -166,7 +175,6 @@ impl PerfInput {
     /// Decodes every queue, one after the other.
     pub fn run(&self, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
         let data = self.data()?;
-        let sb = &self.sb;
         let streams = AuxStreams::collect(&data);
         for l in &streams.aux_losses {
             report.problem(format!(
@@ -193,7 +201,7 @@ impl PerfInput {
                 Some(settings) => {
                     self.queue(*key, queue, settings, &mut cache, sink, report)?;
                 }
-                None => self.bts_queue(*key, queue, sb, &mut cache, sink, report)?,
+                None => self.bts_queue(*key, queue, &mut cache, sink, report)?,
             }
         }
         Ok(())
@@ -287,107 +295,83 @@ impl PerfInput {
 }
 
 impl PerfInput {
-    /// An intel_bts queue: its 24-byte records (a record may straddle two
-    /// AUXTRACE buffers) as `Exec::Branch`, classified from the thread's
-    /// process image; all-zero padding records skipped; lost data a gap.
+    /// An intel_bts queue as `Exec::Branch` records, walked by `hwtrace
+    /// perf decode`'s [`BtsDecoder`]: each branch classified from its
+    /// process's image, a per-CPU queue's buffers given to the thread
+    /// switched in when perf read them (timed switch records), lost data a
+    /// gap, records cut short and unclassified branches reported.
     fn bts_queue(
         &self,
         key: QueueKey,
         queue: &AuxQueue<'_>,
-        sb: &Sideband,
         cache: &mut BuildIdCache,
         sink: Sink<'_>,
         report: &mut SourceReport,
     ) -> Result<()> {
+        let times = self.bts.as_ref().map(|b| BufferTimes {
+            tsc: b.tsc,
+            reference: &self.references,
+        });
+        let mut dec = BtsDecoder::new(key, &self.sb, &self.options, times, &self.kernel, cache)?;
+        if let Some(n) = dec.unattributed_threads() {
+            report.problem(format!(
+                "{key}: {n} threads ran on this CPU, BTS records carry no time and no timed switch records say which ran when: its branches are given to no thread"
+            ));
+        }
         let cpu = (key.cpu != u32::MAX).then_some(key.cpu);
-        let tid = if key.tid != u32::MAX {
-            Some(key.tid)
-        } else {
-            cpu.and_then(|c| sb.only_thread_on(c))
-        };
-        let pid = tid.and_then(|t| sb.pid_of.get(&t).copied());
-        let pids = pid.map(|p| BTreeSet::from([p]));
-        let built =
-            image::build_with_kernel(sb, pids.as_ref(), &self.options, &self.kernel, cache)?;
-        sink(Exec::Thread { pid, tid, cpu })?;
-        let lost_at: BTreeMap<FileOffset, u64> = queue
-            .gaps
-            .iter()
-            .map(|g| (g.record_offset, g.lost_bytes()))
-            .collect();
-        let mut carry: Vec<u8> = Vec::with_capacity(BTS_RECORD);
-        let mut carry_at = 0u64;
-        let cut = |carry: &mut Vec<u8>, at: u64, report: &mut SourceReport| {
-            if !carry.is_empty() {
-                report.skipped_bytes += carry.len() as u64;
-                report.problem(format!(
-                    "{key}: a BTS record cut short: {} of its {BTS_RECORD} bytes at stream offset {at:#x}",
-                    carry.len()
-                ));
-                carry.clear();
-            }
-        };
-        for c in &queue.chunks {
-            if let Some(&lost) = lost_at.get(&c.record_offset) {
-                report.lost_bytes += lost;
-                report.problem(format!(
-                    "{key}: lost {lost} bytes of BTS records at stream offset {:#x}",
-                    c.stream_offset
-                ));
-                cut(&mut carry, carry_at, report);
-                report.gaps += 1;
-                sink(Exec::Gap {
-                    offset: TraceOffset(c.stream_offset),
-                    why: GapKind::Lost,
+        let sb = &self.sb;
+        let mut thread: Option<Option<u32>> = None;
+        dec.walk(queue, |d, step| {
+            if thread != Some(d.tid()) {
+                thread = Some(d.tid());
+                sink(Exec::Thread {
+                    pid: d.tid().and_then(|t| sb.pid_of.get(&t).copied()),
+                    tid: d.tid(),
+                    cpu,
                 })?;
             }
-            let mut data = c.data;
-            let mut at = c.stream_offset;
-            if !carry.is_empty() {
-                let need = (BTS_RECORD - carry.len()).min(data.len());
-                carry.extend_from_slice(&data[..need]);
-                data = &data[need..];
-                at += need as u64;
-                if carry.len() == BTS_RECORD {
-                    bts_record(&carry, &built.image, sink, report)?;
-                    carry.clear();
+            match step {
+                BtsStep::Lost { bytes, at, .. } => {
+                    report.lost_bytes += bytes;
+                    report.problem(format!(
+                        "{key}: lost {bytes} bytes of BTS records at stream offset {at:#x}"
+                    ));
+                    report.gaps += 1;
+                    sink(Exec::Gap {
+                        offset: TraceOffset(at),
+                        why: GapKind::Lost,
+                    })
+                }
+                BtsStep::Cut { bytes, at } => {
+                    report.skipped_bytes += bytes as u64;
+                    report.problem(format!(
+                        "{key}: a BTS record cut short: {bytes} of its {} bytes at stream offset {at:#x}",
+                        crate::perfdecode::bts::RECORD
+                    ));
+                    Ok(())
+                }
+                BtsStep::Branch {
+                    from, to, class, ..
+                } => {
+                    report.branches += 1;
+                    sink(Exec::Branch {
+                        from: Ip(from),
+                        to: Ip(to),
+                        class,
+                    })
                 }
             }
-            let mut records = data.chunks_exact(BTS_RECORD);
-            for rec in &mut records {
-                bts_record(rec, &built.image, sink, report)?;
-                at += BTS_RECORD as u64;
-            }
-            if !records.remainder().is_empty() {
-                carry_at = at;
-                carry.extend_from_slice(records.remainder());
-            }
+        })?;
+        if thread.is_none() {
+            sink(Exec::Thread {
+                pid: dec.pid(),
+                tid: dec.tid(),
+                cpu,
+            })?;
         }
-        cut(&mut carry, carry_at, report);
+        for line in dec.unclassified() {
+            report.problem(line);
+        }
         Ok(())
     }
-}
-
-/// Bytes of one 64-bit BTS record.
-const BTS_RECORD: usize = 24;
-
-/// One intel_bts record as `Exec::Branch` (padding skipped).
-fn bts_record(
-    rec: &[u8],
-    image: &hwtrace_mem::image::Image,
-    sink: Sink<'_>,
-    report: &mut SourceReport,
-) -> Result<()> {
-    let Ok(r) = BtsRecord::parse(rec, DsFormat::Bits64) else {
-        return Ok(());
-    };
-    if r.from.0 == 0 && r.to.0 == 0 {
-        return Ok(());
-    }
-    report.branches += 1;
-    sink(Exec::Branch {
-        from: r.from,
-        to: r.to,
-        class: class_at(Some(image), r.from),
-    })
 }

@@ -611,11 +611,11 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
                 tsc: b.tsc,
                 reference: &references,
             });
-            let dec = BtsDecoder::new(*key, &sb, &opts, times, &kernel, &mut build_ids, &mut diag)?;
+            let dec = BtsDecoder::new(*key, &sb, &opts.image, times, &kernel, &mut build_ids)?;
             for m in dec.missing() {
                 say_missing(&mut diag, m)?;
             }
-            dec.run(queue, names.as_mut(), &mut out, &mut diag)?
+            dec.run(queue, names.as_mut(), &opts, &mut out, &mut diag)?
         };
         problems += report.problems;
         if args.stats {

@@ -29,7 +29,7 @@ use hwtrace_regs::ds::DsFormat;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory};
 use serde_json::json;
 
-use super::image::{self, ProcessImage};
+use super::image::{self, ImageOptions, ProcessImage};
 use super::kernel::Kernel;
 use super::sideband::Sideband;
 use super::stream::{Options, QueueReport, Shown, perf_time, show};
@@ -38,16 +38,24 @@ use super::symbols::Names;
 /// Bytes per record (the 64-bit DS layout).
 pub const RECORD: usize = 24;
 
-/// The kind of the branch at `from`, as `hwtrace perf decode --branches`
-/// names PT branches; `None` when the code cannot be read.
-fn kind_at(image: &ProcessImage, from: u64) -> Option<&'static str> {
+/// The class of the instruction at `from`; `Unknown` when the code
+/// cannot be read.
+fn class_at(image: &ProcessImage, from: u64) -> InsnClass {
     let mut raw = [0u8; MAX_INSN_SIZE];
-    let n = image
+    let Ok(n) = image
         .image
         .read_memory(AddressSpace::UNKNOWN, Ip(from), &mut raw)
-        .ok()?;
-    let d = classify(&raw[..n], from, ExecMode::Bits64).ok()?;
-    Some(match d.class {
+    else {
+        return InsnClass::Unknown;
+    };
+    classify(&raw[..n], from, ExecMode::Bits64).map_or(InsnClass::Unknown, |d| d.class)
+}
+
+/// The kind of a branch whose instruction is of `class`, as `hwtrace perf
+/// decode --branches` names PT branches; `None` when the code could not be
+/// read.
+fn kind_name(class: InsnClass) -> Option<&'static str> {
+    Some(match class {
         InsnClass::Call => "call",
         InsnClass::Return => "return",
         InsnClass::Jump => "jmp",
@@ -74,6 +82,31 @@ pub struct BufferTimes<'a> {
     pub reference: &'a BTreeMap<FileOffset, u64>,
 }
 
+/// One step through a queue's records ([`BtsDecoder::walk`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BtsStep {
+    /// `bytes` were lost before the buffer at stream offset `at`, whose
+    /// AUXTRACE record is at file offset `record`.
+    Lost {
+        bytes: u64,
+        at: u64,
+        record: FileOffset,
+    },
+    /// A record cut short: `bytes` of it at stream offset `at`, which no
+    /// more bytes complete; not decoded.
+    Cut { bytes: usize, at: u64 },
+    /// A taken branch (or interrupt) of the current thread
+    /// ([`BtsDecoder::tid`]): from, to, the class of the instruction at
+    /// `from` (`Unknown`: its code could not be read), and whether the
+    /// hardware said it was predicted.
+    Branch {
+        from: u64,
+        to: u64,
+        class: InsnClass,
+        predicted: bool,
+    },
+}
+
 /// Decodes one intel_bts queue.
 pub struct BtsDecoder<'s> {
     key: QueueKey,
@@ -86,7 +119,9 @@ pub struct BtsDecoder<'s> {
     current: usize,
     /// Per-CPU queues with timed switch records and buffer times.
     timeline: Option<(&'s Sideband, BufferTimes<'s>)>,
-    opts: &'s Options,
+    /// Threads that ran on the queue's CPU when neither the queue nor
+    /// timed switch records say which one a branch is of.
+    unattributed: Option<usize>,
     /// Per missing mapping (MMAP record offset): branches not classified.
     blame: BTreeMap<FileOffset, u64>,
     /// Branches whose code is in no mapping at all.
@@ -100,11 +135,10 @@ impl<'s> BtsDecoder<'s> {
     pub fn new(
         key: QueueKey,
         sb: &'s Sideband,
-        opts: &'s Options,
+        opts: &ImageOptions,
         times: Option<BufferTimes<'s>>,
         kernel: &Kernel,
         build_ids: &mut image::BuildIdCache,
-        diag: &mut dyn Write,
     ) -> Result<Self> {
         let times = times.filter(|t| {
             key.tid == u32::MAX
@@ -115,16 +149,9 @@ impl<'s> BtsDecoder<'s> {
         let tid = if key.tid != u32::MAX {
             Some(key.tid)
         } else {
-            let t = sb.only_thread_on(key.cpu);
-            if t.is_none() && times.is_none() {
-                writeln!(
-                    diag,
-                    "hwtrace perf decode: {key}: {} threads ran on this CPU, BTS records carry no time and no timed switch records say which ran when: its branches are shown with tid ?",
-                    sb.thread_count_on(key.cpu)
-                )?;
-            }
-            t
+            sb.only_thread_on(key.cpu)
         };
+        let unattributed = (tid.is_none() && times.is_none()).then(|| sb.thread_count_on(key.cpu));
         let pid = tid.and_then(|t| sb.pid_of.get(&t).copied());
         let pids: Option<BTreeSet<u32>> = if times.is_some() {
             Some(sb.pids_switched_in(key.cpu))
@@ -134,7 +161,7 @@ impl<'s> BtsDecoder<'s> {
         let mut images = vec![image::build_with_kernel(
             sb,
             pids.as_ref(),
-            &opts.image,
+            opts,
             kernel,
             build_ids,
         )?];
@@ -146,7 +173,7 @@ impl<'s> BtsDecoder<'s> {
                 images.push(image::build_with_kernel(
                     sb,
                     Some(&one),
-                    &opts.image,
+                    opts,
                     kernel,
                     build_ids,
                 )?);
@@ -160,7 +187,7 @@ impl<'s> BtsDecoder<'s> {
             image_of_pid,
             current: 0,
             timeline: times.map(|t| (sb, t)),
-            opts,
+            unattributed,
             blame: BTreeMap::new(),
             unmapped: 0,
             report: QueueReport::default(),
@@ -193,15 +220,35 @@ impl<'s> BtsDecoder<'s> {
             .unwrap_or(0);
     }
 
-    /// Decodes every record of `queue`.
-    pub fn run(
-        mut self,
+    /// The thread the branches are of at this point of a walk (`None`:
+    /// not known).
+    pub fn tid(&self) -> Option<u32> {
+        self.tid
+    }
+
+    /// The process of [`Self::tid`].
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// How many threads ran on the queue's CPU when nothing says which
+    /// one each branch is of (`None`: the thread is known, or timed switch
+    /// records tell).
+    pub fn unattributed_threads(&self) -> Option<usize> {
+        self.unattributed
+    }
+
+    /// Walks every record of `queue` in order: each buffer switches to
+    /// the thread read in then (per-CPU queues with timed switch records),
+    /// records split across two AUXTRACE buffers are put together, lost
+    /// data and records cut short are steps of their own, the kernel's
+    /// all-zero padding records are counted and skipped. `f` sees each
+    /// step with the decoder (its thread) as it stands then.
+    pub fn walk(
+        &mut self,
         queue: &AuxQueue<'_>,
-        mut names: Option<&mut Names<'_>>,
-        out: &mut dyn Write,
-        diag: &mut dyn Write,
-    ) -> Result<QueueReport> {
-        let key = self.key;
+        mut f: impl FnMut(&Self, BtsStep) -> Result<()>,
+    ) -> Result<()> {
         let gap_at: BTreeMap<FileOffset, u64> = queue
             .gaps
             .iter()
@@ -212,17 +259,18 @@ impl<'s> BtsDecoder<'s> {
         let mut carry_at = 0u64;
         for c in &queue.chunks {
             self.at_buffer(c.record_offset);
-            if let Some(&lost) = gap_at.get(&c.record_offset) {
-                self.report.lost_bytes += lost;
-                self.report.problems += 1;
-                writeln!(
-                    diag,
-                    "hwtrace perf decode: {key}: lost {lost} bytes of BTS records ({} records) at stream offset {:#x} (before the AUXTRACE record at file offset {})",
-                    lost / RECORD as u64,
-                    c.stream_offset,
-                    c.record_offset
+            if let Some(&bytes) = gap_at.get(&c.record_offset) {
+                self.report.lost_bytes += bytes;
+                let at = c.stream_offset;
+                f(
+                    self,
+                    BtsStep::Lost {
+                        bytes,
+                        at,
+                        record: c.record_offset,
+                    },
                 )?;
-                self.cut(&mut carry, carry_at, diag)?;
+                self.cut(&mut carry, carry_at, &mut f)?;
             }
             let mut data = c.data;
             let mut at = c.stream_offset;
@@ -233,12 +281,12 @@ impl<'s> BtsDecoder<'s> {
                 at += need as u64;
                 if carry.len() == RECORD {
                     let rec = std::mem::take(&mut carry);
-                    self.record(&rec, names.as_deref_mut(), out)?;
+                    self.record(&rec, &mut f)?;
                 }
             }
             let mut records = data.chunks_exact(RECORD);
             for rec in &mut records {
-                self.record(rec, names.as_deref_mut(), out)?;
+                self.record(rec, &mut f)?;
                 at += RECORD as u64;
             }
             let rest = records.remainder();
@@ -247,33 +295,29 @@ impl<'s> BtsDecoder<'s> {
                 carry.extend_from_slice(rest);
             }
         }
-        self.cut(&mut carry, carry_at, diag)?;
-        self.report_missing(diag)?;
-        Ok(self.report)
+        self.cut(&mut carry, carry_at, &mut f)
     }
 
     /// A partial record that no more bytes complete.
-    fn cut(&mut self, carry: &mut Vec<u8>, at: u64, diag: &mut dyn Write) -> Result<()> {
+    fn cut(
+        &mut self,
+        carry: &mut Vec<u8>,
+        at: u64,
+        f: &mut impl FnMut(&Self, BtsStep) -> Result<()>,
+    ) -> Result<()> {
         if carry.is_empty() {
             return Ok(());
         }
         self.report.skipped_bytes += carry.len() as u64;
-        self.report.problems += 1;
-        writeln!(
-            diag,
-            "hwtrace perf decode: {}: a BTS record cut short: {} of its {RECORD} bytes at stream offset {at:#x}, not decoded",
-            self.key,
-            carry.len()
-        )?;
+        let bytes = carry.len();
         carry.clear();
-        Ok(())
+        f(self, BtsStep::Cut { bytes, at })
     }
 
     fn record(
         &mut self,
         rec: &[u8],
-        names: Option<&mut Names<'_>>,
-        out: &mut dyn Write,
+        f: &mut impl FnMut(&Self, BtsStep) -> Result<()>,
     ) -> Result<()> {
         let Ok(r) = BtsRecord::parse(rec, DsFormat::Bits64) else {
             return Ok(());
@@ -285,8 +329,8 @@ impl<'s> BtsDecoder<'s> {
         }
         self.report.branches += 1;
         let image = &self.images[self.current];
-        let kind = kind_at(image, from);
-        if kind.is_none() {
+        let class = class_at(image, from);
+        if class == InsnClass::Unknown {
             self.report.errors += 1;
             match image.missing_at(from) {
                 Some(i) => {
@@ -298,41 +342,23 @@ impl<'s> BtsDecoder<'s> {
                 None => self.unmapped += 1,
             }
         }
-        if self.opts.format == super::Format::Stats {
-            return Ok(());
-        }
-        let kind = kind.unwrap_or("?");
-        let syms = names.map(|n| (n.name(self.pid, from), n.name(self.pid, to)));
-        let key = self.key;
-        if self.opts.json {
-            let mut v = json!({"tid": self.tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
-                "from": format!("{from:#x}"), "to": format!("{to:#x}"), "kind": kind,
-                "predicted": r.predicted});
-            if let Some((f, t)) = syms {
-                v["from_sym"] = json!(f);
-                v["to_sym"] = json!(t);
-            }
-            writeln!(out, "{v}")?;
-        } else {
-            let paren = |s: &Option<String>| format!(" ({})", s.as_deref().unwrap_or("?"));
-            let (fs, ts) = syms
-                .as_ref()
-                .map_or((String::new(), String::new()), |(f, t)| {
-                    (paren(f), paren(t))
-                });
-            let tid = self.tid.map_or(Shown::Unknown, Shown::Num);
-            writeln!(
-                out,
-                "{tid} {} {from:x}{fs} -> {to:x}{ts} {kind}",
-                show(key.cpu)
-            )?;
-        }
-        Ok(())
+        f(
+            self,
+            BtsStep::Branch {
+                from,
+                to,
+                class,
+                predicted: r.predicted,
+            },
+        )
     }
 
-    fn report_missing(&mut self, diag: &mut dyn Write) -> Result<()> {
+    /// Branches whose kind could not be read, in words: per mapping whose
+    /// code is missing, and those no mapping holds.
+    pub fn unclassified(&self) -> Vec<String> {
         let key = self.key;
         let mut said = BTreeSet::new();
+        let mut out = Vec::new();
         for m in self.images.iter().flat_map(|i| &i.missing) {
             let Some(&n) = self.blame.get(&m.mapping.record_offset) else {
                 continue;
@@ -340,26 +366,117 @@ impl<'s> BtsDecoder<'s> {
             if !said.insert(m.mapping.record_offset) {
                 continue;
             }
-            self.report.problems += 1;
-            writeln!(
-                diag,
-                "hwtrace perf decode: {key}, pid {}: cannot read code of {} mapped at {:#x}-{:#x} (MMAP record at file offset {}): {}; the kind of {n} branches from it is shown as ?",
+            out.push(format!(
+                "{key}, pid {}: cannot read code of {} mapped at {:#x}-{:#x} (MMAP record at file offset {}): {}; the kind of {n} branches from it is shown as ?",
                 m.mapping.pid,
                 m.path,
                 m.mapping.addr,
                 m.mapping.addr.wrapping_add(m.mapping.len),
                 m.mapping.record_offset,
                 m.reason
-            )?;
+            ));
         }
         if self.unmapped > 0 {
-            self.report.problems += 1;
+            out.push(format!(
+                "{key}: {} branches from addresses no MMAP record maps: their kind is shown as ?",
+                self.unmapped
+            ));
+        }
+        out
+    }
+
+    /// Decodes every record of `queue`, printing as `opts` says.
+    pub fn run(
+        mut self,
+        queue: &AuxQueue<'_>,
+        mut names: Option<&mut Names<'_>>,
+        opts: &Options,
+        out: &mut dyn Write,
+        diag: &mut dyn Write,
+    ) -> Result<QueueReport> {
+        let key = self.key;
+        let mut problems = 0;
+        // Said, but not a problem of the trace (exit code 0).
+        if let Some(n) = self.unattributed {
             writeln!(
                 diag,
-                "hwtrace perf decode: {key}: {} branches from addresses no MMAP record maps: their kind is shown as ?",
-                self.unmapped
+                "hwtrace perf decode: {key}: {n} threads ran on this CPU, BTS records carry no time and no timed switch records say which ran when: its branches are shown with tid ?"
             )?;
         }
-        Ok(())
+        self.walk(queue, |dec, step| {
+            match step {
+                BtsStep::Lost { bytes, at, record } => {
+                    problems += 1;
+                    writeln!(
+                        diag,
+                        "hwtrace perf decode: {key}: lost {bytes} bytes of BTS records ({} records) at stream offset {at:#x} (before the AUXTRACE record at file offset {record})",
+                        bytes / RECORD as u64
+                    )?;
+                }
+                BtsStep::Cut { bytes, at } => {
+                    problems += 1;
+                    writeln!(
+                        diag,
+                        "hwtrace perf decode: {key}: a BTS record cut short: {bytes} of its {RECORD} bytes at stream offset {at:#x}, not decoded"
+                    )?;
+                }
+                BtsStep::Branch {
+                    from,
+                    to,
+                    class,
+                    predicted,
+                } => {
+                    if opts.format != super::Format::Stats {
+                        let syms = names
+                            .as_deref_mut()
+                            .map(|n| (n.name(dec.pid, from), n.name(dec.pid, to)));
+                        print_branch(dec, (from, to, class, predicted), syms, opts.json, out)?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        for line in self.unclassified() {
+            problems += 1;
+            writeln!(diag, "hwtrace perf decode: {line}")?;
+        }
+        self.report.problems += problems;
+        Ok(self.report)
     }
+}
+
+/// One branch line (or JSON object) of `hwtrace perf decode` for BTS.
+fn print_branch(
+    dec: &BtsDecoder<'_>,
+    (from, to, class, predicted): (u64, u64, InsnClass, bool),
+    syms: Option<(Option<String>, Option<String>)>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let kind = kind_name(class).unwrap_or("?");
+    let key = dec.key;
+    if json {
+        let mut v = json!({"tid": dec.tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
+            "from": format!("{from:#x}"), "to": format!("{to:#x}"), "kind": kind,
+            "predicted": predicted});
+        if let Some((f, t)) = syms {
+            v["from_sym"] = json!(f);
+            v["to_sym"] = json!(t);
+        }
+        writeln!(out, "{v}")?;
+    } else {
+        let paren = |s: &Option<String>| format!(" ({})", s.as_deref().unwrap_or("?"));
+        let (fs, ts) = syms
+            .as_ref()
+            .map_or((String::new(), String::new()), |(f, t)| {
+                (paren(f), paren(t))
+            });
+        let tid = dec.tid.map_or(Shown::Unknown, Shown::Num);
+        writeln!(
+            out,
+            "{tid} {} {from:x}{fs} -> {to:x}{ts} {kind}",
+            show(key.cpu)
+        )?;
+    }
+    Ok(())
 }
