@@ -47,6 +47,14 @@ pub struct Config {
     pub end_on_call: bool,
     /// Block decoder: end a block at every direct jump.
     pub end_on_jump: bool,
+    /// Read tracing's on/off status as Linux perf and libxdc do: a PSB+
+    /// that says tracing is on (a FUP in it) while it was off is believed
+    /// (tracing goes on at the FUP's IP), and a TIP.PGE while tracing is
+    /// on goes to its IP. Real traces show both after an asynchronous
+    /// disable (a VM exit): PSB+ with a FUP, then TIP.PGE. libipt reports
+    /// these as a bad status update and an unexpected packet context and
+    /// skips to the next PSB, which is the default here too.
+    pub lenient_status: bool,
 }
 
 #[cfg(test)]

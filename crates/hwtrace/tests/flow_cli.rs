@@ -442,6 +442,76 @@ fn unzip_and_icelake_errors_are_ptxeds() {
     }
 }
 
+/// `--lenient` reads tracing's status as perf does: on Unzip, where
+/// libipt stops at a PSB+ that says tracing is on after an asynchronous
+/// disable (and at the TIP.PGE after it), it decodes on without an error to
+/// exactly Linux perf's instructions (`reference/perf-insn.txt`, 149,576 of
+/// them), on foo it changes nothing, and on one or two threads alike.
+/// icelake_tip, where libipt decodes nothing, gives the edges libxdc saw.
+#[test]
+fn lenient_status_decodes_as_perf_does() {
+    let real = foo().join("..");
+    let run = |dir: &Path, extra: &[&str]| {
+        let trace = dir.join("trace.pt");
+        let mut args = vec![
+            "flow",
+            trace.to_str().expect("utf-8"),
+            "--pages",
+            dir.to_str().expect("utf-8"),
+            "--no-disasm",
+            "--lenient",
+        ];
+        args.extend_from_slice(extra);
+        let out = hwtrace(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{}: {stderr}", dir.display());
+        let text = String::from_utf8(out.stdout).expect("utf-8");
+        assert!(!text.contains(": error: "), "{}", dir.display());
+        let ips: Vec<u64> = text
+            .lines()
+            .filter(|l| !l.is_empty() && is_insn(l))
+            .map(ip_of)
+            .collect();
+        ips
+    };
+    for (case, want_insns) in [("Unzip", 149_576), ("foo", FOO_INSNS)] {
+        let dir = real.join(case);
+        let perf: Vec<u64> = std::fs::read_to_string(dir.join("reference/perf-insn.txt"))
+            .expect("reference reads")
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| u64::from_str_radix(l.trim(), 16).expect("hex"))
+            .collect();
+        assert_eq!(perf.len(), want_insns, "{case}");
+        let one = run(&dir, &["--jobs", "1"]);
+        assert!(
+            one == perf,
+            "{case}: not perf's instructions ({} of {})",
+            one.len(),
+            perf.len()
+        );
+        assert!(
+            run(&dir, &["--jobs", "2", "--unit-bytes", "512"]) == perf,
+            "{case}: --jobs 2"
+        );
+    }
+    // icelake_tip: tracing enabled after PSB+ at 0xffffffffc038103c; the
+    // edges libxdc reports between there and the last FUP.
+    let ips = run(&real.join("icelake_tip"), &["--jobs", "1"]);
+    assert_eq!(ips.first(), Some(&0xffff_ffff_c038_103c), "{ips:x?}");
+    for (from, to) in [
+        (0xffff_ffff_c038_1050u64, 0xffff_ffff_c038_1052u64),
+        (0xffff_ffff_c038_1055, 0xffff_ffff_c038_106c),
+        (0xffff_ffff_c038_106f, 0xffff_ffff_c038_1073),
+        (0xffff_ffff_c038_1081, 0xffff_ffff_c038_108a),
+    ] {
+        assert!(
+            ips.windows(2).any(|w| w == [from, to]),
+            "edge {from:#x}->{to:#x} in {ips:x?}"
+        );
+    }
+}
+
 /// Single corrupted bytes anywhere in real/foo (a fixed pseudo-random set):
 /// hwtrace flow always ends, within a minute, with exit code 0 (the byte
 /// did not matter) or 2 (errors reported), never a panic or a hang.

@@ -701,6 +701,121 @@ fn perf_script_decodes_the_same_instructions() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A real hardware trace (`../shared/corpus/real/NAME`) as perf.data: one
+/// per-thread stream, one MMAP2 per run of consecutive pages of the case's
+/// `pages.dump`, no timestamps.
+fn wrap_real_case(dir: &Path, name: &str) -> PathBuf {
+    let case = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/corpus/real")
+        .join(name);
+    let addrs: Vec<u64> = std::fs::read(case.join("pages.addr"))
+        .unwrap()
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    // (address, size, offset in pages.dump) of each run of mapped pages.
+    let mut runs: Vec<(u64, u64, u64)> = Vec::new();
+    for (i, &a) in addrs.iter().enumerate() {
+        let off = i as u64 * 4096;
+        match runs.last_mut() {
+            _ if a & 0xfff != 0 => continue,
+            Some(r) if r.0 + r.1 == a && r.2 + r.1 == off => r.1 += 4096,
+            _ => runs.push((a, 4096, off)),
+        }
+    }
+    let mut attr = intel_pt_attr(8, 1 | 1 << 13);
+    attr.sample_type &= !sample::TIME;
+    attr.set(flag::MMAP2, true);
+    attr.set(flag::COMM, true);
+    let attrs = [EventAttr { attr, ids: vec![1] }];
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    w.auxtrace_info_pt(&IntelPtInfo {
+        pmu_type: 8,
+        tsc_bit: 1 << 10,
+        noretcomp_bit: 1 << 11,
+        ..IntelPtInfo::default()
+    })
+    .unwrap();
+    let sid = SampleId {
+        pid_tid: Some((PID, PID)),
+        cpu: Some(0),
+        identifier: Some(1),
+        ..SampleId::default()
+    };
+    w.comm(PID, PID, name, true, &sid).unwrap();
+    let dump = case.join("pages.dump").canonicalize().unwrap();
+    let dump = dump.to_str().unwrap();
+    for (addr, size, off) in runs {
+        w.mmap2(2, PID, PID, addr, size, off, 5, 2, dump, &sid)
+            .unwrap();
+    }
+    w.itrace_start(PID, PID, &sid).unwrap();
+    let trace = std::fs::read(case.join("trace.pt")).unwrap();
+    w.auxtrace(&trace, 0, 0, 0, PID, u32::MAX).unwrap();
+    w.aux(0, trace.len() as u64, 0, &sid).unwrap();
+    w.finished_round().unwrap();
+    let f = FeatureData {
+        arch: Some("x86_64".into()),
+        nrcpus: Some((1, 1)),
+        ..FeatureData::default()
+    };
+    let bytes = w.finish(&f).unwrap().into_inner();
+    let file = dir.join(format!("{name}.perf.data"));
+    std::fs::write(&file, bytes).unwrap();
+    file
+}
+
+/// Unzip, where PSB+ says tracing is on after an asynchronous disable and
+/// a TIP.PGE follows: `perf script` decodes on; `hwtrace perf decode
+/// --lenient` gives its instructions exactly (and perf-insn.txt's), and
+/// without `--lenient` libipt's (ptxed's 121,052, errors reported).
+#[test]
+fn lenient_status_decodes_a_real_trace_as_perf_script_does() {
+    let dir = scratch("lenient");
+    let file = wrap_real_case(&dir, "Unzip");
+    let f = file.to_str().unwrap();
+    let perf = Command::new("perf")
+        .args([
+            "script",
+            "-f",
+            "--guest-code",
+            "--itrace=i0ns",
+            "-F",
+            "ip",
+            "-i",
+            f,
+        ])
+        .output()
+        .unwrap_or_else(|e| panic!("`perf` cannot run (scripts/setup.sh installs it): {e}"));
+    let theirs: Vec<u64> = String::from_utf8_lossy(&perf.stdout)
+        .lines()
+        .map(|l| u64::from_str_radix(l.trim(), 16).unwrap_or_else(|e| panic!("{l:?}: {e}")))
+        .collect();
+    assert_eq!(
+        theirs.len(),
+        149_576,
+        "perf script: {}",
+        String::from_utf8_lossy(&perf.stderr)
+    );
+    let out = hwtrace(&["perf", "decode", "--lenient", f]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ours: Vec<u64> = decoded(&out).iter().map(|l| l.2).collect();
+    assert_same(
+        "perf script vs hwtrace perf decode --lenient",
+        &theirs,
+        &ours,
+    );
+    let out = hwtrace(&["perf", "decode", f]);
+    assert_eq!(out.status.code(), Some(2), "errors reported");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bad status update"));
+    assert_eq!(decoded(&out).len(), 121_052);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn the_shipped_pt_fixture_decodes_like_perf_script() {
     // testdata/perf/pt-true.data: /usr/bin/true's entry traced up to its

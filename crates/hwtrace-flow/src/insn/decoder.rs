@@ -748,6 +748,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     }
 
     fn process_event(&mut self) -> Flow<()> {
+        let lenient = self.query.config().lenient_status;
         let ev = &mut self.event;
         match ev.kind {
             EventKind::Enabled { ip, .. } => {
@@ -755,15 +756,21 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     ev.kind = EventKind::Enabled { ip, resumed: true };
                 }
                 if ev.status_update {
-                    if !self.enabled {
+                    if self.enabled {
+                        return Ok(());
+                    }
+                    if !lenient {
                         return Err(ErrorKind::BadStatusUpdate);
                     }
+                    // PSB+ is believed: tracing is on at its FUP.
+                    self.ip = ip;
+                    self.enabled = true;
                     return Ok(());
                 }
                 if ev.ip_suppressed {
                     return Err(ErrorKind::NoIp);
                 }
-                if self.enabled {
+                if self.enabled && !lenient {
                     return Err(ErrorKind::BadContext);
                 }
                 self.ip = ip;

@@ -82,7 +82,9 @@ impl PerfInput {
                     .iter()
                     .find(|a| a.attr.kind == info.pmu_type)
                     .map(|a| a.attr.config);
-                Some(PtSettings::new(&info, event_config))
+                let mut settings = PtSettings::new(&info, event_config);
+                settings.config.lenient_status = args.lenient;
+                Some(settings)
             }
             None if bts.is_some() => None,
             None => bail!(

@@ -47,6 +47,10 @@ pub struct SourceArgs {
     /// applies its errata workarounds, as `hwtrace flow --cpu` does.
     #[arg(long, value_name = "F/M[/S]", value_parser = parse_cpu)]
     pub cpu: Option<Cpu>,
+    /// Read tracing's on/off status as perf does (see `hwtrace flow
+    /// --lenient`): raw PT and perf.data.
+    #[arg(long)]
+    pub lenient: bool,
     /// perf.data: prefix for every file the MMAP records name.
     #[arg(long, value_name = "DIR")]
     pub sysroot: Option<PathBuf>,
@@ -242,7 +246,7 @@ impl Source {
                 path: path.clone(),
                 trace,
                 memory,
-                config: decoder_config(args.cpu),
+                config: decoder_config(args.cpu, args.lenient),
             },
             mappings,
             kallsyms: kallsyms()?,

@@ -49,6 +49,13 @@ pub struct FlowArgs {
     /// libipt's `--cpu` does.
     #[arg(long, value_name = "F/M[/S]", value_parser = parse_cpu)]
     cpu: Option<Cpu>,
+    /// Read tracing's on/off status as Linux perf and libxdc do: decode on
+    /// where a PSB+ says tracing is on while it was off, and through a
+    /// TIP.PGE while it is on (real traces show both after a VM exit);
+    /// libipt, and the default, report an error there and skip to the next
+    /// PSB.
+    #[arg(long)]
+    lenient: bool,
     /// Decode on N threads, the trace split at its PSBs (default: every
     /// core; 1: one thread, no splitting). The output is the same.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
@@ -83,21 +90,22 @@ pub(crate) fn parse_cpu(text: &str) -> Result<Cpu, String> {
 
 /// The decoder configuration `--cpu` asks for. A processor missing from the
 /// errata table decodes without workarounds, and says so.
-pub(crate) fn decoder_config(cpu: Option<Cpu>) -> Config {
+pub(crate) fn decoder_config(cpu: Option<Cpu>, lenient: bool) -> Config {
+    let base = Config {
+        lenient_status: lenient,
+        ..Config::default()
+    };
     let Some(cpu) = cpu else {
-        return Config::default();
+        return base;
     };
     match Errata::for_model(cpu.family, cpu.model) {
-        Ok(errata) => Config {
-            errata,
-            ..Config::default()
-        },
+        Ok(errata) => Config { errata, ..base },
         Err(_) => {
             eprintln!(
                 "hwtrace flow: warning: no Intel PT errata known for cpu {}/{}: decoding without workarounds",
                 cpu.family, cpu.model
             );
-            Config::default()
+            base
         }
     }
 }
@@ -224,7 +232,7 @@ fn memory(args: &FlowArgs) -> Result<FlowMemory> {
 pub fn run(args: FlowArgs) -> Result<ExitCode> {
     let trace = MappedTrace::open(&args.trace)?;
     let mem = memory(&args)?;
-    let config = decoder_config(args.cpu);
+    let config = decoder_config(args.cpu, args.lenient);
     let bytes = trace.bytes();
     let jobs = match args.jobs {
         Some(n) => usize::try_from(n).unwrap_or(1),

@@ -76,6 +76,12 @@ struct DecodeArgs {
     /// Kernel symbols (/proc/kallsyms text) for kernel addresses (--sym).
     #[arg(long, value_name = "FILE")]
     kallsyms: Option<PathBuf>,
+    /// Read tracing's on/off status as perf itself does (see `hwtrace flow
+    /// --lenient`): where a PSB+ says tracing is on while it was off, and
+    /// at a TIP.PGE while it is on, decode on instead of reporting an
+    /// error and skipping to the next PSB.
+    #[arg(long)]
+    lenient: bool,
     /// Name addresses `symbol+0xoff` after the mapped files' symbols (and
     /// --kallsyms for kernel addresses): `ip (sym)`, `from (sym) -> to
     /// (sym)`, brstacksym-style LBR entries.
@@ -523,7 +529,9 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
             .iter()
             .find(|a| a.attr.kind == info.pmu_type)
             .map(|a| a.attr.config);
-        PtSettings::new(info, event_config)
+        let mut settings = PtSettings::new(info, event_config);
+        settings.config.lenient_status = args.lenient;
+        settings
     });
     let opts = Options {
         image: ImageOptions {
