@@ -409,6 +409,14 @@ fn unzip_and_icelake_errors_are_ptxeds() {
             Some(2),
             "{case}: errors give exit code 2"
         );
+        // Unzip's errors are PSB+ status updates: the user is told of
+        // --lenient.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            stderr.contains("--lenient"),
+            case == "Unzip",
+            "{case}: {stderr}"
+        );
         let got = String::from_utf8(out.stdout).expect("utf-8");
         let want =
             std::fs::read_to_string(dir.join("reference/ptxed-insn.txt")).expect("reference reads");

@@ -375,6 +375,7 @@ fn quiet<S: StepSource + Send>(
         stats.events += t.stats.events;
         stats.errors += t.stats.errors;
         stats.skipped += t.stats.skipped;
+        stats.status_errors += t.stats.status_errors;
         trace.decoded_to(t.offset);
         Ok(())
     };
@@ -418,11 +419,24 @@ fn quiet<S: StepSource + Send>(
         Printer::new(format, !args.no_disasm).stats(&stats, &mut out)?;
     }
     out.flush()?;
-    Ok(if stats.errors == 0 {
+    Ok(exit_code(&args, &stats))
+}
+
+/// Exit code 2 when the trace had errors; a hint on stderr when some were
+/// PSB+ status updates that `--lenient` decodes through.
+fn exit_code(args: &FlowArgs, stats: &Stats) -> ExitCode {
+    if stats.status_errors > 0 && !args.lenient {
+        eprintln!(
+            "hwtrace: {}: {} of the errors are PSB+ saying tracing is on where it was off (seen after VM exits): perf and libxdc decode on there, and so does --lenient",
+            args.trace.display(),
+            stats.status_errors
+        );
+    }
+    if stats.errors == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(2)
-    })
+    }
 }
 
 /// `--quiet`'s report of an error or endless loop, on stderr (`err`).
@@ -491,11 +505,7 @@ fn output(
         printer.stats(&stats, &mut out)?;
     }
     out.flush()?;
-    Ok(if stats.errors == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(2)
-    })
+    Ok(exit_code(&args, &stats))
 }
 
 #[cfg(test)]

@@ -36,6 +36,9 @@ pub struct Stats {
     pub errors: u64,
     /// Bytes of trace skipped after errors.
     pub skipped: u64,
+    /// Errors that are PSB+ status updates contradicting the decoded
+    /// state (what `--lenient` decodes through).
+    pub status_errors: u64,
 }
 
 impl Stats {
@@ -47,7 +50,13 @@ impl Stats {
             Item::Block(_) => self.blocks += 1,
             Item::Branch(_) => self.branches += 1,
             Item::Event { event, .. } => self.events += u64::from(!event.status_update),
-            Item::Error(_) | Item::Stuck { .. } => self.errors += 1,
+            Item::Error(e) => {
+                self.errors += 1;
+                if e.kind == hwtrace_flow::ErrorKind::BadStatusUpdate {
+                    self.status_errors += 1;
+                }
+            }
+            Item::Stuck { .. } => self.errors += 1,
             Item::Resync { from, to } => {
                 self.skipped += to.unwrap_or(trace_len).saturating_sub(*from);
             }
@@ -134,6 +143,7 @@ impl Printer {
             events,
             errors,
             skipped,
+            status_errors: _,
         } = *stats;
         match self.format {
             Format::Text => writeln!(
