@@ -419,7 +419,7 @@ fn quiet<S: StepSource + Send>(
         Printer::new(format, !args.no_disasm).stats(&stats, &mut out)?;
     }
     out.flush()?;
-    Ok(exit_code(&args, &stats))
+    Ok(exit_code(args, &stats))
 }
 
 /// Exit code 2 when the trace had errors; a hint on stderr when some were
@@ -505,7 +505,7 @@ fn output(
         printer.stats(&stats, &mut out)?;
     }
     out.flush()?;
-    Ok(exit_code(&args, &stats))
+    Ok(exit_code(args, &stats))
 }
 
 #[cfg(test)]
