@@ -1,14 +1,19 @@
 //! Arbitrary bytes as an Intel PT trace over a fixed code image, decoded
-//! three ways that must agree item for item: the instruction decoder, the
-//! block-cached `FastDecoder` with its runs expanded into instructions, and
-//! the `FastDecoder` counting whole runs and bursts (`Flow::skip_runs`, what
-//! `hwtrace flow --quiet` does). None may panic; the fast decoder's claim
-//! is exactness, so any difference is a bug.
+//! four ways that must agree item for item: the instruction decoder, the
+//! block-cached `FastDecoder` with its runs expanded into instructions, the
+//! `FastDecoder` counting whole runs and bursts (`Flow::skip_runs`, what
+//! `hwtrace flow --quiet` does), and the `FastDecoder` handing whole runs
+//! to a visitor (`Flow::visit_runs`, what the answers do), each run
+//! standing for exactly the instruction decoder's instructions there.
+//! Inputs of odd length decode with `lenient_status` (perf's reading of
+//! tracing's status). None may panic; the fast decoder's claim is
+//! exactness, so any difference is a bug.
 #![no_main]
 
 use hwtrace_flow::Config;
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
-use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, StepSource};
+use hwtrace_flow::insn::InsnClass;
+use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, PassedRun, StepSource};
 use hwtrace_types::TraceOffset;
 use libfuzzer_sys::fuzz_target;
 
@@ -53,14 +58,62 @@ fn counted<S: StepSource>(mut flow: Flow<S>, skip: bool) -> Option<(Vec<(u64, Fl
     None
 }
 
+/// The runs-keeping decode against `want`, the instruction decoder's
+/// items (`ended`: all of them): each visited run stands for as many of
+/// them, contiguous, at the run's offset, plain but the last, which is the
+/// run's; every other item is the reference's own.
+fn check_runs(data: &[u8], config: Config, want: &[FlowItem], ended: bool) {
+    let source = FastSource::runs(FastDecoder::new(data, config, image()), MAX_STALL);
+    let mut flow = Flow::new(source).with_max_stall(MAX_STALL);
+    let mut at = 0;
+    while at < want.len() {
+        let mut runs: Vec<PassedRun> = Vec::new();
+        flow.visit_runs(TraceOffset(u64::MAX), &mut |r| runs.push(*r));
+        for r in runs {
+            let n = r.run.insns as usize;
+            let mut ip = r.run.ip.0;
+            for (i, item) in want.iter().skip(at).take(n).enumerate() {
+                let FlowItem::Insn { offset, insn } = item else {
+                    panic!("item {} inside run {r:?}: {item:?}", at + i);
+                };
+                let last = i + 1 == n;
+                assert_eq!((*offset, insn.ip, insn.mode), (r.before, ip, r.run.mode), "run {r:?}");
+                if last {
+                    assert_eq!((insn.class, insn.size), (r.run.end_class, r.run.end_size), "run {r:?}");
+                } else {
+                    assert!(matches!(insn.class, InsnClass::Other | InsnClass::Ptwrite), "run {r:?}");
+                }
+                ip = ip.wrapping_add(u64::from(insn.size));
+            }
+            at += n;
+        }
+        match flow.next() {
+            Some(item) => {
+                if let Some(w) = want.get(at) {
+                    assert_eq!(&item, w, "item {at} after visited runs");
+                }
+                at += 1;
+            }
+            None => break,
+        }
+    }
+    if ended {
+        assert_eq!(at, want.len(), "visited runs end elsewhere");
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
-    let config = Config::default();
+    let config = Config {
+        lenient_status: data.len() % 2 == 1,
+        ..Config::default()
+    };
     let insn = || Flow::new(InsnDecoder::new(data, config, image())).with_max_stall(MAX_STALL);
     let (want, ended) = items(insn());
     let (got, _) = items(Flow::new(FastSource::new(FastDecoder::new(data, config, image()))).with_max_stall(MAX_STALL));
     // Compared as far as the reference went.
     let n = want.len().min(got.len());
     assert_eq!(&got[..n], &want[..n], "expanded runs differ from the instruction decoder");
+    check_runs(data, config, &want, ended);
     if ended {
         assert_eq!(got.len(), want.len(), "expanded runs end elsewhere");
         let reference = counted(insn(), false).expect("the reference ended");
