@@ -86,6 +86,20 @@ pub struct ExecRun {
     pub last_class: InsnClass,
 }
 
+impl From<ExecInsn> for ExecRun {
+    /// One instruction as a run of one.
+    fn from(i: ExecInsn) -> Self {
+        Self {
+            space: i.space,
+            ip: i.ip,
+            insns: 1,
+            last_ip: i.ip,
+            last_size: i.size,
+            last_class: i.class,
+        }
+    }
+}
+
 impl ExecRun {
     /// The last instruction as an [`ExecInsn`].
     pub fn last(&self) -> ExecInsn {
@@ -112,14 +126,7 @@ pub(crate) fn as_runs(execs: &[Exec], max: u32) -> Vec<Exec> {
             out.push(*e);
             continue;
         };
-        let next = ExecRun {
-            space: i.space,
-            ip: i.ip,
-            insns: 1,
-            last_ip: i.ip,
-            last_size: i.size,
-            last_class: i.class,
-        };
+        let next = ExecRun::from(i);
         open = match open {
             Some(r)
                 if r.insns < max

@@ -23,9 +23,8 @@ fn hwtrace(args: &[&str]) -> Output {
         .expect("hwtrace runs")
 }
 
-/// `hwtrace flow TRACE --pages foo EXTRA...`: exit code and stdout lines.
-fn flow(trace: &Path, extra: &[&str]) -> (Option<i32>, Vec<String>) {
-    let pages = foo();
+/// `hwtrace flow TRACE --pages PAGES EXTRA...`.
+fn flow_over(pages: &Path, trace: &Path, extra: &[&str]) -> Output {
     let mut args = vec![
         "flow",
         trace.to_str().expect("utf-8 path"),
@@ -33,7 +32,12 @@ fn flow(trace: &Path, extra: &[&str]) -> (Option<i32>, Vec<String>) {
         pages.to_str().expect("utf-8 path"),
     ];
     args.extend_from_slice(extra);
-    let out = hwtrace(&args);
+    hwtrace(&args)
+}
+
+/// `hwtrace flow TRACE --pages foo EXTRA...`: exit code and stdout lines.
+fn flow(trace: &Path, extra: &[&str]) -> (Option<i32>, Vec<String>) {
+    let out = flow_over(&foo(), trace, extra);
     let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
     (
         out.status.code(),
@@ -397,13 +401,7 @@ fn unzip_and_icelake_errors_are_ptxeds() {
     let real = foo().join("..");
     for (case, want_insns) in [("Unzip", 121_052), ("icelake_tip", 0)] {
         let dir = real.join(case);
-        let out = hwtrace(&[
-            "flow",
-            dir.join("trace.pt").to_str().expect("utf-8"),
-            "--pages",
-            dir.to_str().expect("utf-8"),
-            "--no-disasm",
-        ]);
+        let out = flow_over(&dir, &dir.join("trace.pt"), &["--no-disasm"]);
         assert_eq!(
             out.status.code(),
             Some(2),
@@ -460,17 +458,9 @@ fn unzip_and_icelake_errors_are_ptxeds() {
 fn lenient_status_decodes_as_perf_does() {
     let real = foo().join("..");
     let run = |dir: &Path, extra: &[&str]| {
-        let trace = dir.join("trace.pt");
-        let mut args = vec![
-            "flow",
-            trace.to_str().expect("utf-8"),
-            "--pages",
-            dir.to_str().expect("utf-8"),
-            "--no-disasm",
-            "--lenient",
-        ];
+        let mut args = vec!["--no-disasm", "--lenient"];
         args.extend_from_slice(extra);
-        let out = hwtrace(&args);
+        let out = flow_over(dir, &dir.join("trace.pt"), &args);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(0), "{}: {stderr}", dir.display());
         let text = String::from_utf8(out.stdout).expect("utf-8");

@@ -292,12 +292,7 @@ fn write_records(w: &mut impl RecordWriter, dir: &Path, layout: &Layout) {
         ..IntelPtInfo::default()
     })
     .unwrap();
-    let sid = SampleId {
-        pid_tid: Some((PID, PID)),
-        cpu: Some(0),
-        identifier: Some(1),
-        ..SampleId::default()
-    };
+    let sid = pid_on_cpu0();
     w.comm(PID, PID, "true", true, &sid).unwrap();
     for m in &r.maps {
         let name = match layout.vdso_for {
@@ -665,20 +660,11 @@ fn a_gap_between_aux_buffers_is_reported_with_offset_and_size() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `perf script --itrace=i0ns -F ip` of `file`.
-fn perf_script_ips(file: &Path) -> Vec<u64> {
-    let perf = Command::new("perf")
-        .args(["script", "-f", "-i"])
-        .arg(file)
-        .args(["--itrace=i0ns", "-F", "ip"])
-        .output()
-        .unwrap_or_else(|e| panic!("`perf` cannot run (scripts/setup.sh installs it): {e}"));
-    assert!(
-        perf.status.success(),
-        "perf script: {}",
-        String::from_utf8_lossy(&perf.stderr)
-    );
-    String::from_utf8_lossy(&perf.stdout)
+/// `perf script --itrace=i0ns -F ip` of `file` (and `extra` options).
+fn perf_script_ips(file: &Path, extra: &[&str]) -> Vec<u64> {
+    let mut args = vec!["--itrace=i0ns", "-F", "ip"];
+    args.extend_from_slice(extra);
+    perf_script(file, &args)
         .lines()
         .map(|l| u64::from_str_radix(l.trim(), 16).unwrap_or_else(|e| panic!("{l:?}: {e}")))
         .collect()
@@ -688,7 +674,7 @@ fn perf_script_ips(file: &Path) -> Vec<u64> {
 fn perf_script_decodes_the_same_instructions() {
     let dir = scratch("perf");
     let file = write_perf_data(&dir, &PLAIN);
-    let theirs = perf_script_ips(&file);
+    let theirs = perf_script_ips(&file, &[]);
     let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -699,6 +685,36 @@ fn perf_script_decodes_the_same_instructions() {
     assert!(!ours.is_empty());
     assert_same("perf script vs hwtrace perf decode", &theirs, &ours);
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The sample id of thread [`PID`] on CPU 0, event id 1 (no time).
+fn pid_on_cpu0() -> SampleId {
+    SampleId {
+        pid_tid: Some((PID, PID)),
+        cpu: Some(0),
+        identifier: Some(1),
+        ..SampleId::default()
+    }
+}
+
+/// A perf.data writer for one intel_pt event without timestamps (PMU 8,
+/// id 1; MMAP2 and COMM records), its AUXTRACE_INFO written, and the
+/// sample id of thread [`PID`] on CPU 0.
+fn timeless_pt_writer() -> (PerfDataWriter<Cursor<Vec<u8>>>, SampleId) {
+    let mut attr = intel_pt_attr(8, 1 | 1 << 13);
+    attr.sample_type &= !sample::TIME;
+    attr.set(flag::MMAP2, true);
+    attr.set(flag::COMM, true);
+    let attrs = [EventAttr { attr, ids: vec![1] }];
+    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
+    w.auxtrace_info_pt(&IntelPtInfo {
+        pmu_type: 8,
+        noretcomp_bit: 1 << 11,
+        ..IntelPtInfo::default()
+    })
+    .unwrap();
+    let sid = pid_on_cpu0();
+    (w, sid)
 }
 
 /// A real hardware trace (`../shared/corpus/real/NAME`) as perf.data: one
@@ -723,25 +739,7 @@ fn wrap_real_case(dir: &Path, name: &str) -> PathBuf {
             _ => runs.push((a, 4096, off)),
         }
     }
-    let mut attr = intel_pt_attr(8, 1 | 1 << 13);
-    attr.sample_type &= !sample::TIME;
-    attr.set(flag::MMAP2, true);
-    attr.set(flag::COMM, true);
-    let attrs = [EventAttr { attr, ids: vec![1] }];
-    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
-    w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: 8,
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        ..IntelPtInfo::default()
-    })
-    .unwrap();
-    let sid = SampleId {
-        pid_tid: Some((PID, PID)),
-        cpu: Some(0),
-        identifier: Some(1),
-        ..SampleId::default()
-    };
+    let (mut w, sid) = timeless_pt_writer();
     w.comm(PID, PID, name, true, &sid).unwrap();
     let dump = case.join("pages.dump").canonicalize().unwrap();
     let dump = dump.to_str().unwrap();
@@ -774,29 +772,9 @@ fn lenient_status_decodes_a_real_trace_as_perf_script_does() {
     let dir = scratch("lenient");
     let file = wrap_real_case(&dir, "Unzip");
     let f = file.to_str().unwrap();
-    let perf = Command::new("perf")
-        .args([
-            "script",
-            "-f",
-            "--guest-code",
-            "--itrace=i0ns",
-            "-F",
-            "ip",
-            "-i",
-            f,
-        ])
-        .output()
-        .unwrap_or_else(|e| panic!("`perf` cannot run (scripts/setup.sh installs it): {e}"));
-    let theirs: Vec<u64> = String::from_utf8_lossy(&perf.stdout)
-        .lines()
-        .map(|l| u64::from_str_radix(l.trim(), 16).unwrap_or_else(|e| panic!("{l:?}: {e}")))
-        .collect();
-    assert_eq!(
-        theirs.len(),
-        149_576,
-        "perf script: {}",
-        String::from_utf8_lossy(&perf.stderr)
-    );
+    // --guest-code: the trace was recorded in a VM (its PIPs set NR).
+    let theirs = perf_script_ips(&file, &["--guest-code"]);
+    assert_eq!(theirs.len(), 149_576);
     let out = hwtrace(&["perf", "decode", "--lenient", f]);
     assert!(
         out.status.success(),
@@ -821,7 +799,7 @@ fn the_shipped_pt_fixture_decodes_like_perf_script() {
     // testdata/perf/pt-true.data: /usr/bin/true's entry traced up to its
     // first call (see testdata/perf/README.md).
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/perf/pt-true.data");
-    let theirs = perf_script_ips(&file);
+    let theirs = perf_script_ips(&file, &[]);
     let out = hwtrace(&["perf", "decode", file.to_str().unwrap()]);
     assert!(
         out.status.success(),
@@ -1182,12 +1160,7 @@ fn write_bts_data(
         ..Default::default()
     })
     .unwrap();
-    let sid = SampleId {
-        pid_tid: Some((PID, PID)),
-        cpu: Some(0),
-        identifier: Some(1),
-        ..SampleId::default()
-    };
+    let sid = pid_on_cpu0();
     w.comm(PID, PID, "true", true, &sid).unwrap();
     for m in &recorded().maps {
         w.mmap2(2, PID, PID, m.addr, m.len, m.pgoff, 5, 2, &m.path, &sid)
@@ -2065,24 +2038,7 @@ fn kernel_instructions_of_a_pt_trace_decode_over_kcore() {
     )
     .unwrap();
 
-    let mut attr = intel_pt_attr(8, 1 | 1 << 13);
-    attr.sample_type &= !sample::TIME;
-    attr.set(flag::MMAP2, true);
-    attr.set(flag::COMM, true);
-    let attrs = [EventAttr { attr, ids: vec![1] }];
-    let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
-    w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: 8,
-        noretcomp_bit: 1 << 11,
-        ..IntelPtInfo::default()
-    })
-    .unwrap();
-    let sid = SampleId {
-        pid_tid: Some((PID, PID)),
-        cpu: Some(0),
-        identifier: Some(1),
-        ..SampleId::default()
-    };
+    let (mut w, sid) = timeless_pt_writer();
     w.comm(PID, PID, "kthread", false, &sid).unwrap();
     w.mmap2(
         1,

@@ -167,14 +167,7 @@ impl CoverageBuilder {
     /// Takes one record.
     pub fn push(&mut self, exec: &Exec) {
         match *exec {
-            Exec::Insn(i) => self.run(&ExecRun {
-                space: i.space,
-                ip: i.ip,
-                insns: 1,
-                last_ip: i.ip,
-                last_size: i.size,
-                last_class: i.class,
-            }),
+            Exec::Insn(i) => self.run(&ExecRun::from(i)),
             Exec::Run(r) => self.run(&r),
             Exec::Branch { from, to, .. } => {
                 let space = Space {
