@@ -16,10 +16,11 @@
 //! decoder is the faster ([`Driver::new`]).
 
 use hwtrace_flow::event::Event;
-use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
+use hwtrace_flow::insn::{FastDecoder, Insn, InsnClass, InsnDecoder};
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, MAX_STALL, PassedRun, StepSource};
 use hwtrace_mem::image::Image;
 use hwtrace_types::TraceOffset;
+use std::collections::VecDeque;
 
 use super::image::ProcessImage;
 use crate::flow::Item;
@@ -102,6 +103,68 @@ impl<'i, D: ImageSource<'i>, S: Switcher> Driver<'i, D, S> {
     }
 }
 
+/// Trace bytes whose runs [`RunEnds`] gathers at a time: bounds what it
+/// holds whatever the trace.
+const RUN_ENDS_REACH: u64 = 16 << 10;
+
+/// A runs-keeping [`Driver`]'s items with each run of plain code it hands
+/// out whole given as its first and last instruction only (the first as a
+/// plain instruction without bytes): all that reshaping into taken branches
+/// ([`crate::flow::Branches`]) looks at, since nothing between can branch.
+/// Not for callers that count or print every instruction.
+pub struct RunEnds<'i, 'a, S> {
+    driver: Driver<'i, FastSource<'a, &'i Image>, S>,
+    queued: VecDeque<Item>,
+}
+
+impl<'i, 'a, S: Switcher> RunEnds<'i, 'a, S> {
+    /// The run ends of `driver`'s flow.
+    pub fn new(driver: Driver<'i, FastSource<'a, &'i Image>, S>) -> Self {
+        Self {
+            driver,
+            queued: VecDeque::new(),
+        }
+    }
+}
+
+impl<S: Switcher> Iterator for RunEnds<'_, '_, S> {
+    type Item = Item;
+
+    fn next(&mut self) -> Option<Item> {
+        if let Some(item) = self.queued.pop_front() {
+            return Some(item);
+        }
+        let until = self
+            .driver
+            .flow
+            .source()
+            .offset()
+            .0
+            .saturating_add(RUN_ENDS_REACH);
+        let queued = &mut self.queued;
+        self.driver.flow.visit_runs(TraceOffset(until), &mut |r| {
+            let run = &r.run;
+            let offset = r.before.0;
+            if run.insns > 1 {
+                let mut first = Insn::empty(run.ip.0, run.mode, run.speculative);
+                first.class = InsnClass::Other;
+                queued.push_back(Item::Insn {
+                    offset,
+                    insn: first,
+                });
+            }
+            let mut last = Insn::empty(run.end_ip.0, run.mode, run.speculative);
+            last.class = run.end_class;
+            last.size = run.end_size;
+            queued.push_back(Item::Insn { offset, insn: last });
+        });
+        match self.queued.pop_front() {
+            Some(item) => Some(item),
+            None => self.driver.next(),
+        }
+    }
+}
+
 impl<'i, D: ImageSource<'i>, S: Switcher> Iterator for Driver<'i, D, S> {
     type Item = Item;
 
@@ -118,6 +181,7 @@ impl<'i, D: ImageSource<'i>, S: Switcher> Iterator for Driver<'i, D, S> {
 mod tests {
     use super::*;
     use crate::answers::testing::{psb_plus, tnt};
+    use crate::flow::Branches;
     use hwtrace_flow::Config;
     use hwtrace_packet::TraceBuilder;
     use hwtrace_types::Ip;
@@ -164,6 +228,26 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn run_ends_reshape_into_the_same_branches() {
+        // A: 1000: je 1002; 1002: jmp 1000. B: 1000: nop; 1001: je 1000.
+        let (a, b) = (image(&[0x74, 0x00, 0xeb, 0xfc]), image(&[0x90, 0x74, 0xfd]));
+        let images = [a, b];
+        let trace = trace();
+        for at in [200, u64::MAX] {
+            let dec = InsnDecoder::new(&trace, Config::default(), &images[0].image);
+            let want: Vec<Item> = Branches::new(Driver::new(dec, &images, At(at))).collect();
+            let dec = FastDecoder::new(&trace, Config::default(), &images[0].image);
+            let ends = RunEnds::new(Driver::runs(dec, &images, At(at)));
+            let got: Vec<Item> = Branches::new(ends).collect();
+            assert!(
+                want.iter().any(|i| matches!(i, Item::Branch(_))),
+                "{want:?}"
+            );
+            assert_eq!(got, want, "switch at {at}");
+        }
     }
 
     #[test]

@@ -10,6 +10,7 @@ use hwtrace_flow::{Config, ErrorKind};
 use hwtrace_perf::data::{AuxQueue, FileOffset, IntelPtInfo, QueueKey, TscConversion};
 use serde_json::json;
 
+use super::drive::RunEnds;
 use super::image::{self, ImageOptions};
 use super::kernel::Kernel;
 use super::queue::{QueueFlow, runs};
@@ -235,7 +236,9 @@ impl<'s> QueueDecoder<'s> {
         let mut each =
             |item: Item| printer.item(item, flow, start, len, names.as_deref_mut(), out, diag);
         match format {
-            Format::Branches => Branches::new(flow.items(trace)).try_for_each(&mut each),
+            Format::Branches => {
+                Branches::new(RunEnds::new(flow.runs(trace))).try_for_each(&mut each)
+            }
             Format::Insns => flow.items(trace).try_for_each(&mut each),
             Format::Stats => {
                 let mut items = flow.runs(trace);
