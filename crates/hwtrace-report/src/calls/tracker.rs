@@ -3,7 +3,7 @@
 //! [`crate::calls`].
 
 use super::functions::{CodeAddr, FuncId, Functions, Symbolize};
-use crate::exec::{Exec, ExecInsn, ExecRun, GapKind};
+use crate::exec::{Exec, ExecRun, GapKind};
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_types::hash::BuildIntHasher;
 use hwtrace_types::{Cr3, Ip, TraceOffset, Tsc};
@@ -283,7 +283,7 @@ impl CallTracker {
     /// Feeds one record.
     pub fn feed(&mut self, exec: &Exec, sink: &mut dyn CallSink) -> io::Result<()> {
         match *exec {
-            Exec::Insn(ref insn) => self.insn(insn, sink, 1),
+            Exec::Insn(insn) => self.run(&ExecRun::from(insn), sink),
             Exec::Run(ref run) => self.run(run, sink),
             Exec::Branch { from, to, class } => self.branch(from, to, class, sink),
             Exec::Gap { offset, why } => self.gap(offset, why, sink),
@@ -343,44 +343,31 @@ impl CallTracker {
         }
     }
 
-    /// A run: its first instruction settles what the one before it left
-    /// pending, the rest are counted, and the last leaves its own.
+    /// Instructions in a row (one, or a run): the first settles what the
+    /// one before it left pending, all are counted, and the last leaves its
+    /// own (those between are plain: they change nothing else).
     fn run(&mut self, run: &ExecRun, sink: &mut dyn CallSink) -> io::Result<()> {
-        if run.insns > 1 {
-            let first = ExecInsn {
-                space: run.space,
-                ip: run.ip,
-                size: 0,
-                class: InsnClass::Other,
-            };
-            self.insn(&first, sink, u64::from(run.insns - 1))?;
-        }
-        self.insn(&run.last(), sink, 1)
-    }
-
-    /// `insn` and the `n - 1` plain instructions after it that need
-    /// nothing but counting (the class and size are `insn`'s alone).
-    fn insn(&mut self, insn: &ExecInsn, sink: &mut dyn CallSink, n: u64) -> io::Result<()> {
         let t = self.current(sink)?;
-        let cr3 = insn.space.cr3;
+        let (cr3, ip) = (run.space.cr3, run.ip);
         let pending = std::mem::replace(&mut self.threads[t].pending, Pending::None);
         match pending {
             Pending::None => {}
             // A call to the next instruction only reads the IP.
-            Pending::Call(ret) if ret == insn.ip => {}
-            Pending::Call(ret) => self.push(t, cr3, insn.ip, RetAddr::Exact(ret), sink)?,
-            Pending::Return => self.ret(t, cr3, insn.ip, sink)?,
-            Pending::Resume => self.resume(t, insn.ip, sink)?,
+            Pending::Call(ret) if ret == ip => {}
+            Pending::Call(ret) => self.push(t, cr3, ip, RetAddr::Exact(ret), sink)?,
+            Pending::Return => self.ret(t, cr3, ip, sink)?,
+            Pending::Resume => self.resume(t, ip, sink)?,
         }
         if self.threads[t].stack.is_empty() {
-            self.begin(t, cr3, insn.ip, sink)?;
+            self.begin(t, cr3, ip, sink)?;
         }
+        let n = u64::from(run.insns);
         let state = &mut self.threads[t];
         state.insns += n;
         self.now.insns += n;
-        state.pending = match insn.class {
-            InsnClass::Call | InsnClass::FarCall if insn.size > 0 => {
-                Pending::Call(insn.ip.add(u64::from(insn.size)))
+        state.pending = match run.last_class {
+            InsnClass::Call | InsnClass::FarCall if run.last_size > 0 => {
+                Pending::Call(run.last_ip.add(u64::from(run.last_size)))
             }
             InsnClass::Return | InsnClass::FarReturn => Pending::Return,
             _ => Pending::None,
@@ -553,6 +540,7 @@ impl CallTracker {
 pub(crate) mod tests {
     use super::*;
     use crate::calls::HexNames;
+    use crate::exec::ExecInsn;
     use hwtrace_types::AddressSpace;
 
     /// Builds Exec streams from a tiny program description.
