@@ -128,12 +128,9 @@ pub fn decode(
     let mut report = LbrReport::default();
     let mut records = file.records();
     // Samples of `perf record -z -b` sit inside COMPRESSED records.
-    loop {
-        let expanded = match records.next_expanded() {
-            Ok(Some(e)) => e,
-            Ok(None) => break,
-            Err(_) => continue,
-        };
+    // Records that fail to parse are reported by the AUX stream pass.
+    while let Some(expanded) = records.next_expanded().transpose() {
+        let Ok(expanded) = expanded else { continue };
         let item = expanded.item();
         let sample = match item.record.clone() {
             PerfRecord::Sample { sample, .. } => sample,

@@ -80,12 +80,9 @@ impl Sideband {
         let mut records = file.records();
         // `perf record -z` puts the sideband inside COMPRESSED records:
         // walk the expanded stream, or mappings and switches go missing.
-        loop {
-            let expanded = match records.next_expanded() {
-                Ok(Some(e)) => e,
-                Ok(None) => break,
-                Err(_) => continue,
-            };
+        // Records that fail to parse are reported by the AUX stream pass.
+        while let Some(expanded) = records.next_expanded().transpose() {
+            let Ok(expanded) = expanded else { continue };
             let item = expanded.item();
             let PerfRecord::Event(r) = item.record.clone() else {
                 continue;
