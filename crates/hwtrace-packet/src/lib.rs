@@ -10,7 +10,7 @@
 //!   every packet comes with its byte offset, and every error names the
 //!   offset and what was wrong. After an error, [`PacketDecoder::resync`]
 //!   moves to the next PSB and reports the bytes it skipped.
-//! * [`encode`] writes any packet into a caller's buffer; it is the exact
+//! * [`encode`](encode()) writes any packet into a caller's buffer; it is the exact
 //!   inverse of the decoder. With the `alloc` feature, [`TraceBuilder`]
 //!   builds whole traces for tests and simulators.
 //! * [`LastIp`] is the small state machine that turns compressed IP payloads

@@ -348,7 +348,7 @@ pub struct Pip {
 /// TMA payload (SDM 33.4.2.12).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Tma {
-    /// CTC[15:0] at the time of the preceding TSC.
+    /// `CTC[15:0]` at the time of the preceding TSC.
     pub ctc: u16,
     /// The fast counter (9 bits).
     pub fc: u16,

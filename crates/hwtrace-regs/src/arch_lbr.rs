@@ -114,7 +114,7 @@ pub enum LbrDepthError {
     /// Not a multiple of 8 from 8 to 64.
     #[error("LBR depth {0} is not a multiple of 8 from 8 to 64: WRMSR raises #GP")]
     NotArchitectural(u64),
-    /// Not in the CPUID.(EAX=1CH):EAX[7:0] bitmap.
+    /// Not in the `CPUID.(EAX=1CH):EAX[7:0]` bitmap.
     #[error(
         "LBR depth {depth} is not in the supported-depth bitmap {bitmap:#010b} (CPUID.(EAX=1CH,ECX=0):EAX[7:0]): WRMSR raises #GP"
     )]
@@ -127,7 +127,7 @@ pub enum LbrDepthError {
 }
 
 /// Checks an IA32_LBR_DEPTH value against the architecture and, if given,
-/// the CPUID.(EAX=1CH,ECX=0):EAX[7:0] bitmap.
+/// the `CPUID.(EAX=1CH,ECX=0):EAX[7:0]` bitmap.
 pub fn check_depth(depth: u64, cpuid_bitmap: Option<u8>) -> Result<u8, LbrDepthError> {
     if depth == 0 || depth > 64 || !depth.is_multiple_of(8) {
         return Err(LbrDepthError::NotArchitectural(depth));

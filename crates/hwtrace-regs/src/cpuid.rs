@@ -34,7 +34,7 @@ pub const fn has_intel_pt(leaf7_sub0: &CpuidRegs) -> bool {
     leaf7_sub0.ebx & (1 << 25) != 0
 }
 
-/// MAXPHYADDR from CPUID.80000008H:EAX[7:0] (physical address width).
+/// MAXPHYADDR from `CPUID.80000008H:EAX[7:0]` (physical address width).
 pub const fn max_phys_addr(leaf_80000008: &CpuidRegs) -> u8 {
     (leaf_80000008.eax & 0xFF) as u8
 }
@@ -73,37 +73,37 @@ impl PtCaps {
     }
 
     cap_bits! {
-        /// EBX[0]: CR3 filtering (CR3Filter, IA32_RTIT_CR3_MATCH).
+        /// `EBX[0]`: CR3 filtering (CR3Filter, IA32_RTIT_CR3_MATCH).
         cr3_filtering = sub0.ebx[0];
-        /// EBX[1]: configurable PSB frequency and cycle-accurate mode (PSBFreq, CYCEn, CYCThresh).
+        /// `EBX[1]`: configurable PSB frequency and cycle-accurate mode (PSBFreq, CYCEn, CYCThresh).
         configurable_psb_and_cyc = sub0.ebx[1];
-        /// EBX[2]: IP filtering, TraceStop, and preservation of PT MSRs across warm reset.
+        /// `EBX[2]`: IP filtering, TraceStop, and preservation of PT MSRs across warm reset.
         ip_filtering = sub0.ebx[2];
-        /// EBX[3]: MTC timing packets and suppression of COFI packets (MTCEn, BranchEn=0).
+        /// `EBX[3]`: MTC timing packets and suppression of COFI packets (MTCEn, BranchEn=0).
         mtc = sub0.ebx[3];
-        /// EBX[4]: PTWRITE (PTWEn, FUPonPTW).
+        /// `EBX[4]`: PTWRITE (PTWEn, FUPonPTW).
         ptwrite = sub0.ebx[4];
-        /// EBX[5]: power event trace (PwrEvtEn).
+        /// `EBX[5]`: power event trace (PwrEvtEn).
         power_event_trace = sub0.ebx[5];
-        /// EBX[6]: PSB and PMI preservation (InjectPsbPmiOnEnable, PendPSB, PendTopaPMI).
+        /// `EBX[6]`: PSB and PMI preservation (InjectPsbPmiOnEnable, PendPSB, PendTopaPMI).
         psb_pmi_preservation = sub0.ebx[6];
-        /// EBX[7]: event trace (EventEn).
+        /// `EBX[7]`: event trace (EventEn).
         event_trace = sub0.ebx[7];
-        /// EBX[8]: TNT disable (DisTNT).
+        /// `EBX[8]`: TNT disable (DisTNT).
         tnt_disable = sub0.ebx[8];
-        /// ECX[0]: ToPA output.
+        /// `ECX[0]`: ToPA output.
         topa = sub0.ecx[0];
-        /// ECX[1]: ToPA tables may hold more than one output entry.
+        /// `ECX[1]`: ToPA tables may hold more than one output entry.
         topa_multiple_entries = sub0.ecx[1];
-        /// ECX[2]: single-range output.
+        /// `ECX[2]`: single-range output.
         single_range = sub0.ecx[2];
-        /// ECX[3]: output to the trace transport subsystem (FabricEn).
+        /// `ECX[3]`: output to the trace transport subsystem (FabricEn).
         trace_transport = sub0.ecx[3];
-        /// ECX[31]: IP payloads are linear addresses (LIP, CS base included), not RIP.
+        /// `ECX[31]`: IP payloads are linear addresses (LIP, CS base included), not RIP.
         lip = sub0.ecx[31];
     }
 
-    /// Sub-leaf 1 EAX[2:0]: number of ADDRn_A/B ranges (0 when IP filtering
+    /// Sub-leaf 1 `EAX[2:0]`: number of ADDRn_A/B ranges (0 when IP filtering
     /// is absent or sub-leaf 1 is not reported).
     pub const fn num_address_ranges(&self) -> u8 {
         if !self.ip_filtering() || self.max_sub_leaf() < 1 {
@@ -112,17 +112,17 @@ impl PtCaps {
         (self.sub1.eax & 0x7) as u8
     }
 
-    /// Sub-leaf 1 EAX[31:16]: bit `n` set means MTCFreq = `n` is supported.
+    /// Sub-leaf 1 `EAX[31:16]`: bit `n` set means MTCFreq = `n` is supported.
     pub const fn mtc_period_bitmap(&self) -> u16 {
         (self.sub1.eax >> 16) as u16
     }
 
-    /// Sub-leaf 1 EBX[15:0]: bit `n` set means CYCThresh = `n` is supported.
+    /// Sub-leaf 1 `EBX[15:0]`: bit `n` set means CYCThresh = `n` is supported.
     pub const fn cyc_threshold_bitmap(&self) -> u16 {
         self.sub1.ebx as u16
     }
 
-    /// Sub-leaf 1 EBX[31:16]: bit `n` set means PSBFreq = `n` is supported.
+    /// Sub-leaf 1 `EBX[31:16]`: bit `n` set means PSBFreq = `n` is supported.
     pub const fn psb_freq_bitmap(&self) -> u16 {
         (self.sub1.ebx >> 16) as u16
     }

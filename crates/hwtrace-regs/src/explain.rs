@@ -99,7 +99,7 @@ pub enum ExplainError {
 pub struct Context {
     /// The micro-architecture, if known.
     pub uarch: Option<Uarch>,
-    /// The LBR format (IA32_PERF_CAPABILITIES[5:0]); overrides the one `uarch` implies.
+    /// The LBR format (`IA32_PERF_CAPABILITIES[5:0]`); overrides the one `uarch` implies.
     pub lbr_format: Option<LbrFormat>,
 }
 

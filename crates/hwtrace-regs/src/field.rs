@@ -4,7 +4,7 @@
 //! list of [`FieldDef`]s (name as in the Intel SDM, bit range, how to read the
 //! value) and the mask of bits the SDM calls reserved. The typed wrappers
 //! (`RtitCtl`, `DebugCtl`, ...) are the convenient API; these tables are what
-//! [`explain`](crate::explain) prints and what [`compose`] builds from, so a
+//! [`explain`](crate::explain()) prints and what [`compose`] builds from, so a
 //! value built from names always explains back to the same names.
 
 use core::fmt;
@@ -99,7 +99,7 @@ pub enum Meaning {
     Address(u64),
     /// A size in bytes.
     Bytes(u64),
-    /// "Once every 2^n <unit>".
+    /// "Once every 2^n `<unit>`".
     Period {
         /// The exponent.
         log2: u32,
@@ -189,7 +189,7 @@ impl FieldDef {
         }
     }
 
-    /// The field's value as [`explain`](crate::explain) reports it and
+    /// The field's value as [`explain`](crate::explain()) reports it and
     /// [`compose`] accepts it: shifted down, except for in-place addresses.
     pub const fn value(&self, raw: u64) -> u64 {
         match self.kind {

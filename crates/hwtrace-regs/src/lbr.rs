@@ -1,5 +1,5 @@
 //! Non-architectural LBR MSRs: the record format reported by
-//! IA32_PERF_CAPABILITIES[5:0], MSR_LASTBRANCH_n_FROM_IP / _TO_IP and
+//! `IA32_PERF_CAPABILITIES[5:0]`, MSR_LASTBRANCH_n_FROM_IP / _TO_IP and
 //! MSR_LBR_INFO_n decoded per format, and MSR_LASTBRANCH_TOS
 //! (SDM Vol. 3B §18.4.8.1 “LBR Stack and Intel 64 Processors”, and the
 //! per-micro-architecture LBR sections).
@@ -7,7 +7,7 @@
 use crate::field::{FieldDef, FieldKind, RegisterDef};
 use hwtrace_types::Ip;
 
-/// The LBR record format, IA32_PERF_CAPABILITIES[5:0].
+/// The LBR record format, `IA32_PERF_CAPABILITIES[5:0]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LbrFormat {
     /// 000000b: 32-bit addresses.
@@ -32,7 +32,7 @@ pub enum LbrFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LbrError {
-    /// IA32_PERF_CAPABILITIES[5:0] holds a format the SDM does not define.
+    /// `IA32_PERF_CAPABILITIES[5:0]` holds a format the SDM does not define.
     #[error("LBR format {0:#08b} is not defined by the SDM (known formats are 000000b to 000111b)")]
     UnknownFormat(u8),
     /// The address cannot be stored in this format's IP field.

@@ -13,7 +13,7 @@
 //! | [`ds`], [`bts`] | IA32_DS_AREA, the DS management area (32/64-bit), BTS records |
 //! | [`lbr`], [`lbr_select`], [`arch_lbr`] | LBR formats, FROM/TO/INFO, TOS, MSR_LBR_SELECT per micro-architecture, architectural LBR |
 //! | [`dump`] | record decoders: a DS area + BTS buffer dump, an LBR MSR dump → branches in the order taken |
-//! | [`explain`] | registers by name or number, values explained field by field, values built from names |
+//! | [`explain`](mod@explain) | registers by name or number, values explained field by field, values built from names |
 //!
 //! Each layout is a [`field::RegisterDef`] table, so what [`explain::explain`]
 //! prints and what [`explain::build`] accepts come from one description.

@@ -24,7 +24,7 @@ pub enum OutputError {
          operational error"
     )]
     MaskNotContiguous {
-        /// MASK_PTRS[31:0] with LowerMask forced to 7FH.
+        /// `MASK_PTRS[31:0]` with LowerMask forced to 7FH.
         mask: u32,
     },
     /// Single-range base with 1s where the mask has 1s.

@@ -96,7 +96,7 @@ impl Uarch {
             .ok_or(UnknownUarch(crate::field::FieldName::new(name)))
     }
 
-    /// The LBR record format IA32_PERF_CAPABILITIES[5:0] reports on this
+    /// The LBR record format `IA32_PERF_CAPABILITIES[5:0]` reports on this
     /// family, where it is the same for every model.
     pub const fn lbr_format(self) -> Option<LbrFormat> {
         match self {

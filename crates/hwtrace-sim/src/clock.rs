@@ -2,7 +2,7 @@
 //! "Timing Packets" and 33.8 "Calibration").
 //!
 //! One clock drives everything: the time-stamp counter of
-//! [`TscModel`](crate::TscModel), `start + ticks_per_insn · i` when
+//! [`TscModel`], `start + ticks_per_insn · i` when
 //! instruction `i` (an index into [`Execution::insns`](crate::Execution::insns))
 //! begins. The other clocks are fixed fractions of it:
 //!
@@ -170,7 +170,7 @@ impl Clock {
         self.art(index) >> mtc_freq
     }
 
-    /// The TMA after the TSC of instruction `index` (33.4.2.12): CTC[15:0]
+    /// The TMA after the TSC of instruction `index` (33.4.2.12): `CTC[15:0]`
     /// and the TSC ticks since that CTC tick (the fast counter).
     pub(crate) fn tma(&self, index: usize) -> Tma {
         let (eax, ebx) = self.timing.tsc_ctc_ratio.unwrap_or((1, 1));

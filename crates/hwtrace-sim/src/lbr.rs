@@ -51,7 +51,7 @@ use crate::branch::{Branch, BranchKind};
 pub struct LbrConfig {
     /// The micro-architecture (MSR_LBR_SELECT semantics).
     pub uarch: Uarch,
-    /// The record format (IA32_PERF_CAPABILITIES[5:0]).
+    /// The record format (`IA32_PERF_CAPABILITIES[5:0]`).
     pub format: LbrFormat,
     /// Entries in the stack.
     pub depth: u8,

@@ -103,7 +103,7 @@ impl Clock {
 /// Decodes packets into [`Event`]s.
 ///
 /// Call [`sync_forward`](Self::sync_forward) first, then
-/// [`next`](Self::next) until it reports [`ErrorKind::Eos`]. After an
+/// [`next_event`](Self::next_event) until it reports [`ErrorKind::Eos`]. After an
 /// error, `sync_forward` resumes at the next PSB.
 #[derive(Clone, Debug)]
 pub struct EventDecoder<'a> {

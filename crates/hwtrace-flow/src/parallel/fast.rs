@@ -111,7 +111,7 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         Self::with_mode(dec, true, u64::MAX)
     }
 
-    /// Hands `dec`'s runs out for counting (see the [module](self) doc):
+    /// Hands `dec`'s runs out for counting (see the module doc):
     /// `max_stall` must be the driving flow's ([`super::MAX_STALL`]
     /// unless set otherwise) for its endless-loop report to stay exact.
     pub fn counting(dec: FastDecoder<'a, M>, max_stall: u64) -> Self {

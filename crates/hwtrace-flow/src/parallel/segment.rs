@@ -3,7 +3,7 @@
 //!
 //! A PSB is `02 82` eight times; `memchr`'s substring search finds each
 //! run of the pattern, and the PSB is the one that *ends* the run (the
-//! rule of [`hwtrace_packet::sync`], which is libipt's), so a run that is
+//! rule of [`hwtrace_packet::find_psb_forward`], which is libipt's), so a run that is
 //! longer than a PSB resolves to the same sync point the decoder would
 //! choose.
 

@@ -4,7 +4,7 @@ use super::PagingMode;
 use hwtrace_types::{Cr3, PhysAddr};
 
 /// The processor state that decides how entries are read: the paging mode
-/// (CR4.LA57), MAXPHYADDR (CPUID.80000008H:EAX[7:0]) and IA32_EFER.NXE.
+/// (CR4.LA57), MAXPHYADDR (`CPUID.80000008H:EAX[7:0]`) and IA32_EFER.NXE.
 ///
 /// SDM vol. 3A, §4.5: bits from MAXPHYADDR to 51 of every entry are
 /// reserved, and bit 63 (XD) is reserved when IA32_EFER.NXE = 0.

@@ -8,7 +8,7 @@
 //!   typed errors ([`record::Error`] `{ offset, kind }`).
 //! * [`time`]: perf time → TSC ([`TimeConversion`]) exactly as libipt-sb
 //!   rounds, and `--pevent:tsc-offset` ([`apply_tsc_offset`]).
-//! * [`print`]: libipt-sb's `--sb:compact`/`--sb:verbose` output
+//! * [`print`](mod@print): libipt-sb's `--sb:compact`/`--sb:verbose` output
 //!   ([`print_record`], [`PrintFlags`]).
 //! * [`session`]: channels merged by TSC ([`Session`]): ptdump asks for the
 //!   records due at a TSC, ptxed presents trace events and gets context

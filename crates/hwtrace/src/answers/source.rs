@@ -83,7 +83,7 @@ pub struct SourceArgs {
     /// LBR: a text dump of the LBR MSRs, `REGISTER VALUE` per line (instead of TRACE).
     #[arg(long, value_name = "FILE", conflicts_with = "trace")]
     pub lbr: Option<PathBuf>,
-    /// LBR format, IA32_PERF_CAPABILITIES[5:0] (default: the dump's, else --lbr-uarch's).
+    /// LBR format, `IA32_PERF_CAPABILITIES[5:0]` (default: the dump's, else --lbr-uarch's).
     #[arg(long, value_name = "N", requires = "lbr")]
     pub lbr_format: Option<String>,
     /// LBR: the micro-architecture (skylake, haswell, ...) for the format.

@@ -41,7 +41,7 @@ struct DecodeArgs {
     /// MSR_LASTBRANCH_TOS (default: the value in the dump).
     #[arg(long)]
     tos: Option<String>,
-    /// LBR format, IA32_PERF_CAPABILITIES[5:0] (0-7) (default: the dump's
+    /// LBR format, `IA32_PERF_CAPABILITIES[5:0]` (0-7) (default: the dump's
     /// IA32_PERF_CAPABILITIES, else --uarch's format).
     #[arg(long)]
     format: Option<String>,

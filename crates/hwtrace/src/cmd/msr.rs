@@ -34,7 +34,7 @@ struct LayoutArgs {
     /// the DEBUGCTL layout, MSR_LBR_SELECT semantics, LBR format and depth.
     #[arg(long)]
     uarch: Option<String>,
-    /// LBR format, IA32_PERF_CAPABILITIES[5:0] (0-7); overrides --uarch's.
+    /// LBR format, `IA32_PERF_CAPABILITIES[5:0]` (0-7); overrides --uarch's.
     #[arg(long)]
     lbr_format: Option<String>,
 }

@@ -1,6 +1,6 @@
 //! intel_bts AUX data: the 64-bit BTS records the hardware wrote (branch
 //! from, branch to, flags with bit 4 "predicted"; SDM Vol. 3B §18.4.9,
-//! read with [`hwtrace_regs::BtsRecord`]), 24 bytes each, one after the
+//! read with [`hwtrace_regs::bts::BtsRecord`]), 24 bytes each, one after the
 //! other in the AUX stream.
 //!
 //! Each record is one taken branch (or interrupt) of the queue's thread; on
