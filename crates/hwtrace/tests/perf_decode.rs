@@ -789,7 +789,9 @@ fn lenient_status_decodes_a_real_trace_as_perf_script_does() {
     );
     let out = hwtrace(&["perf", "decode", f]);
     assert_eq!(out.status.code(), Some(2), "errors reported");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("bad status update"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad status update"), "{stderr}");
+    assert!(stderr.contains("so does --lenient"), "the hint: {stderr}");
     assert_eq!(decoded(&out).len(), 121_052);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -157,6 +157,11 @@ struct Printer<'s> {
     /// The missing mapping the last error fell in.
     last_blamed: Option<FileOffset>,
     report: QueueReport,
+    /// Errors that are PSB+ status updates contradicting the decoded
+    /// state, and whether the decode reads status as perf does (then
+    /// there are none).
+    status_errors: u64,
+    lenient: bool,
 }
 
 impl<'s> QueueDecoder<'s> {
@@ -186,6 +191,8 @@ impl<'s> QueueDecoder<'s> {
                 blame: BTreeMap::new(),
                 last_blamed: None,
                 report: QueueReport::default(),
+                status_errors: 0,
+                lenient: settings.config.lenient_status,
             },
         })
     }
@@ -342,6 +349,7 @@ impl Printer<'_> {
             }
             Item::Error(e) => {
                 self.report.errors += 1;
+                self.status_errors += u64::from(e.kind == ErrorKind::BadStatusUpdate);
                 self.last_blamed = None;
                 let image = flow.image();
                 let missing = match (e.kind, e.ip) {
@@ -404,6 +412,13 @@ impl Printer<'_> {
 
     fn report_missing(&mut self, diag: &mut dyn Write) -> Result<()> {
         let key = self.key;
+        if self.status_errors > 0 && !self.lenient {
+            writeln!(
+                diag,
+                "hwtrace perf decode: {key}: {} of the errors are PSB+ saying tracing is on where it was off (seen after VM exits): perf script decodes on there, and so does --lenient",
+                self.status_errors
+            )?;
+        }
         for b in self.blame.values() {
             let m = &b.missing;
             self.report.problems += 1;
