@@ -165,13 +165,12 @@ impl Bench {
     ) -> Result<Row> {
         let mut runs = Vec::new();
         let mut last: Option<child::Counts> = None;
-        // The RSS comparison needs one run; long rows stop early rather
+        // As many runs on the RSS comparison's trace as on the full one:
+        // peak RSS is the highest of the runs, and with threads it varies
+        // from run to run (units in flight), so one run against three
+        // would not compare like with like. Long rows stop early rather
         // than overrun the benchmark's time (the table shows the runs).
-        let want = if input == Input::Rss {
-            1
-        } else {
-            self.runs.max(1)
-        };
+        let want = self.runs.max(1);
         let mut spent = Duration::ZERO;
         while runs.len() < want && (runs.is_empty() || spent < self.row_budget) {
             let mut counts = child::Counts::default();
