@@ -311,18 +311,13 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         Ok(())
     }
 
-    /// Hands `run`, taken at `before`, to `visit`.
-    fn visit(&self, before: TraceOffset, run: BlockRun, visit: &mut dyn FnMut(&PassedRun)) {
-        visit(&PassedRun { before, run });
-    }
-
     /// Hands the first `k` runs of the burst, the first taken at
     /// `before`, to `visit`.
     fn visit_burst(&self, before: TraceOffset, k: usize, visit: &mut dyn FnMut(&PassedRun)) {
         let mut at = before;
         for i in 0..k {
             let Some(run) = self.burst.get(i) else { break };
-            self.visit(at, run, visit);
+            visit(&PassedRun { before: at, run });
             at = run.offset;
         }
     }
@@ -520,7 +515,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                     {
                         self.add(&mut taken, at, n, status);
                         if let Some(v) = visit.as_deref_mut() {
-                            self.visit(at, run, v);
+                            v(&PassedRun { before: at, run });
                         }
                         at = run.offset;
                         continue;
@@ -561,7 +556,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             {
                 self.add(&mut taken, before, n, status);
                 if let (Some(v), Ok(Some(FastStep::Run(run)))) = (visit.as_deref_mut(), step) {
-                    self.visit(before, run, v);
+                    v(&PassedRun { before, run });
                 }
                 if status.event_pending || status.eos {
                     return taken;

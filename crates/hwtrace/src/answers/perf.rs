@@ -255,13 +255,7 @@ impl PerfInput {
             loop {
                 // Plain code as whole runs; no thread switch falls among
                 // them (switches come at timed events, which are items).
-                let mut done = Ok(());
-                items.visit_runs(&mut |r| {
-                    if done.is_ok() {
-                        done = map.run(r, sink, report);
-                    }
-                });
-                done?;
+                map.runs(|v| items.visit_runs(v), sink, report)?;
                 let Some(item) = items.next() else { break };
                 // The time line switched thread at this item's timed event.
                 if flow.tid() != tid {

@@ -88,8 +88,29 @@ impl ItemMapper {
         Ok(())
     }
 
+    /// The runs `visit` passes over (a flow's `visit_runs`), each handed on
+    /// as one `Exec::Run`; the first error of `sink` stops handing them on
+    /// and is returned. `Some`: the trace offset the last run was decoded
+    /// at.
+    pub fn runs(
+        &mut self,
+        visit: impl FnOnce(&mut dyn FnMut(&PassedRun)) -> u64,
+        sink: Sink<'_>,
+        report: &mut SourceReport,
+    ) -> Result<Option<u64>> {
+        let mut done = Ok(());
+        let mut at = None;
+        visit(&mut |r| {
+            at = Some(r.before.0);
+            if done.is_ok() {
+                done = self.run(r, sink, report);
+            }
+        });
+        done.map(|()| at)
+    }
+
     /// A run of instructions passed over whole.
-    pub fn run(&mut self, r: &PassedRun, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
+    fn run(&mut self, r: &PassedRun, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
         report.insns += u64::from(r.run.insns);
         sink(Exec::Run(ExecRun {
             space: self.space,

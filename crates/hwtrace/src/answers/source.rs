@@ -303,16 +303,7 @@ impl Source {
                 let mut map = pt::ItemMapper::new(0, bytes.len() as u64, show(path));
                 let mut items = Items::new(dec);
                 loop {
-                    let mut done = Ok(());
-                    let mut at = None;
-                    items.visit_runs(&mut |r| {
-                        at = Some(r.before.0);
-                        if done.is_ok() {
-                            done = map.run(r, sink, &mut report);
-                        }
-                    });
-                    done?;
-                    if let Some(offset) = at {
+                    if let Some(offset) = map.runs(|v| items.visit_runs(v), sink, &mut report)? {
                         trace.decoded_to(offset);
                     }
                     let Some(item) = items.next() else { break };
