@@ -4,6 +4,12 @@
 //! The cache is direct-mapped: a fixed table indexed by a few bits of the
 //! IP, one entry per slot, replaced on conflict. A lookup is an index and
 //! a compare (a `HashMap` spent half the decode time hashing).
+//!
+//! The table holds 4-byte indices into the entries, which are appended as
+//! slots are first filled: a decoder's memory follows the code it decoded,
+//! not the table's size. (A table of whole entries, 6 MiB, was written in
+//! full on first use; a parallel decode keeps one per decoder in flight,
+//! and those tables were most of `hwtrace flow --jobs 2`'s peak RSS.)
 
 use super::classify::{Decoded, MAX_INSN_SIZE};
 use hwtrace_packet::ExecMode;
@@ -31,8 +37,12 @@ struct Key {
 /// A map from (address space, mode, IP) to the decoded instruction.
 #[derive(Clone, Debug, Default)]
 pub struct InsnCache {
-    /// Allocated on first insert.
-    slots: Vec<Option<(Key, Cached)>>,
+    /// Per slot, 1 + the index of its entry in `entries`; 0: empty.
+    /// Allocated zeroed on first insert (pages the decode never touches
+    /// stay unmapped).
+    slots: Vec<u32>,
+    /// The entries, in the order their slots were first filled.
+    entries: Vec<(Key, Cached)>,
 }
 
 const fn slot(ip: u64) -> usize {
@@ -65,14 +75,16 @@ impl InsnCache {
 
     /// Forgets everything (the memory changed).
     pub fn clear(&mut self) {
-        self.slots.iter_mut().for_each(|s| *s = None);
+        self.slots.iter_mut().for_each(|s| *s = 0);
+        self.entries.clear();
     }
 
     /// The instruction at `ip`, if cached.
     #[inline]
     pub fn get(&self, space: AddressSpace, ip: u64, mode: ExecMode) -> Option<&Cached> {
-        match self.slots.get(slot(ip)) {
-            Some(Some((k, c))) if *k == key(space, ip, mode) => Some(c),
+        let at = *self.slots.get(slot(ip))?;
+        match self.entries.get((at as usize).wrapping_sub(1)) {
+            Some((k, c)) if *k == key(space, ip, mode) => Some(c),
             _ => None,
         }
     }
@@ -80,10 +92,19 @@ impl InsnCache {
     /// Remembers an instruction (replacing whatever shared its slot).
     pub fn insert(&mut self, space: AddressSpace, ip: u64, mode: ExecMode, entry: Cached) {
         if self.slots.is_empty() {
-            self.slots = vec![None; SLOTS];
+            self.slots = vec![0; SLOTS];
         }
-        if let Some(s) = self.slots.get_mut(slot(ip)) {
-            *s = Some((key(space, ip, mode), entry));
+        let Some(at) = self.slots.get_mut(slot(ip)) else {
+            return;
+        };
+        let new = (key(space, ip, mode), entry);
+        match self.entries.get_mut((*at as usize).wrapping_sub(1)) {
+            Some(e) => *e = new,
+            None => {
+                // At most one entry per slot: never more than `SLOTS`.
+                self.entries.push(new);
+                *at = self.entries.len() as u32;
+            }
         }
     }
 }
@@ -143,6 +164,8 @@ mod tests {
             .expect("some IP shares the slot");
         c.insert(AddressSpace::UNKNOWN, 0x10, ExecMode::Bits64, e);
         c.insert(AddressSpace::UNKNOWN, twin, ExecMode::Bits64, e);
+        // The twin took the entry of the slot they share.
+        assert_eq!(c.entries.len(), 1);
         assert!(
             c.get(AddressSpace::UNKNOWN, 0x10, ExecMode::Bits64)
                 .is_none()
