@@ -3,11 +3,11 @@
 
 use super::StepSource;
 use super::driver::{Flow, FlowItem, Seam, SeamAt};
+use super::pool::SourcePool;
 use super::segment::{Splitter, Unit};
 use crate::ErrorKind;
 use hwtrace_types::TraceOffset;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
@@ -199,9 +199,12 @@ where
             return Ok(merge.stats);
         }
     };
-    let sources: Mutex<Vec<S>> = Mutex::new(Vec::new());
-    let cancel = AtomicBool::new(false);
     let window = config.window.max(1);
+    // Every unit of the window may hold a decoder (decoding, or waiting
+    // to be merged with the one it ended with), the merging thread holds
+    // one, and one is on its way back.
+    let sources = SourcePool::new(window + 2, &make);
+    let cancel = AtomicBool::new(false);
     let max_stall = config.max_stall;
     pool.in_place_scope(|scope| {
         let (tx, rx) = mpsc::channel::<(usize, std::thread::Result<Decoded<S, K>>)>();
@@ -222,15 +225,7 @@ where
                         return;
                     }
                     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        work(
-                            at,
-                            job,
-                            next,
-                            take_source(sources, make),
-                            make,
-                            new_sink,
-                            max_stall,
-                        )
+                        work(at, job, next, sources.take(make), make, new_sink, max_stall)
                     }));
                     // The receiver only goes away once all is merged.
                     let _ = tx.send((at, decoded));
@@ -274,17 +269,6 @@ where
         merge.stats.units = split.found();
         result.map(|()| merge.stats)
     })
-}
-
-fn take_source<S>(sources: &Mutex<Vec<S>>, make: &(impl Fn() -> S + Sync)) -> S {
-    let reused = sources.lock().ok().and_then(|mut v| v.pop());
-    reused.unwrap_or_else(make)
-}
-
-fn give_back<S>(sources: &Mutex<Vec<S>>, src: S) {
-    if let Ok(mut v) = sources.lock() {
-        v.push(src);
-    }
 }
 
 /// Whether `item` may be a unit decode going wrong for want of the state
@@ -509,7 +493,7 @@ where
     }
 
     /// Merges unit `i`'s result.
-    fn unit(&mut self, i: usize, d: Decoded<S, K>, sources: &Mutex<Vec<S>>) -> Result<(), E> {
+    fn unit(&mut self, i: usize, d: Decoded<S, K>, sources: &SourcePool<S>) -> Result<(), E> {
         match std::mem::replace(&mut self.carry, Carry::Done) {
             Carry::Start if i == 0 => {
                 self.stats.spliced += 1;
@@ -519,7 +503,7 @@ where
             }
             Carry::Spliced { seam, tail } if d.anchor == Some(seam) => {
                 self.stats.spliced += 1;
-                give_back(sources, tail.into_source());
+                sources.give_back(tail.into_source());
                 self.hand_out(d.items)?;
                 self.carry = carry(d.end, sources);
                 Ok(())
@@ -541,7 +525,7 @@ where
         &mut self,
         mut flow: Flow<S>,
         d: Decoded<S, K>,
-        sources: &Mutex<Vec<S>>,
+        sources: &SourcePool<S>,
     ) -> Result<Carry<S>, E> {
         if let Some(a) = d.anchor {
             while let Some(item) = self.next(&mut flow, a.offset) {
@@ -550,7 +534,7 @@ where
                     SeamAt::Before => {}
                     SeamAt::Here(seam) if seam == a => {
                         self.stats.spliced += 1;
-                        give_back(sources, flow.into_source());
+                        sources.give_back(flow.into_source());
                         self.hand_out(d.items)?;
                         return Ok(carry(d.end, sources));
                     }
@@ -579,23 +563,23 @@ where
     }
 }
 
-fn carry<S>(end: End<S>, sources: &Mutex<Vec<S>>) -> Carry<S> {
+fn carry<S>(end: End<S>, sources: &SourcePool<S>) -> Carry<S> {
     match end {
         End::Done => Carry::Done,
         End::Spliced { seam, tail } => Carry::Spliced { seam, tail },
         End::Open(flow) => Carry::Open(flow),
         End::Free(src) => {
-            give_back(sources, src);
+            sources.give_back(src);
             Carry::Done
         }
     }
 }
 
-fn release<S>(end: End<S>, sources: &Mutex<Vec<S>>) {
+fn release<S>(end: End<S>, sources: &SourcePool<S>) {
     match end {
         End::Done => {}
-        End::Spliced { tail: flow, .. } | End::Open(flow) => give_back(sources, flow.into_source()),
-        End::Free(src) => give_back(sources, src),
+        End::Spliced { tail: flow, .. } | End::Open(flow) => sources.give_back(flow.into_source()),
+        End::Free(src) => sources.give_back(src),
     }
 }
 

@@ -49,6 +49,7 @@
 mod driver;
 mod engine;
 mod fast;
+mod pool;
 mod segment;
 
 pub use driver::{Flow, FlowItem, MAX_STALL, Seam, SeamAt};
