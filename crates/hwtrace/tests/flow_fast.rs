@@ -2,8 +2,9 @@
 //! `--decoder insn` keeps the instruction decoder it must agree with. Both
 //! must print the same bytes (stdout, stderr and exit code) in every output
 //! format — instructions with disassembly, JSON (every instruction's trace
-//! offset), blocks, branches, and `--quiet --stats`, where the fast path
-//! only counts its runs — sequentially and on several threads with a seam
+//! offset), blocks, branches (where the fast path gives runs by their ends
+//! only, and `--stats` must still count every instruction), and `--quiet
+//! --stats`, where the fast path only counts its runs — sequentially and on several threads with a seam
 //! at every PSB, on the real traces `foo` (clean) and `Unzip` (with
 //! errors) and on a sample of libipt's corpus cases.
 
@@ -14,12 +15,13 @@ mod common;
 use common::{hwtrace_in, libipt_flow_cases, shared};
 
 /// The output formats compared.
-const FORMATS: [&[&str]; 7] = [
+const FORMATS: [&[&str]; 8] = [
     &[],
     &["--no-disasm", "--stats"],
     &["--json"],
     &["--blocks", "--json"],
     &["--branches"],
+    &["--branches", "--stats", "--json"],
     &["--quiet", "--stats"],
     &["--quiet", "--stats", "--json"],
 ];
@@ -85,11 +87,26 @@ fn the_real_traces_print_the_same_with_either_decoder() -> Result<()> {
             );
         }
         if let Some(insns) = insns {
-            // --quiet --stats counted every instruction.
-            let stats = String::from_utf8_lossy(&runs[10].1).into_owned();
+            // --quiet --stats counted every instruction, and so did
+            // --branches --stats (JSON), which gives runs by their ends.
+            let at = |format: &[&str]| {
+                FORMATS
+                    .iter()
+                    .position(|f| *f == format)
+                    .map(|i| i * JOBS.len())
+            };
+            let quiet = at(&["--quiet", "--stats"]).context("no quiet run")?;
+            let stats = String::from_utf8_lossy(&runs[quiet].1).into_owned();
             ensure!(
                 stats.starts_with(&format!("[stats: {insns} instructions")),
                 "{name}: {stats}"
+            );
+            let branches = at(&["--branches", "--stats", "--json"]).context("no branches run")?;
+            let out = String::from_utf8_lossy(&runs[branches].1).into_owned();
+            ensure!(
+                out.contains(&format!("\"insns\":{insns},")),
+                "{name}: {}",
+                out.lines().last().unwrap_or_default()
             );
         }
     }

@@ -15,7 +15,8 @@
 use anyhow::{Context, Result, ensure};
 use hwtrace_flow::insn::{FastDecoder, Insn, InsnDecoder};
 use hwtrace_flow::parallel::{
-    FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, Sink, decode, decode_into,
+    FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, PassedRun, Sink, decode,
+    decode_into,
 };
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::image::{Image, parse_image_arg};
@@ -32,9 +33,16 @@ fn shared() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
 }
 
-/// (threads, least unit bytes): one unit per PSB, and a few sizes
-/// between, on 2 to 4 threads.
-const SPLITS: [(usize, u64); 3] = [(2, 1), (3, 700), (4, 4096)];
+/// (threads, least unit bytes, most items a worker keeps per unit): one
+/// unit per PSB, and a few sizes between, on 2 to 4 threads; and workers
+/// that stop after 50 items, so the merging thread decodes on from where
+/// they stopped nearly everywhere.
+const SPLITS: [(usize, u64, usize); 4] = [
+    (2, 1, 1 << 17),
+    (3, 700, 1 << 17),
+    (4, 4096, 1 << 17),
+    (2, 4096, 50),
+];
 
 /// Decodes `trace` sequentially and in parallel with every split in
 /// [`SPLITS`]; fails naming the first differing item. Returns the
@@ -47,10 +55,11 @@ fn same<M: ReadMemory + Sync>(
 ) -> Result<ParallelStats> {
     let want: Vec<FlowItem> = Flow::new(InsnDecoder::new(trace, config, mem)).collect();
     let mut total = ParallelStats::default();
-    for (threads, unit_bytes) in SPLITS {
+    for (threads, unit_bytes, unit_items) in SPLITS {
         let pc = ParallelConfig {
             unit_bytes,
             window: 2 * threads,
+            unit_items,
             batch: 7,
             ..ParallelConfig::new(threads)
         };
@@ -68,7 +77,7 @@ fn same<M: ReadMemory + Sync>(
         if got != want {
             let at = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
             anyhow::bail!(
-                "{what}: {threads} threads, units of {unit_bytes} B ({stats:?}): item {at} of {} differs: sequential {:?}, parallel {:?}",
+                "{what}: {threads} threads, units of {unit_bytes} B, {unit_items} items ({stats:?}): item {at} of {} differs: sequential {:?}, parallel {:?}",
                 want.len(),
                 want.get(at),
                 got.get(at)
@@ -135,6 +144,26 @@ impl Sink for Placed {
     }
 }
 
+/// What a sink that keeps runs whole keeps (as `hwtrace flow --branches`
+/// does), counted as [`Placed`] counts: whole runs reach it as runs
+/// ([`Flow::visit_runs`]), every other step as items.
+#[derive(Debug, Default)]
+struct Kept(Placed);
+
+impl Sink for Kept {
+    fn push(&mut self, item: FlowItem) {
+        self.0.push(item);
+    }
+
+    fn keeps_runs(&self) -> bool {
+        true
+    }
+
+    fn push_run(&mut self, run: &PassedRun) {
+        self.0.insns += u64::from(run.run.insns);
+    }
+}
+
 impl Placed {
     /// Appends `next`, the stretch after this one.
     fn append(&mut self, next: Placed) {
@@ -160,6 +189,7 @@ fn same_fast<M: ReadMemory + Sync>(
     let want_counted: Vec<FlowItem> = want.iter().map(counted).collect();
     let expand = || FastSource::new(FastDecoder::new(trace, config, mem));
     let count = || FastSource::counting(FastDecoder::new(trace, config, mem), MAX_STALL);
+    let keep = || FastSource::runs(FastDecoder::new(trace, config, mem), MAX_STALL);
     let got: Vec<FlowItem> = Flow::new(expand()).collect();
     check(what, "sequential", &got, &want)?;
     let got: Vec<FlowItem> = Flow::new(count()).map(|i| counted(&i)).collect();
@@ -177,14 +207,15 @@ fn same_fast<M: ReadMemory + Sync>(
         got.push(item);
     }
     check_placed(what, "sequential, runs passed over", &got, &want_placed)?;
-    for (threads, unit_bytes) in [(2, 1), (3, 700)] {
+    for (threads, unit_bytes, unit_items) in [(2, 1, 1 << 17), (3, 700, 1 << 17), (2, 4096, 20)] {
         let pc = ParallelConfig {
             unit_bytes,
             window: 2 * threads,
+            unit_items,
             batch: 7,
             ..ParallelConfig::new(threads)
         };
-        let how = format!("{threads} threads, units of {unit_bytes} B");
+        let how = format!("{threads} threads, units of {unit_bytes} B, {unit_items} items");
         let mut got = Vec::new();
         let mut got_counted = Vec::new();
         let emit = |batch: Vec<FlowItem>| {
@@ -221,6 +252,15 @@ fn same_fast<M: ReadMemory + Sync>(
             &got,
             &want_placed,
         )?;
+        let mut got = Placed::default();
+        let emit = |stretch: Kept| {
+            got.append(stretch.0);
+            Ok::<(), ()>(())
+        };
+        let new = |_: usize| Kept::default();
+        decode_into(trace, &pc, keep, new, emit)
+            .map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
+        check_placed(what, &format!("{how}, runs kept"), &got, &want_placed)?;
     }
     Ok(total)
 }

@@ -1,15 +1,19 @@
 //! The parallel decode: workers on a rayon pool, seams, and the in-order
 //! merge with its sequential fallback.
 
-use super::StepSource;
 use super::driver::{Flow, FlowItem, Seam, SeamAt};
 use super::pool::SourcePool;
 use super::segment::{Splitter, Unit};
+use super::{PassedRun, StepSource};
 use crate::ErrorKind;
 use hwtrace_types::TraceOffset;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+
+/// The most units [`ParallelConfig::new`] keeps in flight, whatever the
+/// number of threads: bounds the items held.
+pub const MAX_ITEM_WINDOW: usize = 8;
 
 /// How a parallel decode is split and run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,21 +28,36 @@ pub struct ParallelConfig {
     /// Instructions without trace before a flow gives up
     /// ([`super::MAX_STALL`]).
     pub max_stall: u64,
+    /// The most items (and runs) a worker keeps for one unit: past it the
+    /// worker stops and the merging thread decodes on from where it
+    /// stopped, so how densely the trace packs instructions (thousands per
+    /// byte where a long loop runs on TNT bits) cannot blow up what a
+    /// unit holds. Sinks that only count are not held to it.
+    pub unit_items: usize,
     /// Items handed out per batch by the merging thread's own decoding.
     pub batch: usize,
 }
 
 impl ParallelConfig {
-    /// `threads` workers, units of 64 KiB (a few PSB periods: a unit's
-    /// fixed costs, its seam and a decoder's warm-up, stay small next to
-    /// its decode), four units in flight per worker.
+    /// `threads` workers for a caller that keeps an item per instruction
+    /// (the default sink, [`decode`]): units of 16 KiB (a few PSB periods:
+    /// a unit's fixed costs, its seam and a decoder's warm-up, stay small
+    /// next to its decode), as many units in flight as workers (at least
+    /// two, at most [`MAX_ITEM_WINDOW`]), and at most 32 Ki items kept per
+    /// unit (3 MiB: an item takes 96 bytes, and a trace byte holds from a
+    /// few instructions to thirty in gzip's loops, thousands in a long loop
+    /// on TNT bits). Whoever takes the items (a printer, say) is slower
+    /// than one decoding thread anyway, so more in flight would only hold
+    /// more of them: 64 KiB units, four per worker and no item budget held
+    /// 780 MiB on two threads.
     pub fn new(threads: usize) -> Self {
         let threads = threads.max(1);
         Self {
             threads,
-            unit_bytes: 64 << 10,
-            window: 4 * threads,
+            unit_bytes: 16 << 10,
+            window: threads.clamp(2, MAX_ITEM_WINDOW),
             max_stall: super::MAX_STALL,
+            unit_items: 1 << 15,
             batch: 1 << 12,
         }
     }
@@ -55,7 +74,7 @@ impl ParallelConfig {
     pub fn counting(threads: usize, trace_len: u64) -> Self {
         let mut config = Self::new(threads);
         let per_thread = trace_len / (16 * config.threads as u64);
-        config.unit_bytes = per_thread.clamp(config.unit_bytes, 4 << 20);
+        config.unit_bytes = per_thread.clamp(64 << 10, 4 << 20);
         config.window = 2 * config.threads;
         config
     }
@@ -107,25 +126,52 @@ pub trait Sink: Send {
     fn push_insns(&mut self, offset: TraceOffset, n: u64) {
         let _ = (offset, n);
     }
+    /// Whether the sink keeps runs of plain code whole (and the step
+    /// source hands them out whole, like
+    /// [`FastSource::runs`](super::FastSource::runs)): then they are
+    /// handed in as [`push_run`](Self::push_run) instead of an item per
+    /// instruction ([`Flow::visit_runs`]). Not asked when
+    /// [`counts_only`](Self::counts_only).
+    fn keeps_runs(&self) -> bool {
+        false
+    }
+    /// Takes a run of plain code passed over whole (only called when
+    /// [`keeps_runs`](Self::keeps_runs)).
+    fn push_run(&mut self, run: &PassedRun) {
+        let _ = run;
+    }
 }
 
 /// The next item of `flow`, instructions passed over first when `sink`
-/// only counts them: whole runs while the source is before `until` (where
-/// the caller looks for a seam, or stops), so the caller still sees the
-/// end of every run from there on ([`Flow::skip_runs`]).
+/// only counts them or keeps runs: whole runs while the source is before
+/// `until` (where the caller looks for a seam, or stops), so the caller
+/// still sees the end of every run from there on ([`Flow::skip_runs`],
+/// [`Flow::visit_runs`]). Also returns how many runs went into `sink`:
+/// runs kept are visited at most [`RUN_REACH`] bytes of trace at a time,
+/// so a caller batching them by count bounds what a batch holds.
 fn next_into<S: StepSource, K: Sink>(
     flow: &mut Flow<S>,
     sink: &mut K,
     until: TraceOffset,
-) -> Option<FlowItem> {
+) -> (Option<FlowItem>, usize) {
+    let mut runs = 0;
     if sink.counts_only() {
         let n = flow.skip_runs(until);
         if n > 0 {
             sink.push_insns(flow.source().offset(), n);
         }
+    } else if sink.keeps_runs() {
+        let reach = TraceOffset(flow.source().offset().0.saturating_add(RUN_REACH));
+        flow.visit_runs(until.min(reach), &mut |run| {
+            sink.push_run(run);
+            runs += 1;
+        });
     }
-    flow.next()
+    (flow.next(), runs)
 }
+
+/// Trace bytes whose runs one call of [`next_into`] keeps at most.
+const RUN_REACH: u64 = 16 << 10;
 
 impl Sink for Vec<FlowItem> {
     fn push(&mut self, item: FlowItem) {
@@ -205,7 +251,7 @@ where
     // one, and one is on its way back.
     let sources = SourcePool::new(window + 2, &make);
     let cancel = AtomicBool::new(false);
-    let max_stall = config.max_stall;
+    let (max_stall, unit_items) = (config.max_stall, config.unit_items.max(1));
     pool.in_place_scope(|scope| {
         let (tx, rx) = mpsc::channel::<(usize, std::thread::Result<Decoded<S, K>>)>();
         let mut ready: BTreeMap<usize, Decoded<S, K>> = BTreeMap::new();
@@ -225,7 +271,8 @@ where
                         return;
                     }
                     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        work(at, job, next, sources.take(make), make, new_sink, max_stall)
+                        let src = sources.take(make);
+                        work(at, job, next, src, make, new_sink, (max_stall, unit_items))
                     }));
                     // The receiver only goes away once all is merged.
                     let _ = tx.send((at, decoded));
@@ -263,7 +310,12 @@ where
             i += 1;
         }
         if result.is_ok() {
-            result = merge.flush();
+            result = match std::mem::replace(&mut merge.carry, Carry::Done) {
+                // The last unit's worker stopped early (its item budget):
+                // the decode from there runs to the end here.
+                Carry::Open(flow) => merge.finish_open(flow),
+                _ => merge.flush(),
+            };
         }
         cancel.store(true, Ordering::Relaxed);
         merge.stats.units = split.found();
@@ -319,7 +371,7 @@ fn work<S: StepSource, K: Sink>(
     src: S,
     make: &(impl Fn() -> S + Sync),
     new_sink: &(impl Fn(usize) -> K + Sync),
-    max_stall: u64,
+    (max_stall, unit_items): (u64, usize),
 ) -> Decoded<S, K> {
     // The next unit's anchor, found as its own worker will find it.
     let (next_anchor, src) = match next {
@@ -360,7 +412,15 @@ fn work<S: StepSource, K: Sink>(
         (Some(_), Some(a)) => a.offset,
         (Some(n), None) => TraceOffset(n.start.0.saturating_add(1)),
     };
-    while let Some(item) = next_into(&mut flow, &mut items, until) {
+    // Items and runs kept so far (a counting sink keeps none).
+    let mut kept = 0usize;
+    let budget = if items.counts_only() {
+        usize::MAX
+    } else {
+        unit_items
+    };
+    while let (Some(item), runs) = next_into(&mut flow, &mut items, until) {
+        kept += runs + 1;
         resynced |= matches!(item, FlowItem::Resync { .. });
         if i > 0 && !resynced && needs_earlier_state(&item) {
             // A return from before the unit's PSB: the decode from the
@@ -373,6 +433,10 @@ fn work<S: StepSource, K: Sink>(
             };
         }
         items.push(item);
+        if kept >= budget {
+            // Dense code: the merging thread goes on from here.
+            break;
+        }
         let Some(n) = next else { continue };
         match next_anchor {
             Some(a) => match flow.seam_at(&item, a.offset) {
@@ -478,9 +542,12 @@ where
     }
 
     /// The next item of `flow` (instructions passed over into the batch
-    /// first when it only counts them, while the flow is before `until`).
+    /// first when it only counts them or keeps runs, while the flow is
+    /// before `until`; runs count towards the batch's size like items).
     fn next(&mut self, flow: &mut Flow<S>, until: TraceOffset) -> Option<FlowItem> {
-        next_into(flow, &mut self.batch, until)
+        let (item, runs) = next_into(flow, &mut self.batch, until);
+        self.batched += runs;
+        item
     }
 
     /// Decodes `flow` to the end of the trace.

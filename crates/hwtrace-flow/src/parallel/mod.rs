@@ -53,7 +53,7 @@ mod pool;
 mod segment;
 
 pub use driver::{Flow, FlowItem, MAX_STALL, Seam, SeamAt};
-pub use engine::{ParallelConfig, ParallelStats, Sink, decode, decode_into};
+pub use engine::{MAX_ITEM_WINDOW, ParallelConfig, ParallelStats, Sink, decode, decode_into};
 pub use fast::FastSource;
 pub use segment::{Splitter, Unit, psb_offsets, units};
 

@@ -1,7 +1,10 @@
 //! `hwtrace flow`: the instructions (or blocks, or branches) a PT trace
 //! says were executed, over code images and/or a physical memory dump.
 
-use crate::flow::{Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Printer, Stats};
+use crate::flow::{
+    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Printer, RunEndBatch,
+    RunEndItems, Stats,
+};
 use crate::image_args::ImageArgs;
 use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
@@ -13,6 +16,7 @@ use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
 use hwtrace_mem::virt::DumpMemory;
 use hwtrace_types::{Cr3, PhysAddr, TraceOffset};
+use std::cell::Cell;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,8 +60,12 @@ pub struct FlowArgs {
     /// PSB.
     #[arg(long)]
     lenient: bool,
-    /// Decode on N threads, the trace split at its PSBs (default: every
-    /// core; 1: one thread, no splitting). The output is the same.
+    /// Decode on N threads, the trace split at its PSBs (1: one thread, no
+    /// splitting). The output is the same. Default: every core when only
+    /// counting (`--quiet` without `--blocks`/`--branches`), else 1:
+    /// printing is slower than one decoding thread, and threads running
+    /// ahead of it hold their work units' items (tens of MiB each where
+    /// the code loops tightly).
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     jobs: Option<u64>,
     /// The least trace bytes a parallel work unit covers (tests use tiny
@@ -234,14 +242,15 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
     let mem = memory(&args)?;
     let config = decoder_config(args.cpu, args.lenient);
     let bytes = trace.bytes();
-    let jobs = match args.jobs {
-        Some(n) => usize::try_from(n).unwrap_or(1),
-        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
-    };
     // Only counts are printed: the fast decoder's runs need not be
     // expanded into instructions, and units cost no memory for their
     // items, so they can be large.
     let counting = args.quiet && !args.blocks && !args.branches;
+    let jobs = match args.jobs {
+        Some(n) => usize::try_from(n).unwrap_or(1),
+        None if counting => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        None => 1,
+    };
     let mut parallel = if counting {
         ParallelConfig::counting(jobs, bytes.len() as u64)
     } else {
@@ -261,6 +270,9 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         }),
         Decoder::Fast if counting => decode(&args, &trace, jobs, &parallel, || {
             FastSource::counting(FastDecoder::new(bytes, config, mem), max_stall)
+        }),
+        Decoder::Fast if args.branches => branches(&args, &trace, jobs, &parallel, || {
+            FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall)
         }),
         Decoder::Fast => decode(&args, &trace, jobs, &parallel, || {
             FastSource::new(FastDecoder::new(bytes, config, mem))
@@ -282,6 +294,7 @@ fn decode<S: StepSource + Send>(
             args,
             trace,
             Items::new(make()).with_max_stall(parallel.max_stall),
+            &Cell::new(0),
         );
     }
     let bytes = trace.bytes();
@@ -290,15 +303,53 @@ fn decode<S: StepSource + Send>(
     }
     std::thread::scope(|scope| {
         // The decode and merge run beside the printing; batches of items
-        // cross in a bounded channel, so memory stays bounded when
-        // printing is the slower side.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FlowItem>>(parallel.window);
+        // (a unit's, or the merge's own) cross one at a time, so when the
+        // printing is the slower side (it usually is) the items waiting
+        // are the decode's window and one batch.
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FlowItem>>(1);
         let make = &make;
         let decoder =
             scope.spawn(move || parallel::decode(bytes, parallel, make, |batch| tx.send(batch)));
         let items = rx.iter().flatten().map(Item::from);
-        let code = output(args, trace, items);
+        let code = output(args, trace, items, &Cell::new(0));
         // A failed output drops the receiver, which stops the decode.
+        match decoder.join() {
+            Ok(_) => code,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+}
+
+/// `--branches` with the fast decoder (`make` keeps runs whole): runs of
+/// plain code come as their first and last instruction only, all that
+/// reshaping into branches looks at ([`crate::flow::run_ends`]), on
+/// `jobs` threads; `--stats` still counts every instruction.
+fn branches<S: StepSource + Send>(
+    args: &FlowArgs,
+    trace: &MappedTrace,
+    jobs: usize,
+    parallel: &ParallelConfig,
+    make: impl Fn() -> S + Sync,
+) -> Result<ExitCode> {
+    let beyond = Cell::new(0);
+    if jobs <= 1 {
+        let flow = Flow::new(make()).with_max_stall(parallel.max_stall);
+        return output(args, trace, RunEndItems::new(flow, &beyond), &beyond);
+    }
+    let bytes = trace.bytes();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<RunEndBatch>(1);
+        let make = &make;
+        let decoder = scope.spawn(move || {
+            parallel::decode_into(bytes, parallel, make, RunEndBatch::with_capacity, |batch| {
+                tx.send(batch)
+            })
+        });
+        let items = rx.iter().flat_map(|batch| {
+            beyond.set(beyond.get() + batch.beyond);
+            batch.items
+        });
+        let code = output(args, trace, items, &beyond);
         match decoder.join() {
             Ok(_) => code,
             Err(panic) => std::panic::resume_unwind(panic),
@@ -455,15 +506,18 @@ fn report_failure(args: &FlowArgs, item: &Item, err: &mut impl Write) {
 }
 
 /// Writes `items` as `args` ask: exit code 2 when the trace had errors.
+/// `beyond` holds the instructions executed that are not among `items`
+/// (runs given by their ends) once they are all taken.
 fn output(
     args: &FlowArgs,
     trace: &MappedTrace,
     items: impl Iterator<Item = Item>,
+    beyond: &Cell<u64>,
 ) -> Result<ExitCode> {
     let len = trace.bytes().len() as u64;
     // Instructions are counted as decoded: --blocks and --branches fold
     // them into other items.
-    let insns = std::cell::Cell::new(0u64);
+    let insns = Cell::new(0u64);
     let mut items = items.inspect(|item| {
         if let Item::Insn { offset, .. } = item {
             insns.set(insns.get() + 1);
@@ -500,7 +554,7 @@ fn output(
         items.try_for_each(&mut emit)?;
     }
     err.flush().context("writing to stderr")?;
-    stats.insns = insns.get();
+    stats.insns = insns.get() + beyond.get();
     if args.stats {
         printer.stats(&stats, &mut out)?;
     }

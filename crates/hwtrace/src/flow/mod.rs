@@ -9,6 +9,9 @@
 //! - [`Blocks`] and [`Branches`] reshape that stream into basic blocks
 //!   (libipt's block decoder's boundaries) and taken branches (from → to,
 //!   like `perf script --itrace=b`);
+//! - [`RunEndItems`] and [`RunEndBatch`] give runs of plain code a fast
+//!   decoder hands out whole as their first and last instruction, all
+//!   [`Branches`] needs of them;
 //! - [`FlowMemory`] is the code the decoder reads: images and/or a
 //!   physical dump read through the page tables of the CR3 the trace
 //!   reports;
@@ -22,10 +25,12 @@ mod items;
 mod mapped;
 mod memory;
 mod print;
+mod run_ends;
 mod shape;
 
 pub use items::{Item, Items};
 pub use mapped::MappedTrace;
 pub use memory::FlowMemory;
 pub use print::{Format, Printer, Stats};
+pub use run_ends::{RunEndBatch, RunEndItems, run_ends};
 pub use shape::{Blocks, Branches};

@@ -16,14 +16,14 @@
 //! decoder is the faster ([`Driver::new`]).
 
 use hwtrace_flow::event::Event;
-use hwtrace_flow::insn::{FastDecoder, Insn, InsnClass, InsnDecoder};
+use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, MAX_STALL, PassedRun, StepSource};
 use hwtrace_mem::image::Image;
 use hwtrace_types::TraceOffset;
 use std::collections::VecDeque;
 
 use super::image::ProcessImage;
-use crate::flow::Item;
+use crate::flow::{Item, run_ends};
 
 /// Decides the image at each timed event.
 pub trait Switcher {
@@ -143,20 +143,7 @@ impl<S: Switcher> Iterator for RunEnds<'_, '_, S> {
             .saturating_add(RUN_ENDS_REACH);
         let queued = &mut self.queued;
         self.driver.flow.visit_runs(TraceOffset(until), &mut |r| {
-            let run = &r.run;
-            let offset = r.before.0;
-            if run.insns > 1 {
-                let mut first = Insn::empty(run.ip.0, run.mode, run.speculative);
-                first.class = InsnClass::Other;
-                queued.push_back(Item::Insn {
-                    offset,
-                    insn: first,
-                });
-            }
-            let mut last = Insn::empty(run.end_ip.0, run.mode, run.speculative);
-            last.class = run.end_class;
-            last.size = run.end_size;
-            queued.push_back(Item::Insn { offset, insn: last });
+            run_ends(r, |item| queued.push_back(item));
         });
         match self.queued.pop_front() {
             Some(item) => Some(item),
