@@ -297,21 +297,50 @@ fn decode<S: StepSource + Send>(
             &Cell::new(0),
         );
     }
-    let bytes = trace.bytes();
     if counting {
         return quiet(args, trace, jobs, parallel, make);
     }
+    let items = |batch: Vec<FlowItem>| batch.into_iter().map(Item::from);
+    let none = Cell::new(0);
+    print_parallel(
+        args,
+        trace,
+        parallel,
+        make,
+        Vec::with_capacity,
+        items,
+        &none,
+    )
+}
+
+/// Decodes on the parallel engine beside the printing (`output`): the
+/// sinks `new_sink` makes (a unit's, or a batch of the merge's own) cross
+/// one at a time, so when the printing is the slower side (it usually is)
+/// the items waiting are the decode's window and one batch. `items` turns
+/// a sink into its items, adding those instructions they leave out to
+/// `beyond`.
+fn print_parallel<S, K, I>(
+    args: &FlowArgs,
+    trace: &MappedTrace,
+    parallel: &ParallelConfig,
+    make: impl Fn() -> S + Sync,
+    new_sink: impl Fn(usize) -> K + Sync,
+    items: impl FnMut(K) -> I,
+    beyond: &Cell<u64>,
+) -> Result<ExitCode>
+where
+    S: StepSource + Send,
+    K: Sink,
+    I: IntoIterator<Item = Item>,
+{
+    let bytes = trace.bytes();
     std::thread::scope(|scope| {
-        // The decode and merge run beside the printing; batches of items
-        // (a unit's, or the merge's own) cross one at a time, so when the
-        // printing is the slower side (it usually is) the items waiting
-        // are the decode's window and one batch.
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<FlowItem>>(1);
-        let make = &make;
-        let decoder =
-            scope.spawn(move || parallel::decode(bytes, parallel, make, |batch| tx.send(batch)));
-        let items = rx.iter().flatten().map(Item::from);
-        let code = output(args, trace, items, &Cell::new(0));
+        let (tx, rx) = std::sync::mpsc::sync_channel::<K>(1);
+        let (make, new_sink) = (&make, &new_sink);
+        let decoder = scope.spawn(move || {
+            parallel::decode_into(bytes, parallel, make, new_sink, |batch| tx.send(batch))
+        });
+        let code = output(args, trace, rx.iter().flat_map(items), beyond);
         // A failed output drops the receiver, which stops the decode.
         match decoder.join() {
             Ok(_) => code,
@@ -336,25 +365,12 @@ fn branches<S: StepSource + Send>(
         let flow = Flow::new(make()).with_max_stall(parallel.max_stall);
         return output(args, trace, RunEndItems::new(flow, &beyond), &beyond);
     }
-    let bytes = trace.bytes();
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<RunEndBatch>(1);
-        let make = &make;
-        let decoder = scope.spawn(move || {
-            parallel::decode_into(bytes, parallel, make, RunEndBatch::with_capacity, |batch| {
-                tx.send(batch)
-            })
-        });
-        let items = rx.iter().flat_map(|batch| {
-            beyond.set(beyond.get() + batch.beyond);
-            batch.items
-        });
-        let code = output(args, trace, items, &beyond);
-        match decoder.join() {
-            Ok(_) => code,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
+    let items = |batch: RunEndBatch| {
+        beyond.set(beyond.get() + batch.beyond);
+        batch.items
+    };
+    let new = RunEndBatch::with_capacity;
+    print_parallel(args, trace, parallel, make, new, items, &beyond)
 }
 
 /// What `--quiet` keeps of a stretch of items: counts, and the failures
