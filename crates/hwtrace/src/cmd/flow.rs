@@ -264,113 +264,34 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
     }
     let mem = &mem;
     let max_stall = parallel.max_stall;
-    match args.decoder {
-        Decoder::Insn => decode(&args, &trace, jobs, &parallel, || {
-            InsnDecoder::new(bytes, config, mem)
-        }),
-        Decoder::Fast if counting => decode(&args, &trace, jobs, &parallel, || {
-            FastSource::counting(FastDecoder::new(bytes, config, mem), max_stall)
-        }),
-        Decoder::Fast if args.branches => branches(&args, &trace, jobs, &parallel, || {
-            FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall)
-        }),
-        Decoder::Fast => decode(&args, &trace, jobs, &parallel, || {
-            FastSource::new(FastDecoder::new(bytes, config, mem))
-        }),
-    }
-}
-
-/// Decodes with the step sources `make` creates, on `jobs` threads.
-fn decode<S: StepSource + Send>(
-    args: &FlowArgs,
-    trace: &MappedTrace,
-    jobs: usize,
-    parallel: &ParallelConfig,
-    make: impl Fn() -> S + Sync,
-) -> Result<ExitCode> {
-    let counting = args.quiet && !args.blocks && !args.branches;
-    if jobs <= 1 && !(counting && args.decoder == Decoder::Fast) {
-        return output(
-            args,
-            trace,
-            Items::new(make()).with_max_stall(parallel.max_stall),
-            &Cell::new(0),
-        );
-    }
-    if counting {
-        return quiet(args, trace, jobs, parallel, make);
-    }
-    let items = |batch: Vec<FlowItem>| batch.into_iter().map(Item::from);
-    let none = Cell::new(0);
-    print_parallel(
-        args,
-        trace,
-        parallel,
-        make,
-        Vec::with_capacity,
-        items,
-        &none,
-    )
-}
-
-/// Decodes on the parallel engine beside the printing (`output`): the
-/// sinks `new_sink` makes (a unit's, or a batch of the merge's own) cross
-/// one at a time, so when the printing is the slower side (it usually is)
-/// the items waiting are the decode's window and one batch. `items` turns
-/// a sink into its items, adding those instructions they leave out to
-/// `beyond`.
-fn print_parallel<S, K, I>(
-    args: &FlowArgs,
-    trace: &MappedTrace,
-    parallel: &ParallelConfig,
-    make: impl Fn() -> S + Sync,
-    new_sink: impl Fn(usize) -> K + Sync,
-    items: impl FnMut(K) -> I,
-    beyond: &Cell<u64>,
-) -> Result<ExitCode>
-where
-    S: StepSource + Send,
-    K: Sink,
-    I: IntoIterator<Item = Item>,
-{
-    let bytes = trace.bytes();
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<K>(1);
-        let (make, new_sink) = (&make, &new_sink);
-        let decoder = scope.spawn(move || {
-            parallel::decode_into(bytes, parallel, make, new_sink, |batch| tx.send(batch))
-        });
-        let code = output(args, trace, rx.iter().flat_map(items), beyond);
-        // A failed output drops the receiver, which stops the decode.
-        match decoder.join() {
-            Ok(_) => code,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
-}
-
-/// `--branches` with the fast decoder (`make` keeps runs whole): runs of
-/// plain code come as their first and last instruction only, all that
-/// reshaping into branches looks at ([`crate::flow::run_ends`]), on
-/// `jobs` threads; `--stats` still counts every instruction.
-fn branches<S: StepSource + Send>(
-    args: &FlowArgs,
-    trace: &MappedTrace,
-    jobs: usize,
-    parallel: &ParallelConfig,
-    make: impl Fn() -> S + Sync,
-) -> Result<ExitCode> {
-    let beyond = Cell::new(0);
-    if jobs <= 1 {
-        let flow = Flow::new(make()).with_max_stall(parallel.max_stall);
-        return output(args, trace, RunEndItems::new(flow, &beyond), &beyond);
-    }
-    let items = |batch: RunEndBatch| {
-        beyond.set(beyond.get() + batch.beyond);
-        batch.items
+    let job = Job {
+        args: &args,
+        trace: &trace,
+        jobs,
+        parallel: &parallel,
+        counting,
     };
-    let new = RunEndBatch::with_capacity;
-    print_parallel(args, trace, parallel, make, new, items, &beyond)
+    match args.decoder {
+        Decoder::Insn => job.decode(|| InsnDecoder::new(bytes, config, mem)),
+        Decoder::Fast if counting => {
+            job.decode(|| FastSource::counting(FastDecoder::new(bytes, config, mem), max_stall))
+        }
+        Decoder::Fast if args.branches => {
+            job.branches(|| FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall))
+        }
+        Decoder::Fast => job.decode(|| FastSource::new(FastDecoder::new(bytes, config, mem))),
+    }
+}
+
+/// One decode `hwtrace flow` runs: what was asked, the trace, on how many
+/// threads and how split, and whether it only counts.
+#[derive(Clone, Copy)]
+struct Job<'a> {
+    args: &'a FlowArgs,
+    trace: &'a MappedTrace,
+    jobs: usize,
+    parallel: &'a ParallelConfig,
+    counting: bool,
 }
 
 /// What `--quiet` keeps of a stretch of items: counts, and the failures
@@ -409,84 +330,159 @@ impl Sink for Tally {
     }
 }
 
-/// `--quiet` (without `--blocks`/`--branches`): counts, on `jobs`
-/// threads.
-fn quiet<S: StepSource + Send>(
-    args: &FlowArgs,
-    trace: &MappedTrace,
-    jobs: usize,
-    parallel: &ParallelConfig,
-    make: impl Fn() -> S + Sync,
-) -> Result<ExitCode> {
-    let bytes = trace.bytes();
-    let trace_len = bytes.len() as u64;
-    let mut stats = Stats::default();
-    let new = |_: usize| Tally {
-        trace_len,
-        offset: 0,
-        stats: Stats::default(),
-        failures: Vec::new(),
-    };
-    // Failures are written a line at a time through one buffer (an
-    // unbuffered stderr writes each piece of a line on its own). Not
-    // locked for the whole decode: a worker thread that panics prints to
-    // stderr, and must not wait for a lock the merging thread holds.
-    let mut err = std::io::BufWriter::new(std::io::stderr());
-    let mut summed = |t: Tally| -> Result<(), std::convert::Infallible> {
-        for f in &t.failures {
-            report_failure(args, f, &mut err);
+impl Job<'_> {
+    /// Decodes with the step sources `make` creates, on `jobs` threads.
+    fn decode<S: StepSource + Send>(self, make: impl Fn() -> S + Sync) -> Result<ExitCode> {
+        let Self {
+            args,
+            trace,
+            jobs,
+            parallel,
+            counting,
+        } = self;
+        if jobs <= 1 && !(counting && args.decoder == Decoder::Fast) {
+            let items = Items::new(make()).with_max_stall(parallel.max_stall);
+            return output(args, trace, items, &Cell::new(0));
         }
-        stats.insns += t.stats.insns;
-        stats.blocks += t.stats.blocks;
-        stats.branches += t.stats.branches;
-        stats.events += t.stats.events;
-        stats.errors += t.stats.errors;
-        stats.skipped += t.stats.skipped;
-        stats.status_errors += t.stats.status_errors;
-        trace.decoded_to(t.offset);
-        Ok(())
-    };
-    if jobs <= 1 {
-        // One flow, its runs passed over whole as the workers pass over
-        // theirs; summed (failures reported, decoded pages let go) at each
-        // failure and every `STRETCH` bytes of trace.
-        const STRETCH: u64 = 4 << 20;
-        let mut flow = Flow::new(make()).with_max_stall(parallel.max_stall);
-        let mut tally = new(0);
-        let mut mark = STRETCH;
-        loop {
-            let n = flow.skip_runs(TraceOffset(mark));
-            if n > 0 {
-                tally.push_insns(flow.source().offset(), n);
-            }
-            let Some(item) = flow.next() else { break };
-            tally.push(item);
-            let at = flow.source().offset().0;
-            if !tally.failures.is_empty() || at >= mark {
-                let full = std::mem::replace(&mut tally, new(0));
-                let Ok(()) = summed(full);
-                mark = mark.max(at.saturating_add(STRETCH));
-            }
+        if counting {
+            return self.quiet(make);
         }
-        let Ok(()) = summed(tally);
-    } else {
-        match parallel::decode_into(bytes, parallel, make, new, summed) {
-            Ok(_) => {}
-            Err(never) => match never {},
-        }
+        let items = |batch: Vec<FlowItem>| batch.into_iter().map(Item::from);
+        self.print_parallel(make, Vec::with_capacity, items, &Cell::new(0))
     }
-    let format = if args.json {
-        Format::Json
-    } else {
-        Format::Text
-    };
-    err.flush().context("writing to stderr")?;
-    let mut out = BufWriter::new(std::io::stdout().lock());
-    if args.stats {
-        Printer::new(format, !args.no_disasm).stats(&stats, &mut out)?;
+
+    /// `--branches` with the fast decoder (`make` keeps runs whole): runs
+    /// of plain code come as their first and last instruction only, all
+    /// that reshaping into branches looks at ([`crate::flow::RunEndItems`]),
+    /// on `jobs` threads; `--stats` still counts every instruction.
+    fn branches<S: StepSource + Send>(self, make: impl Fn() -> S + Sync) -> Result<ExitCode> {
+        let beyond = Cell::new(0);
+        if self.jobs <= 1 {
+            let flow = Flow::new(make()).with_max_stall(self.parallel.max_stall);
+            let items = RunEndItems::new(flow, &beyond);
+            return output(self.args, self.trace, items, &beyond);
+        }
+        let items = |batch: RunEndBatch| {
+            beyond.set(beyond.get() + batch.beyond);
+            batch.items
+        };
+        self.print_parallel(make, RunEndBatch::with_capacity, items, &beyond)
     }
-    out.flush()?;
-    Ok(exit_code(args, &stats))
+
+    /// Decodes on the parallel engine beside the printing (`output`): the
+    /// sinks `new_sink` makes (a unit's, or a batch of the merge's own)
+    /// cross one at a time, so when the printing is the slower side (it
+    /// usually is) the items waiting are the decode's window and one
+    /// batch. `items` turns a sink into its items, adding those
+    /// instructions they leave out to `beyond`.
+    fn print_parallel<S, K, I>(
+        self,
+        make: impl Fn() -> S + Sync,
+        new_sink: impl Fn(usize) -> K + Sync,
+        items: impl FnMut(K) -> I,
+        beyond: &Cell<u64>,
+    ) -> Result<ExitCode>
+    where
+        S: StepSource + Send,
+        K: Sink,
+        I: IntoIterator<Item = Item>,
+    {
+        let (trace, parallel) = (self.trace, self.parallel);
+        let bytes = trace.bytes();
+        std::thread::scope(|scope| {
+            let (tx, rx) = std::sync::mpsc::sync_channel::<K>(1);
+            let (make, new_sink) = (&make, &new_sink);
+            let decoder = scope.spawn(move || {
+                parallel::decode_into(bytes, parallel, make, new_sink, |batch| tx.send(batch))
+            });
+            let code = output(self.args, trace, rx.iter().flat_map(items), beyond);
+            // A failed output drops the receiver, which stops the decode.
+            match decoder.join() {
+                Ok(_) => code,
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        })
+    }
+    /// `--quiet` (without `--blocks`/`--branches`): counts, on `jobs`
+    /// threads.
+    fn quiet<S: StepSource + Send>(self, make: impl Fn() -> S + Sync) -> Result<ExitCode> {
+        let Self {
+            args,
+            trace,
+            jobs,
+            parallel,
+            ..
+        } = self;
+        let bytes = trace.bytes();
+        let trace_len = bytes.len() as u64;
+        let mut stats = Stats::default();
+        let new = |_: usize| Tally {
+            trace_len,
+            offset: 0,
+            stats: Stats::default(),
+            failures: Vec::new(),
+        };
+        // Failures are written a line at a time through one buffer (an
+        // unbuffered stderr writes each piece of a line on its own). Not
+        // locked for the whole decode: a worker thread that panics prints to
+        // stderr, and must not wait for a lock the merging thread holds.
+        let mut err = std::io::BufWriter::new(std::io::stderr());
+        let mut summed = |t: Tally| -> Result<(), std::convert::Infallible> {
+            for f in &t.failures {
+                report_failure(args, f, &mut err);
+            }
+            stats.insns += t.stats.insns;
+            stats.blocks += t.stats.blocks;
+            stats.branches += t.stats.branches;
+            stats.events += t.stats.events;
+            stats.errors += t.stats.errors;
+            stats.skipped += t.stats.skipped;
+            stats.status_errors += t.stats.status_errors;
+            trace.decoded_to(t.offset);
+            Ok(())
+        };
+        if jobs <= 1 {
+            // One flow, its runs passed over whole as the workers pass over
+            // theirs; summed (failures reported, decoded pages let go) at each
+            // failure and every `STRETCH` bytes of trace.
+            const STRETCH: u64 = 4 << 20;
+            let mut flow = Flow::new(make()).with_max_stall(parallel.max_stall);
+            let mut tally = new(0);
+            let mut mark = STRETCH;
+            loop {
+                let n = flow.skip_runs(TraceOffset(mark));
+                if n > 0 {
+                    tally.push_insns(flow.source().offset(), n);
+                }
+                let Some(item) = flow.next() else { break };
+                tally.push(item);
+                let at = flow.source().offset().0;
+                if !tally.failures.is_empty() || at >= mark {
+                    let full = std::mem::replace(&mut tally, new(0));
+                    let Ok(()) = summed(full);
+                    mark = mark.max(at.saturating_add(STRETCH));
+                }
+            }
+            let Ok(()) = summed(tally);
+        } else {
+            match parallel::decode_into(bytes, parallel, make, new, summed) {
+                Ok(_) => {}
+                Err(never) => match never {},
+            }
+        }
+        let format = if args.json {
+            Format::Json
+        } else {
+            Format::Text
+        };
+        err.flush().context("writing to stderr")?;
+        let mut out = BufWriter::new(std::io::stdout().lock());
+        if args.stats {
+            Printer::new(format, !args.no_disasm).stats(&stats, &mut out)?;
+        }
+        out.flush()?;
+        Ok(exit_code(args, &stats))
+    }
 }
 
 /// Exit code 2 when the trace had errors; a hint on stderr when some were

@@ -32,5 +32,5 @@ pub use items::{Item, Items};
 pub use mapped::MappedTrace;
 pub use memory::FlowMemory;
 pub use print::{Format, Printer, Stats};
-pub use run_ends::{RunEndBatch, RunEndItems, run_ends};
+pub use run_ends::{RunEndBatch, RunEndItems, RunFlow};
 pub use shape::{Blocks, Branches};

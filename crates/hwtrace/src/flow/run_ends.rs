@@ -23,7 +23,7 @@ const REACH: u64 = 16 << 10;
 /// has more than one) and its last to `push`, both at the trace offset
 /// before the run. Returns how many instructions the run holds beyond
 /// those items, for callers that count instructions.
-pub fn run_ends(r: &PassedRun, mut push: impl FnMut(Item)) -> u64 {
+fn run_ends(r: &PassedRun, mut push: impl FnMut(Item)) -> u64 {
     let run = &r.run;
     let offset = r.before.0;
     if run.insns > 1 {
@@ -41,18 +41,43 @@ pub fn run_ends(r: &PassedRun, mut push: impl FnMut(Item)) -> u64 {
     u64::from(run.insns.saturating_sub(2))
 }
 
-/// The items of a runs-keeping flow with each run passed over whole given
-/// by its ends ([`run_ends`]); the instructions between are added to
-/// `beyond`.
-pub struct RunEndItems<'c, S> {
-    flow: Flow<S>,
+/// A decode that hands runs of plain code out whole where it can
+/// ([`Flow::visit_runs`] over a runs-keeping source) and items otherwise:
+/// a [`Flow`] itself, or a driver around one.
+pub trait RunFlow {
+    /// Where the decode is in the trace.
+    fn offset(&self) -> TraceOffset;
+    /// Passes over whole runs before `until`, handing each to `visit`.
+    fn visit_runs_until(&mut self, until: TraceOffset, visit: &mut dyn FnMut(&PassedRun));
+    /// The next item.
+    fn next_item(&mut self) -> Option<Item>;
+}
+
+impl<S: StepSource> RunFlow for Flow<S> {
+    fn offset(&self) -> TraceOffset {
+        self.source().offset()
+    }
+
+    fn visit_runs_until(&mut self, until: TraceOffset, visit: &mut dyn FnMut(&PassedRun)) {
+        Flow::visit_runs(self, until, visit);
+    }
+
+    fn next_item(&mut self) -> Option<Item> {
+        self.next().map(Item::from)
+    }
+}
+
+/// The items of a [`RunFlow`] with each run passed over whole given by its
+/// ends ([`run_ends`]); the instructions between are added to `beyond`.
+pub struct RunEndItems<'c, F> {
+    flow: F,
     queued: VecDeque<Item>,
     beyond: &'c Cell<u64>,
 }
 
-impl<'c, S: StepSource> RunEndItems<'c, S> {
+impl<'c, F: RunFlow> RunEndItems<'c, F> {
     /// The run ends of `flow`.
-    pub fn new(flow: Flow<S>, beyond: &'c Cell<u64>) -> Self {
+    pub fn new(flow: F, beyond: &'c Cell<u64>) -> Self {
         Self {
             flow,
             queued: VecDeque::new(),
@@ -61,22 +86,22 @@ impl<'c, S: StepSource> RunEndItems<'c, S> {
     }
 }
 
-impl<S: StepSource> Iterator for RunEndItems<'_, S> {
+impl<F: RunFlow> Iterator for RunEndItems<'_, F> {
     type Item = Item;
 
     fn next(&mut self) -> Option<Item> {
         if let Some(item) = self.queued.pop_front() {
             return Some(item);
         }
-        let until = TraceOffset(self.flow.source().offset().0.saturating_add(REACH));
+        let until = TraceOffset(self.flow.offset().0.saturating_add(REACH));
         let (queued, beyond) = (&mut self.queued, self.beyond);
-        self.flow.visit_runs(until, &mut |r| {
+        self.flow.visit_runs_until(until, &mut |r| {
             let n = run_ends(r, |item| queued.push_back(item));
             beyond.set(beyond.get() + n);
         });
         match self.queued.pop_front() {
             Some(item) => Some(item),
-            None => self.flow.next().map(Item::from),
+            None => self.flow.next_item(),
         }
     }
 }

@@ -20,10 +20,9 @@ use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, MAX_STALL, PassedRun, StepSource};
 use hwtrace_mem::image::Image;
 use hwtrace_types::TraceOffset;
-use std::collections::VecDeque;
 
 use super::image::ProcessImage;
-use crate::flow::{Item, run_ends};
+use crate::flow::{Item, RunFlow};
 
 /// Decides the image at each timed event.
 pub trait Switcher {
@@ -103,52 +102,20 @@ impl<'i, D: ImageSource<'i>, S: Switcher> Driver<'i, D, S> {
     }
 }
 
-/// Trace bytes whose runs [`RunEnds`] gathers at a time: bounds what it
-/// holds whatever the trace.
-const RUN_ENDS_REACH: u64 = 16 << 10;
-
-/// A runs-keeping [`Driver`]'s items with each run of plain code it hands
-/// out whole given as its first and last instruction only (the first as a
-/// plain instruction without bytes): all that reshaping into taken branches
-/// ([`crate::flow::Branches`]) looks at, since nothing between can branch.
-/// Not for callers that count or print every instruction.
-pub struct RunEnds<'i, 'a, S> {
-    driver: Driver<'i, FastSource<'a, &'i Image>, S>,
-    queued: VecDeque<Item>,
-}
-
-impl<'i, 'a, S: Switcher> RunEnds<'i, 'a, S> {
-    /// The run ends of `driver`'s flow.
-    pub fn new(driver: Driver<'i, FastSource<'a, &'i Image>, S>) -> Self {
-        Self {
-            driver,
-            queued: VecDeque::new(),
-        }
+/// A runs-keeping driver gives runs of plain code by their ends
+/// ([`crate::flow::RunEndItems`], for reshaping into branches), its timed
+/// events still switching the image.
+impl<'i, D: ImageSource<'i>, S: Switcher> RunFlow for Driver<'i, D, S> {
+    fn offset(&self) -> TraceOffset {
+        self.flow.source().offset()
     }
-}
 
-impl<S: Switcher> Iterator for RunEnds<'_, '_, S> {
-    type Item = Item;
+    fn visit_runs_until(&mut self, until: TraceOffset, visit: &mut dyn FnMut(&PassedRun)) {
+        self.flow.visit_runs(until, visit);
+    }
 
-    fn next(&mut self) -> Option<Item> {
-        if let Some(item) = self.queued.pop_front() {
-            return Some(item);
-        }
-        let until = self
-            .driver
-            .flow
-            .source()
-            .offset()
-            .0
-            .saturating_add(RUN_ENDS_REACH);
-        let queued = &mut self.queued;
-        self.driver.flow.visit_runs(TraceOffset(until), &mut |r| {
-            run_ends(r, |item| queued.push_back(item));
-        });
-        match self.queued.pop_front() {
-            Some(item) => Some(item),
-            None => self.driver.next(),
-        }
+    fn next_item(&mut self) -> Option<Item> {
+        self.next()
     }
 }
 
@@ -168,7 +135,7 @@ impl<'i, D: ImageSource<'i>, S: Switcher> Iterator for Driver<'i, D, S> {
 mod tests {
     use super::*;
     use crate::answers::testing::{psb_plus, tnt};
-    use crate::flow::Branches;
+    use crate::flow::{Branches, RunEndItems};
     use hwtrace_flow::Config;
     use hwtrace_packet::TraceBuilder;
     use hwtrace_types::Ip;
@@ -227,7 +194,8 @@ mod tests {
             let dec = InsnDecoder::new(&trace, Config::default(), &images[0].image);
             let want: Vec<Item> = Branches::new(Driver::new(dec, &images, At(at))).collect();
             let dec = FastDecoder::new(&trace, Config::default(), &images[0].image);
-            let ends = RunEnds::new(Driver::runs(dec, &images, At(at)));
+            let passed = std::cell::Cell::new(0);
+            let ends = RunEndItems::new(Driver::runs(dec, &images, At(at)), &passed);
             let got: Vec<Item> = Branches::new(ends).collect();
             assert!(
                 want.iter().any(|i| matches!(i, Item::Branch(_))),

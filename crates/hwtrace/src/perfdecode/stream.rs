@@ -2,6 +2,7 @@
 //! ([`super::queue`]) as instructions or branches of the thread running,
 //! errors blamed on missing code, gaps reported.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::Write;
 
@@ -10,13 +11,12 @@ use hwtrace_flow::{Config, ErrorKind};
 use hwtrace_perf::data::{AuxQueue, FileOffset, IntelPtInfo, QueueKey, TscConversion};
 use serde_json::json;
 
-use super::drive::RunEnds;
 use super::image::{self, ImageOptions};
 use super::kernel::Kernel;
 use super::queue::{QueueFlow, runs};
 use super::sideband::Sideband;
 use super::symbols::Names;
-use crate::flow::{Branches, Item};
+use crate::flow::{Branches, Item, RunEndItems};
 
 /// Contiguous AUXTRACE buffers are joined (a packet may straddle two) up to
 /// this many bytes; a longer run is decoded in pieces of this size, each
@@ -244,7 +244,9 @@ impl<'s> QueueDecoder<'s> {
             |item: Item| printer.item(item, flow, start, len, names.as_deref_mut(), out, diag);
         match format {
             Format::Branches => {
-                Branches::new(RunEnds::new(flow.runs(trace))).try_for_each(&mut each)
+                // Runs by their ends: no instruction count is printed.
+                let passed = Cell::new(0);
+                Branches::new(RunEndItems::new(flow.runs(trace), &passed)).try_for_each(&mut each)
             }
             Format::Insns => flow.items(trace).try_for_each(&mut each),
             Format::Stats => {
