@@ -4,7 +4,9 @@
 //! reports the run's instructions at), the same result after each
 //! (`step_result`), and after each burst the same IP and time — and the
 //! events and errors between them must not change. (`next` itself is
-//! checked against the instruction decoder by `fast_exact.rs`.)
+//! checked against the instruction decoder by `fast_exact.rs`.) Bursts
+//! counted ([`FastDecoder::tally_runs`]) must add up to those same runs,
+//! keep whole exactly the ones they promise to, and stop where asked.
 //!
 //! Inputs: every libipt corpus case (events of every kind between and in
 //! the middle of TNT runs, errors, both ways of going on after one), the
@@ -13,7 +15,7 @@
 //! installs Debian's `qemu-user`).
 
 use hwtrace_flow::event::Status;
-use hwtrace_flow::insn::{BlockRun, FastDecoder, FastStep, RunBuffer};
+use hwtrace_flow::insn::{BlockRun, Counted, FastDecoder, FastStep, RunBuffer, RunTally};
 use hwtrace_flow::{Config, Error, ErrorKind, SyncProgress};
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder};
 use hwtrace_types::{ReadMemory, TraceOffset};
@@ -118,6 +120,164 @@ fn decode<M: ReadMemory>(
     (out, burst_runs, paths)
 }
 
+/// Decodes `trace` with counted bursts of at most `cap` runs, each asked
+/// to stop `reach` bytes past where it starts, and checks them against
+/// `want` (the items of `next` alone): a burst's counted runs must add up
+/// as the same runs one by one do, its kept runs must be the next ones
+/// whole, the burst must stop at the first run taken at or past where it
+/// was asked to (and keep it), and keep the run an error follows.
+/// Returns how many runs the bursts held.
+fn tally_decode<M: ReadMemory>(
+    want: &[Item],
+    trace: &[u8],
+    config: Config,
+    mem: M,
+    resync: bool,
+    cap: usize,
+    reach: u64,
+) -> Result<usize, String> {
+    let mut dec = FastDecoder::new(trace, config, mem);
+    let mut tally = RunTally::with_capacity(cap);
+    let mut i = 0;
+    let mut counted_runs = 0;
+    let mut progress = SyncProgress::new();
+    let mut sync = dec.sync_forward();
+    let expect = |i: &mut usize, got: Item| -> Result<(), String> {
+        match want.get(*i) {
+            Some(w) if agree(w, &got) => {
+                *i += 1;
+                Ok(())
+            }
+            w => Err(format!("item {i}: next {w:?}, counted bursts {got:?}")),
+        }
+    };
+    'sync: while i < want.len() {
+        match sync {
+            Ok(_) => {}
+            Err(e) if e.kind == ErrorKind::Eos => break,
+            Err(e) => {
+                expect(&mut i, Item::SyncError(e))?;
+                if !progress.moved(dec.offset()) {
+                    break;
+                }
+                sync = dec.sync_forward();
+                continue;
+            }
+        }
+        loop {
+            let before = dec.offset();
+            let until = TraceOffset(before.0.saturating_add(reach));
+            if dec.tally_runs(&mut tally, until) > 0 {
+                // The counted runs are the next ones of `want`.
+                let c = *tally.counted();
+                let mut sum = Counted {
+                    last_at: before,
+                    end: before,
+                    ..Counted::default()
+                };
+                for k in 0..c.runs {
+                    let Some(Item::Run {
+                        run, before: at, ..
+                    }) = want.get(i + k)
+                    else {
+                        return Err(format!(
+                            "item {}: counted a run, next {:?}",
+                            i + k,
+                            want.get(i + k)
+                        ));
+                    };
+                    if *at != sum.end {
+                        return Err(format!(
+                            "item {}: run taken at {at:?}, the one before ended at {:?}",
+                            i + k,
+                            sum.end
+                        ));
+                    }
+                    if run.offset >= until {
+                        return Err(format!("item {}: counted past {until:?}: {run:?}", i + k));
+                    }
+                    sum.runs += 1;
+                    sum.insns += u64::from(run.insns);
+                    if *at == sum.last_at {
+                        sum.last_insns += u64::from(run.insns);
+                    } else {
+                        sum.last_at = *at;
+                        sum.last_insns = u64::from(run.insns);
+                    }
+                    sum.end = run.offset;
+                }
+                if c != sum {
+                    return Err(format!(
+                        "item {i}: counted {c:?}, the runs add up to {sum:?}"
+                    ));
+                }
+                i += c.runs;
+                counted_runs += c.runs + tally.kept().len();
+                let kept = tally.kept();
+                if tally.reached_until() != kept.iter().any(|r| r.offset >= until) {
+                    return Err(format!(
+                        "item {i}: reached {until:?}: {}, kept {:?}",
+                        tally.reached_until(),
+                        kept.iter().collect::<Vec<_>>()
+                    ));
+                }
+                if kept.is_empty() && dec.step_result().is_err() {
+                    return Err(format!("item {i}: an error after a counted run"));
+                }
+                let n = kept.len();
+                let mut at = sum.end;
+                for (k, run) in kept.iter().enumerate() {
+                    let last = k + 1 == n;
+                    expect(
+                        &mut i,
+                        Item::Run {
+                            run,
+                            before: at,
+                            result: if last {
+                                dec.step_result()
+                            } else {
+                                Ok(Status::default())
+                            },
+                            after: last.then(|| (dec.ip(), dec.time())),
+                        },
+                    )?;
+                    at = run.offset;
+                }
+                continue;
+            }
+            match dec.next() {
+                Ok(Some(FastStep::Run(run))) => expect(
+                    &mut i,
+                    Item::Run {
+                        run,
+                        before,
+                        result: dec.step_result(),
+                        after: Some((dec.ip(), dec.time())),
+                    },
+                )?,
+                Ok(Some(FastStep::Event(ev))) => expect(&mut i, Item::Event(format!("{ev:?}")))?,
+                Ok(None) => break 'sync,
+                Err(e) => {
+                    expect(&mut i, Item::Error(e))?;
+                    sync = if resync {
+                        dec.resync().or_else(|_| dec.sync_forward())
+                    } else {
+                        dec.sync_forward()
+                    };
+                    continue 'sync;
+                }
+            }
+        }
+    }
+    if i != want.len() {
+        return Err(format!(
+            "counted bursts stopped at item {i} of {}",
+            want.len()
+        ));
+    }
+    Ok(counted_runs)
+}
+
 /// Whether `got` (bursts) says what `want` (`next`) says: the IP and time
 /// are compared where the burst decode could see them.
 fn agree(want: &Item, got: &Item) -> bool {
@@ -176,6 +336,23 @@ fn same<M: ReadMemory + Copy>(
         .iter()
         .filter(|i| matches!(i, Item::Run { .. }))
         .count();
+    for (cap, reach) in [
+        (1, u64::MAX),
+        (3, 100),
+        (256, u64::MAX),
+        (256, 2000),
+        (256, 1),
+    ] {
+        let counted = tally_decode(&want, trace, config, mem, resync, cap, reach).map_err(|e| {
+            format!("{what} (resync {resync}, counted bursts of {cap}, reach {reach}): {e}")
+        })?;
+        // Without a stop, the same bursts as `next_runs`'s.
+        if cap == 256 && reach == u64::MAX && counted != burst_runs {
+            return Err(format!(
+                "{what}: {counted} runs in counted bursts, {burst_runs} in copied ones"
+            ));
+        }
+    }
     Ok((runs, burst_runs, paths))
 }
 

@@ -260,12 +260,37 @@ pub struct TntPath {
     ops: u32,
     /// How many instructions, all runs together.
     pub insns: u64,
+    /// How many in the first run (a caller that counts takes it where
+    /// the run before the path ended, the others after the path's TNT
+    /// packet).
+    pub first_insns: u32,
     /// The IP after the last run.
     pub to: Ip,
     /// The last block run.
     pub last: u32,
     /// The block starting at `to`.
     pub next: u32,
+}
+
+#[cfg(test)]
+impl TntPath {
+    /// A path of `runs` (nothing else of it set), for tests of its users.
+    pub(crate) fn for_test(runs: &[PathRun]) -> Self {
+        Self {
+            start: 0,
+            bits: 0,
+            left: 0,
+            first: 0,
+            runs: runs.len() as u32,
+            first_op: 0,
+            ops: 0,
+            insns: runs.iter().map(|r| u64::from(r.insns)).sum(),
+            first_insns: runs.first().map_or(0, |r| r.insns),
+            to: Ip(0),
+            last: NO_BLOCK,
+            next: NO_BLOCK,
+        }
+    }
 }
 
 fn path_slot(start: u32, bits: u64, left: u8) -> usize {
@@ -451,6 +476,7 @@ impl BlockCache {
             self.path_slots = vec![NO_PATH; PATH_SLOTS];
         }
         let i = self.paths.len() as u32;
+        let first_insns = self.path_runs.get(first as usize).map_or(0, |r| r.insns);
         if let Some(slot) = self.path_slots.get_mut(path_slot(start, bits, left)) {
             *slot = i;
             self.paths.push(TntPath {
@@ -462,6 +488,7 @@ impl BlockCache {
                 first_op: self.ops_mark,
                 ops: (self.path_ops.len() as u32).saturating_sub(self.ops_mark),
                 insns,
+                first_insns,
                 to,
                 last,
                 next,

@@ -55,10 +55,11 @@
 //! # Ok::<(), hwtrace_flow::Error>(())
 //! ```
 
-use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK, PathRun};
+use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK, PathRun, TntPath};
 use super::classify::InsnClass;
 use super::decoder::{BurstEnd, Insn, InsnDecoder, RunSink};
 use super::runs::RunBuffer;
+use super::tally::RunTally;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::event::{Event, Status};
@@ -420,14 +421,8 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// after the last run comes from the next call of `next`, as it would
     /// have.
     pub fn next_runs(&mut self, out: &mut RunBuffer) -> usize {
-        let ready = self.pending.is_none()
-            && !self.done
-            && !self.last.event_pending
-            && !self.last.eos
-            && !self.dec.query_config().tick_events
-            && self.dec.fast_ready();
         out.clear();
-        let Some(mode) = self.dec.exec_mode().filter(|_| ready) else {
+        let Some(mode) = self.burst_mode() else {
             return 0;
         };
         let Some(idx) = self.current_block(mode) else {
@@ -439,6 +434,42 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             self.burst_ended(end);
         }
         out.len()
+    }
+
+    /// The runs [`next_runs`](Self::next_runs) would return, counted into
+    /// `out` instead of copied ([`RunTally`]: a TNT path's runs are added
+    /// up in one step): for callers that only count instructions. The
+    /// burst stops after the first run taken at or past trace offset
+    /// `until`; that run and the burst's last single block are kept
+    /// whole ([`RunTally::kept`]). Returns how many runs.
+    pub fn tally_runs(&mut self, out: &mut RunTally, until: TraceOffset) -> usize {
+        let found = self
+            .burst_mode()
+            .and_then(|mode| Some((mode, self.current_block(mode)?)));
+        let Some((mode, idx)) = found else {
+            out.clear();
+            return 0;
+        };
+        let before = self.dec.offset();
+        out.start(self.space, mode, self.dec.speculative(), before, until);
+        let end = self.dec.run_burst(&mut self.cache, idx, out, true);
+        if !out.is_empty() {
+            self.burst_ended(end);
+        }
+        out.len()
+    }
+
+    /// The execution mode a burst may start in: `None` when the next step
+    /// is not plain code (see [`next_runs`](Self::next_runs)).
+    #[inline]
+    fn burst_mode(&self) -> Option<ExecMode> {
+        let ready = self.pending.is_none()
+            && !self.done
+            && !self.last.event_pending
+            && !self.last.eos
+            && !self.dec.query_config().tick_events
+            && self.dec.fast_ready();
+        self.dec.exec_mode().filter(|_| ready)
     }
 
     /// A block up to the branch a pending disable binds to; `None` to step
@@ -558,7 +589,7 @@ impl RunSink for OneRun {
     }
 
     #[inline]
-    fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset) {
+    fn push_path(&mut self, _: &TntPath, runs: &[PathRun], offset: TraceOffset) {
         if let [r] = runs {
             self.0 = Some((*r, offset));
         }
@@ -582,7 +613,29 @@ impl RunSink for RunBuffer {
     }
 
     #[inline]
-    fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset) {
+    fn push_path(&mut self, _: &TntPath, runs: &[PathRun], offset: TraceOffset) {
         RunBuffer::push_path(self, runs, offset);
+    }
+}
+
+impl RunSink for RunTally {
+    #[inline]
+    fn is_full(&self) -> bool {
+        RunTally::is_full(self)
+    }
+
+    #[inline]
+    fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
+        RunTally::push(self, &b.as_run(), offset);
+    }
+
+    #[inline]
+    fn room(&self) -> usize {
+        RunTally::room(self)
+    }
+
+    #[inline]
+    fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset) {
+        RunTally::push_path(self, path, runs, offset);
     }
 }

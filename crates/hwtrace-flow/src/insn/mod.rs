@@ -9,6 +9,7 @@ mod decoder;
 mod fast;
 mod retstack;
 mod runs;
+mod tally;
 
 pub use block::{Block, BlockDecoder, BlockStep, MAX_BLOCK_INSNS, ends_block};
 pub use blockcache::{
@@ -21,3 +22,4 @@ pub use decoder::{Insn, InsnDecoder, MAX_UNTRACED_INSNS, Step};
 pub use fast::{BlockRun, FastDecoder, FastStep};
 pub use retstack::{RETSTACK_SIZE, RetStack};
 pub use runs::{DEFAULT_RUN_CAPACITY, RunBuffer};
+pub use tally::{Counted, RunTally};

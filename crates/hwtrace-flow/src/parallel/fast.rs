@@ -46,7 +46,7 @@ use crate::Error;
 use crate::ErrorKind;
 use crate::event::{Event, Status};
 use crate::insn::{
-    BlockRun, FastDecoder, FastStep, Insn, InsnClass, MAX_CACHED_BLOCK_INSNS, RunBuffer,
+    BlockRun, FastDecoder, FastStep, Insn, InsnClass, MAX_CACHED_BLOCK_INSNS, RunBuffer, RunTally,
 };
 use hwtrace_types::{Ip, ReadMemory, TraceOffset};
 
@@ -83,6 +83,9 @@ pub struct FastSource<'a, M> {
     /// (`burst.len()`: none) with the trace offset before it: the decoder
     /// is past them all.
     burst: RunBuffer,
+    /// A burst counted ([`FastDecoder::tally_runs`]) when nobody looks at
+    /// its runs; those it keeps whole are swapped into `burst`.
+    tally: RunTally,
     queued: usize,
     queued_before: TraceOffset,
     /// Whether the run being handed out is the last of the decoder's step
@@ -143,6 +146,7 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
             max_stall,
             failed: None,
             burst: RunBuffer::new(),
+            tally: RunTally::new(),
             queued: 0,
             queued_before: TraceOffset(0),
             step_last: true,
@@ -322,6 +326,89 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         }
     }
 
+    /// After [`FastDecoder::tally_runs`] counted a burst taken at
+    /// `before`: passes over its runs as the burst loop of
+    /// [`StepSource::take_runs`] would have over the same runs copied
+    /// out. Returns whether to return what was taken (as
+    /// [`take_burst`](Self::take_burst)).
+    fn take_tally(
+        &mut self,
+        taken: &mut Option<Taken>,
+        before: TraceOffset,
+        limit: u64,
+        until: TraceOffset,
+    ) -> bool {
+        let status = self.dec.step_result();
+        if !self.tally.reached_until() && status.is_ok() {
+            // Nothing to hand out one by one: the last run too is counted.
+            self.tally.count_kept();
+        }
+        let c = *self.tally.counted();
+        // Runs kept whole are handed out as those of a copied burst are.
+        std::mem::swap(&mut self.burst, self.tally.kept_mut());
+        self.queued = 0;
+        let after = match (self.burst.is_empty(), status) {
+            (true, Ok(status)) => status,
+            _ => Status::default(),
+        };
+        if c.runs > 0 {
+            if c.insns > c.last_insns {
+                self.add(taken, before, c.insns - c.last_insns, after);
+            }
+            self.add(taken, c.last_at, c.last_insns, after);
+        }
+        if self.burst.is_empty() {
+            return after.event_pending || after.eos;
+        }
+        self.take_burst(taken, c.end, limit, until, &mut None)
+    }
+
+    /// Passes over the runs of the burst taken at `before` one by one
+    /// while none can end an endless loop, each is before `until` and
+    /// no error follows it; the first other one and those after it are
+    /// queued to be handed out one at a time. Returns whether to return
+    /// what was taken (a run was queued, or the last one's status has news).
+    fn take_burst(
+        &mut self,
+        taken: &mut Option<Taken>,
+        before: TraceOffset,
+        limit: u64,
+        until: TraceOffset,
+        visit: &mut RunVisitor<'_>,
+    ) -> bool {
+        let k = self.burst.len();
+        let mut at = before;
+        for i in 0..k {
+            let Some(run) = self.burst.get(i) else { break };
+            let n = u64::from(run.insns);
+            let status = if i + 1 == k {
+                self.dec.step_result()
+            } else {
+                Ok(Status::default())
+            };
+            if self.stall_at(at).saturating_add(n) < limit
+                && run.offset < until
+                && let Ok(status) = status
+            {
+                self.add(taken, at, n, status);
+                if let Some(v) = visit.as_deref_mut() {
+                    v(&PassedRun { before: at, run });
+                }
+                at = run.offset;
+                continue;
+            }
+            // This run and those after it one by one.
+            self.queued = i;
+            self.queued_before = at;
+            if let Err(e) = self.dequeue() {
+                self.failed = Some(e);
+            }
+            return true;
+        }
+        self.queued = k;
+        matches!(taken, Some(t) if t.status.event_pending || t.status.eos)
+    }
+
     /// Instruction `i` of `run`, as far as count mode knows it.
     fn counted(run: &BlockRun, i: u32) -> Insn {
         if i + 1 == run.insns {
@@ -470,9 +557,19 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             // holds at most its capacity of cached blocks.
             let most =
                 (self.burst.capacity() as u64).saturating_mul(u64::from(MAX_CACHED_BLOCK_INSNS));
-            let k = if self.stall_at(before).saturating_add(most) < limit
-                && before.0.saturating_add(self.burst_reach) < until.0
-            {
+            let burst = self.stall_at(before).saturating_add(most) < limit
+                && before.0.saturating_add(self.burst_reach) < until.0;
+            if burst && visit.is_none() {
+                // Nobody looks at the runs: counted, not copied.
+                let k = self.dec.tally_runs(&mut self.tally, until);
+                if k > 0 {
+                    if self.take_tally(&mut taken, before, limit, until) {
+                        return taken;
+                    }
+                    continue;
+                }
+            }
+            let k = if burst && visit.is_some() {
                 self.dec.next_runs(&mut self.burst)
             } else {
                 0
@@ -500,39 +597,10 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                     }
                     continue;
                 }
-                let mut at = before;
-                for i in 0..k {
-                    let Some(run) = self.burst.get(i) else { break };
-                    let n = u64::from(run.insns);
-                    let status = if i + 1 == k {
-                        self.dec.step_result()
-                    } else {
-                        Ok(Status::default())
-                    };
-                    if self.stall_at(at).saturating_add(n) < limit
-                        && run.offset < until
-                        && let Ok(status) = status
-                    {
-                        self.add(&mut taken, at, n, status);
-                        if let Some(v) = visit.as_deref_mut() {
-                            v(&PassedRun { before: at, run });
-                        }
-                        at = run.offset;
-                        continue;
-                    }
-                    // This run and those after it one by one.
-                    self.queued = i;
-                    self.queued_before = at;
-                    if let Err(e) = self.dequeue() {
-                        self.failed = Some(e);
-                    }
+                if self.take_burst(&mut taken, before, limit, until, &mut visit) {
                     return taken;
                 }
-                self.queued = self.burst.len();
-                match taken {
-                    Some(t) if t.status.event_pending || t.status.eos => return taken,
-                    _ => continue,
-                }
+                continue;
             }
             let step = self.dec.next();
             // Only the count is read on the way through: copying the whole

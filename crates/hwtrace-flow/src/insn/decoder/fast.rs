@@ -15,7 +15,7 @@ use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
 use crate::event::{EventKind, Status, TraceLane};
 use crate::insn::blockcache::{
-    BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathRun, StackOp,
+    BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathRun, StackOp, TntPath,
 };
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
@@ -251,9 +251,9 @@ pub(in crate::insn) trait RunSink {
     fn push(&mut self, block: &CachedBlock, offset: TraceOffset);
     /// How many more runs fit.
     fn room(&self) -> usize;
-    /// The runs of a TNT path (the caller checked they fit), all with the
-    /// trace offset after them.
-    fn push_path(&mut self, runs: &[PathRun], offset: TraceOffset);
+    /// The runs of TNT path `path` (the caller checked they fit), all with
+    /// the trace offset after them.
+    fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset);
 }
 
 /// A TNT path being recorded ([`BlockCache::begin_path`]).
@@ -361,7 +361,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                                 && icount.saturating_add(p.insns) <= MAX_UNTRACED_INSNS
                                 && lane.status_after_cached_tnt(&self.query) == plain
                             {
-                                out.push_path(runs, offset);
+                                out.push_path(p, runs, offset);
                                 for op in cache.path_ops(p) {
                                     match *op {
                                         StackOp::Push(ret) => self.retstack.push(ret),

@@ -1,0 +1,321 @@
+//! [`RunTally`]: a burst of runs from
+//! [`FastDecoder::tally_runs`](super::FastDecoder::tally_runs) counted
+//! instead of kept.
+//!
+//! A caller that only counts instructions needs from a burst its total
+//! and where in the trace its last instructions were taken (a flow's
+//! endless-loop count goes on from there), not the runs themselves; and
+//! a replayed TNT path is many runs at once (a dozen on compiled code),
+//! so copying them out was a third of the burst's time on gzip's trace.
+//! A tally adds a path up from its record in one step.
+//!
+//! Two kinds of runs are still kept whole, in a [`RunBuffer`], for the
+//! caller to hand out one at a time: the burst's last run when it was a
+//! single block (the one run after which the decoder may have met an
+//! error, which must follow exactly that run), and the runs taken at or
+//! past a trace offset given when the burst starts (where a parallel
+//! decode looks for a seam between runs; the burst stops there).
+
+use super::blockcache::{PathRun, TntPath};
+use super::runs::RunBuffer;
+use hwtrace_packet::ExecMode;
+use hwtrace_types::{AddressSpace, TraceOffset};
+
+/// The counted part of a tally: runs added up.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    /// How many runs.
+    pub runs: usize,
+    /// How many instructions.
+    pub insns: u64,
+    /// The trace offset the last counted run was taken at (the offset
+    /// after the run before it), and the instructions of the counted
+    /// runs taken there.
+    pub last_at: TraceOffset,
+    pub last_insns: u64,
+    /// The trace offset after the last counted run (before the first kept
+    /// one).
+    pub end: TraceOffset,
+}
+
+impl Counted {
+    /// Adds `insns` instructions taken at `at`, ending at `end`.
+    #[inline]
+    fn add(&mut self, at: TraceOffset, insns: u64, end: TraceOffset) {
+        self.insns += insns;
+        if at == self.last_at {
+            self.last_insns += insns;
+        } else {
+            self.last_at = at;
+            self.last_insns = insns;
+        }
+        self.end = end;
+    }
+}
+
+/// A burst of runs, counted; see the module documentation.
+#[derive(Clone, Debug)]
+pub struct RunTally {
+    cap: usize,
+    counted: Counted,
+    /// Runs kept whole, after the counted ones.
+    kept: RunBuffer,
+    /// Runs taken at or past this offset are kept, and end the burst.
+    until: TraceOffset,
+    reached: bool,
+}
+
+impl Default for RunTally {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunTally {
+    /// A tally of bursts of up to
+    /// [`DEFAULT_RUN_CAPACITY`](super::DEFAULT_RUN_CAPACITY) runs (the
+    /// bursts a [`RunBuffer::new`] would hold).
+    pub fn new() -> Self {
+        Self::with_capacity(super::DEFAULT_RUN_CAPACITY)
+    }
+
+    /// A tally of bursts of up to `cap` runs (at least one).
+    pub fn with_capacity(cap: usize) -> Self {
+        let cap = cap.max(1);
+        Self {
+            cap,
+            counted: Counted::default(),
+            kept: RunBuffer::with_capacity(cap),
+            until: TraceOffset(u64::MAX),
+            reached: false,
+        }
+    }
+
+    /// The runs of the burst, counted and kept.
+    pub fn len(&self) -> usize {
+        self.counted.runs + self.kept.len()
+    }
+
+    /// Whether the burst holds no run.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The instructions of all the burst's runs.
+    pub fn insns(&self) -> u64 {
+        self.counted.insns + self.kept.insns()
+    }
+
+    /// The counted runs (all of them, unless some are [`kept`](Self::kept)).
+    pub const fn counted(&self) -> &Counted {
+        &self.counted
+    }
+
+    /// The runs after the counted ones, kept whole.
+    pub const fn kept(&self) -> &RunBuffer {
+        &self.kept
+    }
+
+    /// The kept runs, for a caller that takes them over (swapping in an
+    /// empty buffer of the same capacity).
+    pub(crate) fn kept_mut(&mut self) -> &mut RunBuffer {
+        &mut self.kept
+    }
+
+    /// Whether a run was taken at or past the offset the burst was asked
+    /// to stop at (it is among the kept ones).
+    pub const fn reached_until(&self) -> bool {
+        self.reached
+    }
+
+    /// Counts the kept runs too (the caller needs none of them whole).
+    pub fn count_kept(&mut self) {
+        let mut at = self.counted.end;
+        for run in self.kept.iter() {
+            self.counted.runs += 1;
+            self.counted.add(at, u64::from(run.insns), run.offset);
+            at = run.offset;
+        }
+        self.kept.clear();
+    }
+
+    /// Empties the tally (no burst).
+    pub(crate) fn clear(&mut self) {
+        self.counted = Counted::default();
+        self.kept.clear();
+        self.reached = false;
+    }
+
+    /// Empties the tally for a burst starting at trace offset `before`,
+    /// stopping at the first run taken at or past `until`.
+    pub(crate) fn start(
+        &mut self,
+        space: AddressSpace,
+        mode: ExecMode,
+        speculative: bool,
+        before: TraceOffset,
+        until: TraceOffset,
+    ) {
+        self.counted = Counted {
+            last_at: before,
+            end: before,
+            ..Counted::default()
+        };
+        self.kept.start(space, mode, speculative);
+        self.until = until;
+        self.reached = false;
+    }
+
+    /// Whether no further run fits.
+    #[inline]
+    pub(crate) fn is_full(&self) -> bool {
+        self.reached || self.len() >= self.cap
+    }
+
+    /// How many more runs fit.
+    #[inline]
+    pub(crate) fn room(&self) -> usize {
+        if self.reached {
+            0
+        } else {
+            self.cap.saturating_sub(self.len())
+        }
+    }
+
+    /// A block's run, with the trace offset after it: kept (it may be
+    /// the last), the one kept before counted.
+    #[inline]
+    pub(crate) fn push(&mut self, run: &PathRun, offset: TraceOffset) {
+        self.count_kept();
+        self.kept.push(run, offset);
+        self.reached |= offset >= self.until;
+    }
+
+    /// The runs of TNT path `path`, all with the trace offset after them:
+    /// counted from the path's record, unless past `until`.
+    #[inline]
+    pub(crate) fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset) {
+        self.count_kept();
+        if offset >= self.until {
+            self.kept.push_path(runs, offset);
+            self.reached = true;
+            return;
+        }
+        let c = &mut self.counted;
+        c.runs += path.runs as usize;
+        // The first run is taken where the run before it ended, the
+        // others where the path's TNT packet leaves the trace.
+        let first = u64::from(path.first_insns);
+        let at = c.end;
+        c.add(at, first, offset);
+        if path.insns > first {
+            c.add(offset, path.insns - first, offset);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::insn::classify::InsnClass;
+    use hwtrace_types::Ip;
+
+    fn run(ip: u64, insns: u32) -> PathRun {
+        PathRun {
+            ip: Ip(ip),
+            end_ip: Ip(ip + u64::from(insns) - 1),
+            insns,
+            class: InsnClass::CondJump,
+            end_size: 2,
+        }
+    }
+
+    /// What a [`RunBuffer`] with the same runs says of them.
+    fn counted_by_buffer(before: u64, runs: &[(PathRun, u64)]) -> Counted {
+        let mut c = Counted {
+            last_at: TraceOffset(before),
+            end: TraceOffset(before),
+            ..Counted::default()
+        };
+        for (r, offset) in runs {
+            c.runs += 1;
+            let at = c.end;
+            c.add(at, u64::from(r.insns), TraceOffset(*offset));
+        }
+        c
+    }
+
+    #[test]
+    fn paths_count_as_their_runs_would() {
+        let runs = [run(0x10, 3), run(0x20, 4), run(0x30, 5)];
+        let path = TntPath::for_test(&runs);
+        let mut t = RunTally::with_capacity(64);
+        t.start(
+            AddressSpace::UNKNOWN,
+            ExecMode::Bits64,
+            false,
+            TraceOffset(100),
+            TraceOffset(u64::MAX),
+        );
+        t.push(&run(0x1, 2), TraceOffset(100));
+        t.push_path(&path, &runs, TraceOffset(104));
+        t.push(&run(0x2, 7), TraceOffset(104));
+        t.push_path(&path, &runs, TraceOffset(110));
+        assert_eq!(t.len(), 8);
+        assert_eq!(t.insns(), 2 + 12 + 7 + 12);
+        // The last block is kept, whole.
+        assert_eq!(t.kept().len(), 0);
+        t.push(&run(0x3, 1), TraceOffset(110));
+        assert_eq!(t.kept().len(), 1);
+        assert_eq!(t.kept().get(0).map(|r| r.ip), Some(Ip(0x3)));
+        let mut all = vec![(run(0x1, 2), 100)];
+        all.extend(runs.iter().map(|r| (*r, 104)));
+        all.push((run(0x2, 7), 104));
+        all.extend(runs.iter().map(|r| (*r, 110)));
+        let before_last = counted_by_buffer(100, &all);
+        assert_eq!(*t.counted(), before_last);
+        all.push((run(0x3, 1), 110));
+        t.count_kept();
+        assert_eq!(*t.counted(), counted_by_buffer(100, &all));
+        assert!(t.kept().is_empty());
+    }
+
+    #[test]
+    fn runs_past_until_are_kept_and_end_the_burst() {
+        let runs = [run(0x10, 3), run(0x20, 4)];
+        let path = TntPath::for_test(&runs);
+        let mut t = RunTally::with_capacity(64);
+        t.start(
+            AddressSpace::UNKNOWN,
+            ExecMode::Bits64,
+            false,
+            TraceOffset(0),
+            TraceOffset(50),
+        );
+        t.push_path(&path, &runs, TraceOffset(49));
+        assert!(!t.is_full());
+        t.push_path(&path, &runs, TraceOffset(50));
+        assert!(t.reached_until() && t.is_full() && t.room() == 0);
+        assert_eq!(t.counted().insns, 7);
+        assert_eq!(t.kept().len(), 2);
+        assert_eq!(t.insns(), 14);
+    }
+
+    #[test]
+    fn capacity_counts_every_run() {
+        let runs = [run(0x10, 3), run(0x20, 4), run(0x30, 1)];
+        let path = TntPath::for_test(&runs);
+        let mut t = RunTally::with_capacity(4);
+        t.start(
+            AddressSpace::UNKNOWN,
+            ExecMode::Bits64,
+            false,
+            TraceOffset(0),
+            TraceOffset(u64::MAX),
+        );
+        t.push_path(&path, &runs, TraceOffset(3));
+        assert_eq!(t.room(), 1);
+        t.push(&run(0x40, 2), TraceOffset(5));
+        assert!(t.is_full());
+    }
+}
