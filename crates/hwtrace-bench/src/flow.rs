@@ -18,11 +18,11 @@
 use crate::corpus::real_dir;
 use crate::stats::{mb_per_s, median};
 use anyhow::{Context, Result, anyhow, ensure};
-use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder, RunBuffer};
+use hwtrace_flow::insn::{FastDecoder, FastStep, Insn, InsnClass, InsnDecoder, RunTally};
 use hwtrace_flow::{Config, ErrorKind, SyncProgress};
 use hwtrace_mem::image::{Image, RawSpec};
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd};
-use hwtrace_types::{Ip, ReadMemory};
+use hwtrace_types::{Ip, ReadMemory, TraceOffset};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -103,10 +103,11 @@ fn hwtrace_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
 /// `(instructions, errors)` of a decode with hwtrace's fast (block-cached)
 /// decoder, driven the same way; a run's instruction count is all it
 /// needs, so nothing is expanded. Plain code comes a burst of runs at a
-/// time; anything else (events, errors, the end) one step at a time.
+/// time, counted ([`FastDecoder::tally_runs`]); anything else (events,
+/// errors, the end) one step at a time.
 pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
     let mut dec = FastDecoder::new(trace, Config::default(), mem);
-    let mut runs = RunBuffer::new();
+    let mut runs = RunTally::new();
     let (mut insns, mut errors) = (0u64, 0u64);
     let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
@@ -124,8 +125,8 @@ pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
             }
         }
         loop {
-            if dec.next_runs(&mut runs) > 0 {
-                insns += runs.iter().map(|r| u64::from(r.insns)).sum::<u64>();
+            if dec.tally_runs(&mut runs, TraceOffset(u64::MAX)) > 0 {
+                insns += runs.insns();
                 continue;
             }
             match dec.next() {
