@@ -15,11 +15,13 @@ mod common;
 use common::{hwtrace_in, libipt_flow_cases, shared};
 
 /// The output formats compared.
-const FORMATS: [&[&str]; 8] = [
+const FORMATS: [&[&str]; 10] = [
     &[],
     &["--no-disasm", "--stats"],
     &["--json"],
+    &["--blocks"],
     &["--blocks", "--json"],
+    &["--blocks", "--stats", "--json"],
     &["--branches"],
     &["--branches", "--stats", "--json"],
     &["--quiet", "--stats"],
@@ -87,8 +89,7 @@ fn the_real_traces_print_the_same_with_either_decoder() -> Result<()> {
             );
         }
         if let Some(insns) = insns {
-            // --quiet --stats counted every instruction, and so did
-            // --branches --stats (JSON), which gives runs by their ends.
+            // --quiet --stats counted every instruction.
             let at = |format: &[&str]| {
                 FORMATS
                     .iter()
@@ -101,13 +102,20 @@ fn the_real_traces_print_the_same_with_either_decoder() -> Result<()> {
                 stats.starts_with(&format!("[stats: {insns} instructions")),
                 "{name}: {stats}"
             );
-            let branches = at(&["--branches", "--stats", "--json"]).context("no branches run")?;
-            let out = String::from_utf8_lossy(&runs[branches].1).into_owned();
-            ensure!(
-                out.contains(&format!("\"insns\":{insns},")),
-                "{name}: {}",
-                out.lines().last().unwrap_or_default()
-            );
+            // So did --branches and --blocks with --stats (JSON), which
+            // give runs by their ends or fold them whole.
+            for format in [
+                &["--branches", "--stats", "--json"][..],
+                &["--blocks", "--stats", "--json"],
+            ] {
+                let i = at(format).with_context(|| format!("no {format:?} run"))?;
+                let out = String::from_utf8_lossy(&runs[i].1).into_owned();
+                ensure!(
+                    out.contains(&format!("\"insns\":{insns},")),
+                    "{name} {format:?}: {}",
+                    out.lines().last().unwrap_or_default()
+                );
+            }
         }
     }
     Ok(())
@@ -118,7 +126,7 @@ fn libipt_cases_print_the_same_with_either_decoder() -> Result<()> {
     let mut checked = 0;
     let mut insns = 0;
     // Every 30th case with an image and a trace: over a dozen, across the
-    // corpus's processors and packet kinds (each is run 28 times).
+    // corpus's processors and packet kinds (each is run 40 times).
     for case in libipt_flow_cases(30)? {
         let base: Vec<&str> = case.args.iter().map(String::as_str).collect();
         let runs = same_both_ways(&case.name, &case.dir, &base)?;

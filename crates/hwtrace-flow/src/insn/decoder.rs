@@ -312,26 +312,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         if let Some(c) = self.cache.get(self.space, ip, mode) {
             return Ok(*c);
         }
-        let mut raw = [0u8; MAX_INSN_SIZE];
-        let mut n = 0;
-        while n < MAX_INSN_SIZE {
-            match self
-                .mem
-                .read_memory(self.space, Ip(ip.wrapping_add(n as u64)), &mut raw[n..])
-            {
-                Ok(0) | Err(_) => break,
-                Ok(k) => n += k.min(MAX_INSN_SIZE - n),
-            }
-        }
-        if n == 0 {
-            return Err(ErrorKind::NoMap);
-        }
-        let decoded = match classify(&raw[..n], ip, mode) {
-            Ok(d) => d,
-            Err(ClassifyError::Truncated) if n < MAX_INSN_SIZE => return Err(ErrorKind::NoMap),
-            Err(_) => return Err(ErrorKind::BadInsn),
-        };
-        let entry = Cached { decoded, raw };
+        let entry = read_insn(&self.mem, self.space, Ip(ip), mode)?;
         self.cache.insert(self.space, ip, mode, entry);
         Ok(entry)
     }
@@ -918,6 +899,36 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         let status = self.check_ip_event(None).map_err(|k| self.err(k))?;
         Ok((ev, status))
     }
+}
+
+/// The instruction at `ip` in `space`, read from `mem` (up to
+/// [`MAX_INSN_SIZE`] bytes, across mappings that end early) and
+/// classified: what every decoder of this crate executes there.
+/// [`ErrorKind::NoMap`] when the bytes are not mapped (or end inside the
+/// instruction), [`ErrorKind::BadInsn`] when they are no instruction.
+pub fn read_insn<M: ReadMemory>(
+    mem: &M,
+    space: AddressSpace,
+    ip: Ip,
+    mode: ExecMode,
+) -> Result<Cached, ErrorKind> {
+    let mut raw = [0u8; MAX_INSN_SIZE];
+    let mut n = 0;
+    while n < MAX_INSN_SIZE {
+        match mem.read_memory(space, Ip(ip.0.wrapping_add(n as u64)), &mut raw[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k.min(MAX_INSN_SIZE - n),
+        }
+    }
+    if n == 0 {
+        return Err(ErrorKind::NoMap);
+    }
+    let decoded = match classify(&raw[..n], ip.0, mode) {
+        Ok(d) => d,
+        Err(ClassifyError::Truncated) if n < MAX_INSN_SIZE => return Err(ErrorKind::NoMap),
+        Err(_) => return Err(ErrorKind::BadInsn),
+    };
+    Ok(Cached { decoded, raw })
 }
 
 /// The IP after `insn` when no trace is needed to know it.

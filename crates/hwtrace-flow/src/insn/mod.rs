@@ -18,7 +18,7 @@ pub use blockcache::{
 };
 pub use cache::{Cached, InsnCache};
 pub use classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special, classify};
-pub use decoder::{Insn, InsnDecoder, MAX_UNTRACED_INSNS, Step};
+pub use decoder::{Insn, InsnDecoder, MAX_UNTRACED_INSNS, Step, read_insn};
 pub use fast::{BlockRun, FastDecoder, FastStep};
 pub use retstack::{RETSTACK_SIZE, RetStack};
 pub use runs::{DEFAULT_RUN_CAPACITY, RunBuffer};

@@ -2,8 +2,8 @@
 //! says were executed, over code images and/or a physical memory dump.
 
 use crate::flow::{
-    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Printer, RunEndBatch,
-    RunEndItems, Stats,
+    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Printer, RunBlocks,
+    RunEndBatch, RunEndItems, Stats,
 };
 use crate::image_args::ImageArgs;
 use crate::ptdump::cpu::Cpu;
@@ -15,7 +15,7 @@ use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
 use hwtrace_mem::virt::DumpMemory;
-use hwtrace_types::{Cr3, PhysAddr, TraceOffset};
+use hwtrace_types::{Cr3, PhysAddr, ReadMemory, TraceOffset};
 use std::cell::Cell;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -279,6 +279,10 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         Decoder::Fast if args.branches => {
             job.branches(|| FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall))
         }
+        Decoder::Fast if args.blocks && jobs <= 1 => job.blocks(
+            FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall),
+            mem,
+        ),
         Decoder::Fast => job.decode(|| FastSource::new(FastDecoder::new(bytes, config, mem))),
     }
 }
@@ -367,6 +371,17 @@ impl Job<'_> {
             batch.items
         };
         self.print_parallel(make, RunEndBatch::with_capacity, items, &beyond)
+    }
+
+    /// `--blocks` with the fast decoder on one thread (`source` keeps runs
+    /// whole): runs of plain code are folded into blocks as they are
+    /// ([`crate::flow::RunBlocks`], their last instruction read again from
+    /// `mem`); `--stats` still counts every instruction.
+    fn blocks<S: StepSource, M: ReadMemory>(self, source: S, mem: &M) -> Result<ExitCode> {
+        let insns = Cell::new(0);
+        let flow = Flow::new(source).with_max_stall(self.parallel.max_stall);
+        let items = RunBlocks::new(flow, mem, &insns);
+        output(self.args, self.trace, items, &insns)
     }
 
     /// Decodes on the parallel engine beside the printing (`output`): the
@@ -519,7 +534,8 @@ fn report_failure(args: &FlowArgs, item: &Item, err: &mut impl Write) {
 
 /// Writes `items` as `args` ask: exit code 2 when the trace had errors.
 /// `beyond` holds the instructions executed that are not among `items`
-/// (runs given by their ends) once they are all taken.
+/// (runs given by their ends, or folded into blocks already) once they
+/// are all taken.
 fn output(
     args: &FlowArgs,
     trace: &MappedTrace,
@@ -530,12 +546,19 @@ fn output(
     // Instructions are counted as decoded: --blocks and --branches fold
     // them into other items.
     let insns = Cell::new(0u64);
+    let mut placed = 0u64;
     let mut items = items.inspect(|item| {
-        if let Item::Insn { offset, .. } = item {
-            insns.set(insns.get() + 1);
-            if insns.get() & 0xffff == 0 {
-                trace.decoded_to(*offset);
+        let offset = match item {
+            Item::Insn { offset, .. } => {
+                insns.set(insns.get() + 1);
+                *offset
             }
+            Item::Block(b) => b.offset,
+            _ => return,
+        };
+        placed += 1;
+        if placed & 0xffff == 0 {
+            trace.decoded_to(offset);
         }
     });
     let out = std::io::stdout().lock();

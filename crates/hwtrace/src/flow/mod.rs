@@ -11,7 +11,8 @@
 //!   like `perf script --itrace=b`);
 //! - [`RunEndItems`] and [`RunEndBatch`] give runs of plain code a fast
 //!   decoder hands out whole as their first and last instruction, all
-//!   [`Branches`] needs of them;
+//!   [`Branches`] needs of them; [`RunBlocks`] folds such runs into
+//!   blocks as they are;
 //! - [`FlowMemory`] is the code the decoder reads: images and/or a
 //!   physical dump read through the page tables of the CR3 the trace
 //!   reports;
@@ -25,6 +26,7 @@ mod items;
 mod mapped;
 mod memory;
 mod print;
+mod run_blocks;
 mod run_ends;
 mod shape;
 
@@ -32,5 +34,6 @@ pub use items::{Item, Items};
 pub use mapped::MappedTrace;
 pub use memory::FlowMemory;
 pub use print::{Format, Printer, Stats};
+pub use run_blocks::RunBlocks;
 pub use run_ends::{RunEndBatch, RunEndItems, RunFlow};
 pub use shape::{Blocks, Branches};

@@ -32,12 +32,46 @@ fn ends_block(insn: &Insn) -> bool {
     }
 }
 
+/// Instructions folded into [`Block`]s as they come, one or many at a time.
+#[derive(Debug, Default)]
+pub struct BlockFold {
+    open: Option<Block>,
+}
+
+impl BlockFold {
+    /// Adds `insns` instructions executed one after the other from `ip`,
+    /// the trace at `offset`, ending with `last` (the only one that may
+    /// end a block); returns the block if `last` ends it.
+    #[inline]
+    pub fn push(&mut self, offset: u64, ip: u64, insns: u32, last: Insn) -> Option<Block> {
+        let block = self.open.get_or_insert(Block {
+            offset,
+            ip,
+            last,
+            insns: 0,
+        });
+        block.last = last;
+        block.insns += insns;
+        if ends_block(&last) {
+            self.open.take()
+        } else {
+            None
+        }
+    }
+
+    /// Ends the open block, if any (an event or an error follows, or the
+    /// end).
+    pub fn close(&mut self) -> Option<Block> {
+        self.open.take()
+    }
+}
+
 /// [`Item`]s with instructions grouped into [`Block`]s; other items pass
 /// through, each ending the block before it.
 #[derive(Debug)]
 pub struct Blocks<I> {
     inner: I,
-    open: Option<Block>,
+    fold: BlockFold,
     queued: Option<Item>,
 }
 
@@ -46,7 +80,7 @@ impl<I: Iterator<Item = Item>> Blocks<I> {
     pub fn new(inner: I) -> Self {
         Self {
             inner,
-            open: None,
+            fold: BlockFold::default(),
             queued: None,
         }
     }
@@ -62,20 +96,12 @@ impl<I: Iterator<Item = Item>> Iterator for Blocks<I> {
         loop {
             match self.inner.next() {
                 Some(Item::Insn { offset, insn }) => {
-                    let block = self.open.get_or_insert(Block {
-                        offset,
-                        ip: insn.ip,
-                        last: insn,
-                        insns: 0,
-                    });
-                    block.last = insn;
-                    block.insns += 1;
-                    if ends_block(&insn) {
-                        return self.open.take().map(Item::Block);
+                    if let Some(block) = self.fold.push(offset, insn.ip, 1, insn) {
+                        return Some(Item::Block(block));
                     }
                 }
                 Some(other) => {
-                    return match self.open.take() {
+                    return match self.fold.close() {
                         Some(block) => {
                             self.queued = Some(other);
                             Some(Item::Block(block))
@@ -83,7 +109,7 @@ impl<I: Iterator<Item = Item>> Iterator for Blocks<I> {
                         None => Some(other),
                     };
                 }
-                None => return self.open.take().map(Item::Block),
+                None => return self.fold.close().map(Item::Block),
             }
         }
     }
