@@ -2,8 +2,8 @@
 //! says were executed, over code images and/or a physical memory dump.
 
 use crate::flow::{
-    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Printer, RunBlocks,
-    RunEndBatch, RunEndItems, Stats,
+    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, PieceBatch, PieceBlocks,
+    Printer, RunEndBatch, RunEndItems, RunPieces, Stats,
 };
 use crate::image_args::ImageArgs;
 use crate::ptdump::cpu::Cpu;
@@ -279,8 +279,8 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         Decoder::Fast if args.branches => {
             job.branches(|| FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall))
         }
-        Decoder::Fast if args.blocks && jobs <= 1 => job.blocks(
-            FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall),
+        Decoder::Fast if args.blocks => job.blocks(
+            || FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall),
             mem,
         ),
         Decoder::Fast => job.decode(|| FastSource::new(FastDecoder::new(bytes, config, mem))),
@@ -351,8 +351,10 @@ impl Job<'_> {
         if counting {
             return self.quiet(make);
         }
-        let items = |batch: Vec<FlowItem>| batch.into_iter().map(Item::from);
-        self.print_parallel(make, Vec::with_capacity, items, &Cell::new(0))
+        self.print_parallel(make, Vec::with_capacity, |batches| {
+            let items = batches.flat_map(|batch: Vec<FlowItem>| batch.into_iter().map(Item::from));
+            output(args, trace, items, &Cell::new(0))
+        })
     }
 
     /// `--branches` with the fast decoder (`make` keeps runs whole): runs
@@ -366,41 +368,54 @@ impl Job<'_> {
             let items = RunEndItems::new(flow, &beyond);
             return output(self.args, self.trace, items, &beyond);
         }
-        let items = |batch: RunEndBatch| {
-            beyond.set(beyond.get() + batch.beyond);
-            batch.items
-        };
-        self.print_parallel(make, RunEndBatch::with_capacity, items, &beyond)
+        let (args, trace) = (self.args, self.trace);
+        self.print_parallel(make, RunEndBatch::with_capacity, |batches| {
+            let items = batches.flat_map(|batch: RunEndBatch| {
+                beyond.set(beyond.get() + batch.beyond);
+                batch.items
+            });
+            output(args, trace, items, &beyond)
+        })
     }
 
-    /// `--blocks` with the fast decoder on one thread (`source` keeps runs
-    /// whole): runs of plain code are folded into blocks as they are
-    /// ([`crate::flow::RunBlocks`], their last instruction read again from
-    /// `mem`); `--stats` still counts every instruction.
-    fn blocks<S: StepSource, M: ReadMemory>(self, source: S, mem: &M) -> Result<ExitCode> {
+    /// `--blocks` with the fast decoder (`make` keeps runs whole): runs of
+    /// plain code are folded into blocks as they are
+    /// ([`crate::flow::PieceBlocks`]; their last instruction read again
+    /// from `mem`, by the workers on `jobs` threads); `--stats` still
+    /// counts every instruction.
+    fn blocks<S: StepSource + Send, M: ReadMemory + Sync>(
+        self,
+        make: impl Fn() -> S + Sync,
+        mem: &M,
+    ) -> Result<ExitCode> {
         let insns = Cell::new(0);
-        let flow = Flow::new(source).with_max_stall(self.parallel.max_stall);
-        let items = RunBlocks::new(flow, mem, &insns);
-        output(self.args, self.trace, items, &insns)
+        let (args, trace) = (self.args, self.trace);
+        if self.jobs <= 1 {
+            let flow = Flow::new(make()).with_max_stall(self.parallel.max_stall);
+            let blocks = PieceBlocks::new(RunPieces::new(flow, mem), &insns);
+            return output(args, trace, blocks, &insns);
+        }
+        let new_sink = |n: usize| PieceBatch::with_capacity(mem, n);
+        self.print_parallel(make, new_sink, |batches| {
+            let pieces = batches.flat_map(|batch: PieceBatch<'_, M>| batch.pieces);
+            output(args, trace, PieceBlocks::new(pieces, &insns), &insns)
+        })
     }
 
-    /// Decodes on the parallel engine beside the printing (`output`): the
-    /// sinks `new_sink` makes (a unit's, or a batch of the merge's own)
-    /// cross one at a time, so when the printing is the slower side (it
-    /// usually is) the items waiting are the decode's window and one
-    /// batch. `items` turns a sink into its items, adding those
-    /// instructions they leave out to `beyond`.
-    fn print_parallel<S, K, I>(
+    /// Decodes on the parallel engine beside the printing (`print`, given
+    /// the sinks in trace order): the sinks `new_sink` makes (a unit's, or
+    /// a batch of the merge's own) cross one at a time, so when the
+    /// printing is the slower side (it usually is) the items waiting are
+    /// the decode's window and one batch.
+    fn print_parallel<S, K>(
         self,
         make: impl Fn() -> S + Sync,
         new_sink: impl Fn(usize) -> K + Sync,
-        items: impl FnMut(K) -> I,
-        beyond: &Cell<u64>,
+        print: impl FnOnce(&mut dyn Iterator<Item = K>) -> Result<ExitCode>,
     ) -> Result<ExitCode>
     where
         S: StepSource + Send,
         K: Sink,
-        I: IntoIterator<Item = Item>,
     {
         let (trace, parallel) = (self.trace, self.parallel);
         let bytes = trace.bytes();
@@ -410,7 +425,7 @@ impl Job<'_> {
             let decoder = scope.spawn(move || {
                 parallel::decode_into(bytes, parallel, make, new_sink, |batch| tx.send(batch))
             });
-            let code = output(self.args, trace, rx.iter().flat_map(items), beyond);
+            let code = print(&mut rx.iter());
             // A failed output drops the receiver, which stops the decode.
             match decoder.join() {
                 Ok(_) => code,
@@ -418,6 +433,7 @@ impl Job<'_> {
             }
         })
     }
+
     /// `--quiet` (without `--blocks`/`--branches`): counts, on `jobs`
     /// threads.
     fn quiet<S: StepSource + Send>(self, make: impl Fn() -> S + Sync) -> Result<ExitCode> {
