@@ -45,6 +45,33 @@ enum Item {
 /// Ends a decode that would run away (none of these inputs come close).
 const MAX_ITEMS: usize = 3_000_000;
 
+/// The items of the runs of a burst `dec` just took, the first at
+/// `before`: no status but after the last, which has the decoder's.
+fn burst_items<M: ReadMemory>(
+    dec: &FastDecoder<'_, M>,
+    runs: &RunBuffer,
+    before: TraceOffset,
+) -> Vec<Item> {
+    let n = runs.len();
+    let mut at = before;
+    let mut items = Vec::with_capacity(n);
+    for (i, run) in runs.iter().enumerate() {
+        let last = i + 1 == n;
+        items.push(Item::Run {
+            run,
+            before: at,
+            result: if last {
+                dec.step_result()
+            } else {
+                Ok(Status::default())
+            },
+            after: last.then(|| (dec.ip(), dec.time())),
+        });
+        at = run.offset;
+    }
+    items
+}
+
 /// Decodes `trace` with `next` alone (`cap == 0`) or with bursts of at
 /// most `cap` runs, `next` taking what a burst leaves; counts the runs
 /// that came from bursts and the TNT paths cached at the end.
@@ -78,21 +105,7 @@ fn decode<M: ReadMemory>(
             if cap > 0 && dec.next_runs(&mut buf) > 0 {
                 let n = buf.len();
                 burst_runs += n;
-                let mut at = before;
-                for (i, run) in buf.iter().enumerate() {
-                    let last = i + 1 == n;
-                    out.push(Item::Run {
-                        run,
-                        before: at,
-                        result: if last {
-                            dec.step_result()
-                        } else {
-                            Ok(Status::default())
-                        },
-                        after: last.then(|| (dec.ip(), dec.time())),
-                    });
-                    at = run.offset;
-                }
+                out.extend(burst_items(&dec, &buf, before));
                 continue;
             }
             match dec.next() {
@@ -224,24 +237,8 @@ fn tally_decode<M: ReadMemory>(
                 if kept.is_empty() && dec.step_result().is_err() {
                     return Err(format!("item {i}: an error after a counted run"));
                 }
-                let n = kept.len();
-                let mut at = sum.end;
-                for (k, run) in kept.iter().enumerate() {
-                    let last = k + 1 == n;
-                    expect(
-                        &mut i,
-                        Item::Run {
-                            run,
-                            before: at,
-                            result: if last {
-                                dec.step_result()
-                            } else {
-                                Ok(Status::default())
-                            },
-                            after: last.then(|| (dec.ip(), dec.time())),
-                        },
-                    )?;
-                    at = run.offset;
+                for item in burst_items(&dec, kept, sum.end) {
+                    expect(&mut i, item)?;
                 }
                 continue;
             }

@@ -230,6 +230,20 @@ mod tests {
         }
     }
 
+    /// A tally of bursts of up to `cap` runs, started at `before` to stop
+    /// at `until`.
+    fn started(cap: usize, before: u64, until: u64) -> RunTally {
+        let mut t = RunTally::with_capacity(cap);
+        t.start(
+            AddressSpace::UNKNOWN,
+            ExecMode::Bits64,
+            false,
+            TraceOffset(before),
+            TraceOffset(until),
+        );
+        t
+    }
+
     /// What a [`RunBuffer`] with the same runs says of them.
     fn counted_by_buffer(before: u64, runs: &[(PathRun, u64)]) -> Counted {
         let mut c = Counted {
@@ -249,14 +263,7 @@ mod tests {
     fn paths_count_as_their_runs_would() {
         let runs = [run(0x10, 3), run(0x20, 4), run(0x30, 5)];
         let path = TntPath::for_test(&runs);
-        let mut t = RunTally::with_capacity(64);
-        t.start(
-            AddressSpace::UNKNOWN,
-            ExecMode::Bits64,
-            false,
-            TraceOffset(100),
-            TraceOffset(u64::MAX),
-        );
+        let mut t = started(64, 100, u64::MAX);
         t.push(&run(0x1, 2), TraceOffset(100));
         t.push_path(&path, &runs, TraceOffset(104));
         t.push(&run(0x2, 7), TraceOffset(104));
@@ -284,14 +291,7 @@ mod tests {
     fn runs_past_until_are_kept_and_end_the_burst() {
         let runs = [run(0x10, 3), run(0x20, 4)];
         let path = TntPath::for_test(&runs);
-        let mut t = RunTally::with_capacity(64);
-        t.start(
-            AddressSpace::UNKNOWN,
-            ExecMode::Bits64,
-            false,
-            TraceOffset(0),
-            TraceOffset(50),
-        );
+        let mut t = started(64, 0, 50);
         t.push_path(&path, &runs, TraceOffset(49));
         assert!(!t.is_full());
         t.push_path(&path, &runs, TraceOffset(50));
@@ -305,14 +305,7 @@ mod tests {
     fn capacity_counts_every_run() {
         let runs = [run(0x10, 3), run(0x20, 4), run(0x30, 1)];
         let path = TntPath::for_test(&runs);
-        let mut t = RunTally::with_capacity(4);
-        t.start(
-            AddressSpace::UNKNOWN,
-            ExecMode::Bits64,
-            false,
-            TraceOffset(0),
-            TraceOffset(u64::MAX),
-        );
+        let mut t = started(4, 0, u64::MAX);
         t.push_path(&path, &runs, TraceOffset(3));
         assert_eq!(t.room(), 1);
         t.push(&run(0x40, 2), TraceOffset(5));

@@ -182,13 +182,9 @@ impl<I: Iterator<Item = Piece>> Iterator for PieceBlocks<'_, I> {
                 }) => (offset, ip, insns, last),
                 Some(Piece::Item(Item::Insn { offset, insn })) => (offset, insn.ip, 1, insn),
                 Some(Piece::Item(other)) => {
-                    return match self.fold.close() {
-                        Some(block) => {
-                            self.queued = Some(other);
-                            Some(Item::Block(block))
-                        }
-                        None => Some(other),
-                    };
+                    let (now, after) = self.fold.end_with(other);
+                    self.queued = after;
+                    return Some(now);
                 }
                 None => return self.fold.close().map(Item::Block),
             };

@@ -64,6 +64,15 @@ impl BlockFold {
     pub fn close(&mut self) -> Option<Block> {
         self.open.take()
     }
+
+    /// `item`, which is no instruction, ends the open block: what comes
+    /// now (the block, or `item` when none was open), and `item` after it.
+    pub fn end_with(&mut self, item: Item) -> (Item, Option<Item>) {
+        match self.close() {
+            Some(block) => (Item::Block(block), Some(item)),
+            None => (item, None),
+        }
+    }
 }
 
 /// [`Item`]s with instructions grouped into [`Block`]s; other items pass
@@ -101,13 +110,9 @@ impl<I: Iterator<Item = Item>> Iterator for Blocks<I> {
                     }
                 }
                 Some(other) => {
-                    return match self.fold.close() {
-                        Some(block) => {
-                            self.queued = Some(other);
-                            Some(Item::Block(block))
-                        }
-                        None => Some(other),
-                    };
+                    let (now, after) = self.fold.end_with(other);
+                    self.queued = after;
+                    return Some(now);
                 }
                 None => return self.fold.close().map(Item::Block),
             }
