@@ -173,7 +173,7 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     }
 
     /// How many TNT paths (blocks run for the bits of a TNT packet, see
-    /// [`TntPath`](super::TntPath)) are cached for bursts.
+    /// [`TntPath`]) are cached for bursts.
     pub fn cached_paths(&self) -> usize {
         self.cache.paths()
     }
