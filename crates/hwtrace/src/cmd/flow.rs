@@ -2,8 +2,8 @@
 //! says were executed, over code images and/or a physical memory dump.
 
 use crate::flow::{
-    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, PieceBatch, PieceBlocks,
-    Printer, RunEndBatch, RunEndItems, RunPieces, Stats,
+    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Piece, PieceBatch, Printer,
+    RunEndBatch, RunEndItems, RunPiece, RunPieces, Stats,
 };
 use crate::image_args::ImageArgs;
 use crate::ptdump::cpu::Cpu;
@@ -379,26 +379,25 @@ impl Job<'_> {
     }
 
     /// `--blocks` with the fast decoder (`make` keeps runs whole): runs of
-    /// plain code are folded into blocks as they are
-    /// ([`crate::flow::PieceBlocks`]; their last instruction read again
-    /// from `mem`, by the workers on `jobs` threads); `--stats` still
-    /// counts every instruction.
+    /// plain code are folded into blocks as they are ([`RunPiece`]: their
+    /// last instruction read again from `mem` where needed, by the workers
+    /// on `jobs` threads); `--stats` still counts every instruction.
     fn blocks<S: StepSource + Send, M: ReadMemory + Sync>(
         self,
         make: impl Fn() -> S + Sync,
         mem: &M,
     ) -> Result<ExitCode> {
-        let insns = Cell::new(0);
         let (args, trace) = (self.args, self.trace);
+        let per_run = || RunPiece::new(mem, !args.no_disasm && !args.quiet);
         if self.jobs <= 1 {
             let flow = Flow::new(make()).with_max_stall(self.parallel.max_stall);
-            let blocks = PieceBlocks::new(RunPieces::new(flow, mem), &insns);
-            return output(args, trace, blocks, &insns);
+            let blocks = Blocks::new(RunPieces::with(flow, per_run()));
+            return output(args, trace, blocks, &Cell::new(0));
         }
-        let new_sink = |n: usize| PieceBatch::with_capacity(mem, n);
+        let new_sink = |n: usize| PieceBatch::with_capacity(per_run(), n);
         self.print_parallel(make, new_sink, |batches| {
             let pieces = batches.flat_map(|batch: PieceBatch<'_, M>| batch.pieces);
-            output(args, trace, PieceBlocks::new(pieces, &insns), &insns)
+            output(args, trace, Blocks::new(pieces), &Cell::new(0))
         })
     }
 
@@ -550,8 +549,9 @@ fn report_failure(args: &FlowArgs, item: &Item, err: &mut impl Write) {
 
 /// Writes `items` as `args` ask: exit code 2 when the trace had errors.
 /// `beyond` holds the instructions executed that are not among `items`
-/// (runs given by their ends, or folded into blocks already) once they
-/// are all taken.
+/// (runs given by their ends) once they are all taken; `items` may come
+/// folded into blocks already (their instructions are counted from
+/// them).
 fn output(
     args: &FlowArgs,
     trace: &MappedTrace,
@@ -559,8 +559,8 @@ fn output(
     beyond: &Cell<u64>,
 ) -> Result<ExitCode> {
     let len = trace.bytes().len() as u64;
-    // Instructions are counted as decoded: --blocks and --branches fold
-    // them into other items.
+    // Instructions are counted as decoded (or as folded before): --blocks
+    // and --branches fold them into other items.
     let insns = Cell::new(0u64);
     let mut placed = 0u64;
     let mut items = items.inspect(|item| {
@@ -569,7 +569,10 @@ fn output(
                 insns.set(insns.get() + 1);
                 *offset
             }
-            Item::Block(b) => b.offset,
+            Item::Block(b) => {
+                insns.set(insns.get() + u64::from(b.insns));
+                b.offset
+            }
             _ => return,
         };
         placed += 1;
@@ -598,7 +601,7 @@ fn output(
         Ok(())
     };
     if args.blocks {
-        Blocks::new(items).try_for_each(&mut emit)?;
+        Blocks::new(items.map(Piece::Item)).try_for_each(&mut emit)?;
     } else if args.branches {
         Branches::new(items).try_for_each(&mut emit)?;
     } else {

@@ -11,8 +11,8 @@
 //!   like `perf script --itrace=b`);
 //! - [`RunEndItems`] and [`RunEndBatch`] give runs of plain code a fast
 //!   decoder hands out whole as their first and last instruction, all
-//!   [`Branches`] needs of them; [`PieceBlocks`] folds such runs into
-//!   blocks as they are (from [`RunPieces`] or [`PieceBatch`]es);
+//!   [`Branches`] needs of them; [`RunPieces`] and [`PieceBatch`] give
+//!   them as [`Piece`]s that [`Blocks`] folds as they are;
 //! - [`FlowMemory`] is the code the decoder reads: images and/or a
 //!   physical dump read through the page tables of the CR3 the trace
 //!   reports;
@@ -34,6 +34,6 @@ pub use items::{Item, Items};
 pub use mapped::MappedTrace;
 pub use memory::FlowMemory;
 pub use print::{Format, Printer, Stats};
-pub use run_blocks::{PieceBatch, PieceBlocks, RunPieces};
+pub use run_blocks::{PieceBatch, RunPiece, RunPieces};
 pub use run_ends::{RunEndBatch, RunEndItems, RunFlow};
-pub use shape::{Blocks, Branches};
+pub use shape::{Blocks, Branches, Piece};

@@ -32,70 +32,44 @@ fn ends_block(insn: &Insn) -> bool {
     }
 }
 
-/// Instructions folded into [`Block`]s as they come, one or many at a time.
-#[derive(Debug, Default)]
-pub struct BlockFold {
-    open: Option<Block>,
+/// A step of the flow as blocks need it: an item, or a run of
+/// instructions handed out whole (only its last may end a block).
+#[derive(Clone, Copy, Debug)]
+pub enum Piece {
+    /// An item of the flow (an instruction among them is folded alone).
+    Item(Item),
+    /// A run of `insns` instructions from `ip`, decoded at trace `offset`,
+    /// ending with `last`.
+    Run {
+        offset: u64,
+        ip: u64,
+        insns: u32,
+        last: Insn,
+    },
 }
 
-impl BlockFold {
-    /// Adds `insns` instructions executed one after the other from `ip`,
-    /// the trace at `offset`, ending with `last` (the only one that may
-    /// end a block); returns the block if `last` ends it.
-    #[inline]
-    pub fn push(&mut self, offset: u64, ip: u64, insns: u32, last: Insn) -> Option<Block> {
-        let block = self.open.get_or_insert(Block {
-            offset,
-            ip,
-            last,
-            insns: 0,
-        });
-        block.last = last;
-        block.insns += insns;
-        if ends_block(&last) {
-            self.open.take()
-        } else {
-            None
-        }
-    }
-
-    /// Ends the open block, if any (an event or an error follows, or the
-    /// end).
-    pub fn close(&mut self) -> Option<Block> {
-        self.open.take()
-    }
-
-    /// `item`, which is no instruction, ends the open block: what comes
-    /// now (the block, or `item` when none was open), and `item` after it.
-    pub fn end_with(&mut self, item: Item) -> (Item, Option<Item>) {
-        match self.close() {
-            Some(block) => (Item::Block(block), Some(item)),
-            None => (item, None),
-        }
-    }
-}
-
-/// [`Item`]s with instructions grouped into [`Block`]s; other items pass
-/// through, each ending the block before it.
+/// [`Piece`]s with instructions grouped into [`Block`]s; other items pass
+/// through, each ending the block before it. Over a per-instruction
+/// stream: `Blocks::new(items.map(Piece::Item))`.
 #[derive(Debug)]
 pub struct Blocks<I> {
     inner: I,
-    fold: BlockFold,
+    open: Option<Block>,
     queued: Option<Item>,
 }
 
-impl<I: Iterator<Item = Item>> Blocks<I> {
+impl<I: Iterator<Item = Piece>> Blocks<I> {
     /// Groups the instructions of `inner`.
     pub fn new(inner: I) -> Self {
         Self {
             inner,
-            fold: BlockFold::default(),
+            open: None,
             queued: None,
         }
     }
 }
 
-impl<I: Iterator<Item = Item>> Iterator for Blocks<I> {
+impl<I: Iterator<Item = Piece>> Iterator for Blocks<I> {
     type Item = Item;
 
     fn next(&mut self) -> Option<Item> {
@@ -103,18 +77,35 @@ impl<I: Iterator<Item = Item>> Iterator for Blocks<I> {
             return Some(item);
         }
         loop {
-            match self.inner.next() {
-                Some(Item::Insn { offset, insn }) => {
-                    if let Some(block) = self.fold.push(offset, insn.ip, 1, insn) {
-                        return Some(Item::Block(block));
-                    }
+            let (offset, ip, insns, last) = match self.inner.next() {
+                Some(Piece::Run {
+                    offset,
+                    ip,
+                    insns,
+                    last,
+                }) => (offset, ip, insns, last),
+                Some(Piece::Item(Item::Insn { offset, insn })) => (offset, insn.ip, 1, insn),
+                Some(Piece::Item(other)) => {
+                    return match self.open.take() {
+                        Some(block) => {
+                            self.queued = Some(other);
+                            Some(Item::Block(block))
+                        }
+                        None => Some(other),
+                    };
                 }
-                Some(other) => {
-                    let (now, after) = self.fold.end_with(other);
-                    self.queued = after;
-                    return Some(now);
-                }
-                None => return self.fold.close().map(Item::Block),
+                None => return self.open.take().map(Item::Block),
+            };
+            let block = self.open.get_or_insert(Block {
+                offset,
+                ip,
+                last,
+                insns: 0,
+            });
+            block.last = last;
+            block.insns += insns;
+            if ends_block(&last) {
+                return self.open.take().map(Item::Block);
             }
         }
     }
@@ -379,7 +370,7 @@ mod tests {
 
     #[test]
     fn blocks_end_at_branches_the_trace_decides_and_at_events() {
-        let got: Vec<(u64, u64, u32)> = Blocks::new(run().into_iter())
+        let got: Vec<(u64, u64, u32)> = Blocks::new(run().into_iter().map(Piece::Item))
             .filter_map(|item| match item {
                 Item::Block(b) => Some((b.ip, b.last.ip, b.insns)),
                 _ => None,
@@ -415,7 +406,7 @@ mod tests {
             status,
             insn(0x102, 2, InsnClass::Return, None),
         ];
-        let blocks: Vec<Item> = Blocks::new(items.clone().into_iter()).collect();
+        let blocks: Vec<Item> = Blocks::new(items.clone().into_iter().map(Piece::Item)).collect();
         assert_eq!(blocks.len(), 3);
         assert!(matches!(blocks[0], Item::Block(b) if b.insns == 1 && b.ip == 0x100));
         assert_eq!(blocks[1], status);
