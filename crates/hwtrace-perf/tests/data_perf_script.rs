@@ -18,7 +18,7 @@ use hwtrace_perf::data::header::EventAttr;
 use hwtrace_perf::data::write::{
     FeatureData, PerfDataWriter, PipeWriter, RecordWriter, intel_pt_attr,
 };
-use hwtrace_perf::data::{AuxStreams, IntelPtInfo, PerfData, PerfRecord, TscConversion};
+use hwtrace_perf::data::{AuxStreams, IntelPtInfo, PerfData, PerfRecord};
 use hwtrace_perf::pevent::SampleId;
 use iced_x86::{Decoder, DecoderOptions, FlowControl};
 use object::{Object, ObjectSegment};
@@ -115,17 +115,7 @@ fn features() -> FeatureData {
 /// AUXTRACE_INFO, sideband for the program, the trace.
 fn write_records(w: &mut impl RecordWriter, p: &Program, pt: &[u8]) {
     let info = IntelPtInfo {
-        pmu_type: PT_PMU_TYPE,
-        tsc: TscConversion::default(),
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        mtc_bit: Some(1 << 9),
-        mtc_freq_bits: Some(0xf << 14),
-        tsc_ctc_ratio_n: Some(0),
-        tsc_ctc_ratio_d: Some(0),
-        cyc_bit: Some(1 << 1),
-        max_non_turbo_ratio: Some(0),
-        ..IntelPtInfo::default()
+        ..IntelPtInfo::linux_pmu(PT_PMU_TYPE)
     };
     w.auxtrace_info_pt(&info).unwrap();
     let sid = SampleId {

@@ -51,24 +51,15 @@ fn write(dir: &Path, execution: &Execution, pt: &[u8]) -> Vec<u8> {
     }];
     let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
     w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: 8,
         tsc: TscConversion {
             time_shift: 0,
             time_mult: 1,
             time_zero: 0,
             cap_user_time_zero: true,
         },
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
         have_sched_switch: 2,
         per_cpu_mmaps: true,
-        mtc_bit: Some(1 << 9),
-        mtc_freq_bits: Some(0xf << 14),
-        tsc_ctc_ratio_n: Some(0),
-        tsc_ctc_ratio_d: Some(0),
-        cyc_bit: Some(1 << 1),
-        max_non_turbo_ratio: Some(0),
-        ..IntelPtInfo::default()
+        ..IntelPtInfo::linux_pmu(8)
     })
     .unwrap();
     let sid = |time| SampleId {

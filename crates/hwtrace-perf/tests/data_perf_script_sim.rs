@@ -42,16 +42,7 @@ fn write_perf_data(dir: &Path, execution: &Execution, pt: &[u8]) -> Vec<u8> {
     let attrs = [EventAttr { attr, ids: vec![1] }];
     let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
     w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: 8,
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        mtc_bit: Some(1 << 9),
-        mtc_freq_bits: Some(0xf << 14),
-        tsc_ctc_ratio_n: Some(0),
-        tsc_ctc_ratio_d: Some(0),
-        cyc_bit: Some(1 << 1),
-        max_non_turbo_ratio: Some(0),
-        ..IntelPtInfo::default()
+        ..IntelPtInfo::linux_pmu(8)
     })
     .unwrap();
     let sid = SampleId {

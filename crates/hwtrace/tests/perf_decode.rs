@@ -273,15 +273,6 @@ fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
 fn write_records(w: &mut impl RecordWriter, dir: &Path, layout: &Layout) {
     let r = recorded();
     w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: 8,
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        mtc_bit: Some(1 << 9),
-        mtc_freq_bits: Some(0xf << 14),
-        tsc_ctc_ratio_n: Some(0),
-        tsc_ctc_ratio_d: Some(0),
-        cyc_bit: Some(1 << 1),
-        max_non_turbo_ratio: Some(0),
         per_cpu_mmaps: layout.per_cpu,
         tsc: TscConversion {
             time_shift: 0,
@@ -289,7 +280,7 @@ fn write_records(w: &mut impl RecordWriter, dir: &Path, layout: &Layout) {
             time_zero: 0,
             cap_user_time_zero: true,
         },
-        ..IntelPtInfo::default()
+        ..IntelPtInfo::linux_pmu(8)
     })
     .unwrap();
     let sid = pid_on_cpu0();
@@ -1815,15 +1806,6 @@ fn write_two_processes(dir: &Path, switches: bool, exec: bool) -> PathBuf {
     };
     let mut w = PerfDataWriter::new(Cursor::new(Vec::new()), &attrs).unwrap();
     w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: 8,
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        mtc_bit: Some(1 << 9),
-        mtc_freq_bits: Some(0xf << 14),
-        tsc_ctc_ratio_n: Some(0),
-        tsc_ctc_ratio_d: Some(0),
-        cyc_bit: Some(1 << 1),
-        max_non_turbo_ratio: Some(0),
         have_sched_switch: 2,
         per_cpu_mmaps: !exec,
         tsc: TscConversion {
@@ -1832,7 +1814,7 @@ fn write_two_processes(dir: &Path, switches: bool, exec: bool) -> PathBuf {
             time_zero: 0,
             cap_user_time_zero: true,
         },
-        ..IntelPtInfo::default()
+        ..IntelPtInfo::linux_pmu(8)
     })
     .unwrap();
     for (pid, comm, maps, start, time) in [

@@ -49,16 +49,7 @@ pub fn wrap(corpus: &Corpus, trace: &Path) -> Result<PathBuf> {
     let file = std::io::BufWriter::new(std::fs::File::create(&tmp)?);
     let mut w = PerfDataWriter::new(file, &attrs)?;
     w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: PT_PMU_TYPE,
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        mtc_bit: Some(1 << 9),
-        mtc_freq_bits: Some(0xf << 14),
-        tsc_ctc_ratio_n: Some(0),
-        tsc_ctc_ratio_d: Some(0),
-        cyc_bit: Some(1 << 1),
-        max_non_turbo_ratio: Some(0),
-        ..IntelPtInfo::default()
+        ..IntelPtInfo::linux_pmu(PT_PMU_TYPE)
     })?;
     let sid = SampleId {
         pid_tid: Some((PID, PID)),

@@ -183,6 +183,27 @@ impl<'a> AuxtraceInfo<'a> {
 }
 
 impl IntelPtInfo {
+    /// The info of a trace recorded with Linux's `intel_pt` PMU number
+    /// `pmu_type`: its format's config bits (`cyc` 1, `mtc` 9, `tsc` 10,
+    /// `noretcomp` 11, `mtc_period` 14–17; `/sys/bus/event_source/devices/
+    /// intel_pt/format`), no TSC:CTC or non-turbo ratio known, and nothing
+    /// else set: what a perf.data written for a trace perf did not record
+    /// itself says.
+    pub fn linux_pmu(pmu_type: u32) -> Self {
+        Self {
+            pmu_type,
+            tsc_bit: 1 << 10,
+            noretcomp_bit: 1 << 11,
+            mtc_bit: Some(1 << 9),
+            mtc_freq_bits: Some(0xf << 14),
+            tsc_ctc_ratio_n: Some(0),
+            tsc_ctc_ratio_d: Some(0),
+            cyc_bit: Some(1 << 1),
+            max_non_turbo_ratio: Some(0),
+            ..Self::default()
+        }
+    }
+
     /// The private words as perf writes them (all 17, then the filter).
     pub fn to_words(&self) -> Vec<u64> {
         let t = &self.tsc;

@@ -334,22 +334,13 @@ fn write_pt<W: std::io::Write + std::io::Seek>(
     }];
     let mut w = PerfDataWriter::new(out, &attrs)?;
     w.auxtrace_info_pt(&IntelPtInfo {
-        pmu_type: PT_PMU_TYPE,
-        tsc_bit: 1 << 10,
-        noretcomp_bit: 1 << 11,
-        mtc_bit: Some(1 << 9),
-        mtc_freq_bits: Some(0xf << 14),
-        tsc_ctc_ratio_n: Some(0),
-        tsc_ctc_ratio_d: Some(0),
-        cyc_bit: Some(1 << 1),
-        max_non_turbo_ratio: Some(0),
         // perf parses this string with its address-filter grammar, which
         // wants the `filter` keyword.
         filter: req
             .filter
             .as_ref()
             .map(|f| format!("filter {}", f.trim()).into_bytes()),
-        ..IntelPtInfo::default()
+        ..IntelPtInfo::linux_pmu(PT_PMU_TYPE)
     })?;
     write_aux(&mut w, side, &trace.bytes)?;
     let out = w.finish(&features(side.maps))?;
