@@ -235,6 +235,23 @@ impl<'a> PacketDecoder<'a> {
         Ok(())
     }
 
+    /// Passes over the PADs at the current position (none inside a PEBS
+    /// block, where a zero byte is not a PAD): what calling
+    /// [`next_packet`](Self::next_packet) until it returned something else
+    /// would have read, eight bytes at a time. Returns how many.
+    #[inline]
+    pub fn skip_pads(&mut self) -> usize {
+        if self.block != BlockContext::None {
+            return 0;
+        }
+        let n = pad_run(self.data, self.pos);
+        if n > 0 {
+            self.pos += n;
+            self.fresh = false;
+        }
+        n
+    }
+
     /// Treats `offset` as a packet boundary and sync point without checking
     /// for a PSB (ptdump's `--no-sync`, or a position known from an index).
     pub fn set_offset(&mut self, offset: TraceOffset) -> Result<(), DecodeError> {
@@ -312,6 +329,32 @@ impl Iterator for PacketDecoder<'_> {
             }
         }
     }
+}
+
+/// How many PADs (zero bytes) `data` holds from `pos` on: traces written
+/// with alignment padding have runs of them between most packets, so they
+/// are counted eight at a time.
+#[inline]
+pub fn pad_run(data: &[u8], pos: usize) -> usize {
+    let mut at = pos;
+    // Most packets have no PAD before them: one byte decides.
+    if data.get(at) != Some(&0) {
+        return 0;
+    }
+    while let Some(word) = data.get(at..at + 8) {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(word);
+        let w = u64::from_le_bytes(w);
+        if w != 0 {
+            // The first non-zero byte (little-endian: the lowest set bit).
+            return at - pos + (w.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while data.get(at) == Some(&0) {
+        at += 1;
+    }
+    at - pos
 }
 
 /// Decodes the packet at the start of `bytes` outside any PEBS block;
@@ -647,6 +690,56 @@ fn decode_ext(bytes: &[u8]) -> Result<(Packet, usize), DecodeErrorKind> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec;
+
+    #[test]
+    fn pad_runs_are_counted_to_the_first_other_byte() {
+        // Every run length from 0 to 19 before a TNT-8, at every alignment,
+        // and runs that reach the end of the data.
+        for lead in 0..9 {
+            for run in 0..20 {
+                let mut bytes = vec![0x06; lead];
+                bytes.extend(core::iter::repeat_n(0u8, run));
+                bytes.push(0x06);
+                assert_eq!(pad_run(&bytes, lead), run, "lead {lead}, run {run}");
+                bytes.pop();
+                assert_eq!(
+                    pad_run(&bytes, lead),
+                    run,
+                    "lead {lead}, run {run} at the end"
+                );
+            }
+        }
+        assert_eq!(pad_run(&[0, 0], 5), 0, "past the end");
+    }
+
+    #[test]
+    fn skip_pads_reads_what_next_packet_would_and_not_inside_a_block() {
+        // PSB, three PADs, TNT-8, BBP (opens a PEBS block), a zero byte.
+        let mut bytes = crate::sync::PSB.to_vec();
+        bytes.extend_from_slice(&[0x00, 0x00, 0x00, 0x06, 0x02, 0x63, 0x00, 0x00]);
+        let mut d = PacketDecoder::new(&bytes);
+        d.sync_forward().unwrap();
+        assert!(matches!(d.next_packet(), Ok(Some(p)) if p.packet == Packet::Psb));
+        let mut stepped = d.clone();
+        while matches!(stepped.next_packet(), Ok(Some(p)) if p.packet == Packet::Pad) {}
+        assert_eq!(d.skip_pads(), 3);
+        assert_eq!(
+            d.next_packet(),
+            Ok(Some(DecodedPacket {
+                offset: TraceOffset(19),
+                size: 1,
+                packet: Packet::Tnt(short_tnt(0x06)),
+            }))
+        );
+        assert_eq!(
+            stepped.offset(),
+            TraceOffset(20),
+            "next_packet read the PADs and the TNT"
+        );
+        assert!(matches!(d.next_packet(), Ok(Some(p)) if matches!(p.packet, Packet::Bbp(_))));
+        assert_eq!(d.skip_pads(), 0, "a zero byte in a PEBS block is no PAD");
+    }
 
     #[test]
     fn move_to_keeps_the_sync_point_and_refuses_block_context() {

@@ -35,7 +35,7 @@ mod sync;
 
 #[cfg(feature = "alloc")]
 pub use builder::TraceBuilder;
-pub use decode::{DecodedPacket, PacketDecoder, Skipped, decode_packet};
+pub use decode::{DecodedPacket, PacketDecoder, Skipped, decode_packet, pad_run};
 pub use display::{cfe_type_name, evd_type_name};
 pub use encode::{MAX_PACKET_LEN, encode};
 pub use error::{DecodeError, DecodeErrorKind, EncodeError};

@@ -298,6 +298,8 @@ impl<'a> EventDecoder<'a> {
     #[inline]
     fn fetch_packet(&mut self) {
         loop {
+            // Runs of PADs (alignment padding) are passed over at once.
+            self.pkt.skip_pads();
             // Most packets (PAD, TNT, the IP packets) are read the same
             // with or without libipt's quirks, which only look again at
             // CYC (first byte `xxxxxx11b`) and at TMA and PWRE (behind the

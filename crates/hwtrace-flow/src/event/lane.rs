@@ -349,11 +349,11 @@ const PLAIN_BEYOND: Status = PLAIN;
 
 /// The first offset from `pos` that does not hold a PAD.
 #[inline]
-fn skip_pads(data: &[u8], mut pos: u64) -> u64 {
-    while data.get(pos as usize) == Some(&0) {
-        pos += 1;
+fn skip_pads(data: &[u8], pos: u64) -> u64 {
+    match usize::try_from(pos) {
+        Ok(at) => pos + hwtrace_packet::pad_run(data, at) as u64,
+        Err(_) => pos,
     }
-    pos
 }
 
 #[cfg(test)]
