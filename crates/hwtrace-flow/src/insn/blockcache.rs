@@ -299,6 +299,15 @@ fn path_slot(start: u32, bits: u64, left: u8) -> usize {
     (h >> 40) as usize & (PATH_SLOTS - 1)
 }
 
+/// Slots of the direct-mapped table in front of the block index (16 KiB).
+const RECENT_SLOTS: usize = 1 << 12;
+
+/// The slot of the recent-block table an IP maps to.
+#[inline]
+fn recent_slot(ip: Ip) -> usize {
+    (ip.0.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (RECENT_SLOTS - 1)
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 struct Key {
     ip: u64,
@@ -322,6 +331,13 @@ pub struct BlockCache {
     /// The last instruction of each block, by the same index.
     lasts: Vec<Cached>,
     index: HashMap<Key, u32, BuildIntHasher>,
+    /// Block indices direct-mapped by IP, looked at before `index`: after
+    /// every enable (TIP.PGE) or event the block at the new IP is looked
+    /// up, and the hash map's probes miss the processor's caches where
+    /// this small table does not. An entry is only believed when the block
+    /// it names starts at the same (space, mode, IP), so entries left from
+    /// before a [`clear`](Self::clear) are harmless. Allocated on first use.
+    recent: Vec<u32>,
     spaces: Vec<AddressSpace>,
     /// Indices into `paths`, direct-mapped by (start, bits): small, so
     /// the lookup made at every TNT packet stays in the cache; allocated
@@ -507,6 +523,34 @@ impl BlockCache {
             .copied()
     }
 
+    /// [`lookup`](Self::lookup) through the recent-block table, which
+    /// remembers what it finds.
+    #[inline]
+    fn lookup_recent(&mut self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
+        let slot = recent_slot(ip);
+        if let Some(&idx) = self.recent.get(slot)
+            && let Some(b) = self.blocks.get(idx as usize)
+            && b.ip == ip
+            && b.space == space
+            && b.mode == mode
+        {
+            return Some(idx);
+        }
+        let idx = self.lookup(space, mode, ip)?;
+        self.remember(slot, idx);
+        Some(idx)
+    }
+
+    /// Puts block `idx` into slot `slot` of the recent-block table.
+    fn remember(&mut self, slot: usize, idx: u32) {
+        if self.recent.is_empty() {
+            self.recent = vec![NO_BLOCK; RECENT_SLOTS];
+        }
+        if let Some(r) = self.recent.get_mut(slot) {
+            *r = idx;
+        }
+    }
+
     /// The block starting at `ip`, decoded with `decode` (which returns
     /// the instruction at an address) if not cached yet. Fails with the
     /// first instruction's error if even that cannot be decoded; a later
@@ -521,7 +565,7 @@ impl BlockCache {
         ip: Ip,
         mut decode: impl FnMut(Ip) -> Result<Cached, ErrorKind>,
     ) -> Result<u32, ErrorKind> {
-        if let Some(idx) = self.lookup(space, mode, ip) {
+        if let Some(idx) = self.lookup_recent(space, mode, ip) {
             return Ok(idx);
         }
         let mut at = ip;
@@ -572,6 +616,7 @@ impl BlockCache {
             },
             idx,
         );
+        self.remember(recent_slot(ip), idx);
         Ok(idx)
     }
 
@@ -705,6 +750,46 @@ mod tests {
         c.clear();
         assert!(c.is_empty());
         assert_eq!(c.lookup(a, ExecMode::Bits64, Ip(0x1000)), None);
+    }
+
+    #[test]
+    fn the_recent_table_never_names_a_block_of_another_key() {
+        let mut c = BlockCache::new();
+        let a = c.space_id(AddressSpace::with_cr3(Cr3(0x1000)));
+        let b = c.space_id(AddressSpace::with_cr3(Cr3(0x2000)));
+        let in_a = c
+            .get_or_build(a, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        // Same IP (same slot), other space and other mode: built anew.
+        let in_b = c
+            .get_or_build(b, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        let in_32 = c
+            .get_or_build(a, ExecMode::Bits32, Ip(0x1000), decode)
+            .unwrap();
+        assert_eq!(c.len(), 3);
+        assert_ne!(in_b, in_a);
+        assert_ne!(in_32, in_a);
+        // Back to the first key: found again, whatever the slot holds.
+        let again = c
+            .get_or_build(a, ExecMode::Bits64, Ip(0x1000), |_| {
+                Err(ErrorKind::Internal)
+            })
+            .unwrap();
+        assert_eq!(again, in_a);
+        // After a clear, index 0 is another block: the slot of 0x1000
+        // still says 0, and must not be believed.
+        c.clear();
+        let a = c.space_id(AddressSpace::with_cr3(Cr3(0x1000)));
+        let tail = c
+            .get_or_build(a, ExecMode::Bits64, Ip(0x1004), decode)
+            .unwrap();
+        assert_eq!(tail, in_a, "the index the old slot names");
+        let head = c
+            .get_or_build(a, ExecMode::Bits64, Ip(0x1000), decode)
+            .unwrap();
+        assert_ne!(head, tail);
+        assert_eq!(blk(&c, head).ip, Ip(0x1000));
     }
 
     #[test]
