@@ -421,6 +421,14 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// after the last run comes from the next call of `next`, as it would
     /// have.
     pub fn next_runs(&mut self, out: &mut RunBuffer) -> usize {
+        self.next_runs_until(out, TraceOffset(u64::MAX))
+    }
+
+    /// As [`next_runs`](Self::next_runs), but the burst stops after the
+    /// first run taken at or past trace offset `until` (a TNT path's runs
+    /// all at once): for a caller that hands out what comes from there on
+    /// one run at a time (a parallel decode looks for a seam there).
+    pub fn next_runs_until(&mut self, out: &mut RunBuffer, until: TraceOffset) -> usize {
         out.clear();
         let Some(mode) = self.burst_mode() else {
             return 0;
@@ -429,7 +437,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             return 0;
         };
         out.start(self.space, mode, self.dec.speculative());
-        let end = self.dec.run_burst(&mut self.cache, idx, out, true);
+        let mut sink = UntilBuffer {
+            runs: out,
+            until,
+            reached: false,
+        };
+        let end = self.dec.run_burst(&mut self.cache, idx, &mut sink, true);
         if !out.is_empty() {
             self.burst_ended(end);
         }
@@ -596,25 +609,39 @@ impl RunSink for OneRun {
     }
 }
 
-impl RunSink for RunBuffer {
+/// The sink of [`FastDecoder::next_runs_until`]: runs copied into a
+/// buffer until one is taken at or past `until`.
+struct UntilBuffer<'b> {
+    runs: &'b mut RunBuffer,
+    until: TraceOffset,
+    reached: bool,
+}
+
+impl RunSink for UntilBuffer<'_> {
     #[inline]
     fn is_full(&self) -> bool {
-        RunBuffer::is_full(self)
+        self.reached || self.runs.is_full()
     }
 
     #[inline]
     fn push(&mut self, b: &CachedBlock, offset: TraceOffset) {
-        RunBuffer::push(self, &b.as_run(), offset);
+        self.runs.push(&b.as_run(), offset);
+        self.reached |= offset >= self.until;
     }
 
     #[inline]
     fn room(&self) -> usize {
-        self.capacity() - self.len()
+        if self.reached {
+            0
+        } else {
+            self.runs.capacity() - self.runs.len()
+        }
     }
 
     #[inline]
     fn push_path(&mut self, _: &TntPath, runs: &[PathRun], offset: TraceOffset) {
-        RunBuffer::push_path(self, runs, offset);
+        self.runs.push_path(runs, offset);
+        self.reached |= offset >= self.until;
     }
 }
 

@@ -98,15 +98,7 @@ pub struct FastSource<'a, M> {
     /// that PSB runs the same code as one block: they agree only at the
     /// block's end).
     at_branch: bool,
-    /// [`BURST_REACH`] (tests bring bursts up to `until`).
-    burst_reach: u64,
 }
-
-/// How close to the trace offset a caller looks for seams from
-/// ([`StepSource::take_runs`]'s `until`) bursts of runs stop being asked
-/// for: a burst crossing it would be handed out in part, where no seam
-/// can be taken, and the seam would be missed.
-const BURST_REACH: u64 = 4 << 10;
 
 impl<'a, M: ReadMemory> FastSource<'a, M> {
     /// Hands `dec`'s runs out as fully decoded instructions.
@@ -151,7 +143,6 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
             queued_before: TraceOffset(0),
             step_last: true,
             at_branch: false,
-            burst_reach: BURST_REACH,
         }
     }
 
@@ -554,11 +545,12 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             // whole burst, so a burst is only asked for where no
             // endless-loop report can fall inside it (resynchronising from
             // past the instruction it names would not be exact): a burst
-            // holds at most its capacity of cached blocks.
+            // holds at most its capacity of cached blocks. A burst stops
+            // at the first run taken at or past `until`, where the caller
+            // looks for seams: what follows it is handed out one by one.
             let most =
                 (self.burst.capacity() as u64).saturating_mul(u64::from(MAX_CACHED_BLOCK_INSNS));
-            let burst = self.stall_at(before).saturating_add(most) < limit
-                && before.0.saturating_add(self.burst_reach) < until.0;
+            let burst = self.stall_at(before).saturating_add(most) < limit && before < until;
             if burst && visit.is_none() {
                 // Nobody looks at the runs: counted, not copied.
                 let k = self.dec.tally_runs(&mut self.tally, until);
@@ -570,7 +562,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                 }
             }
             let k = if burst && visit.is_some() {
-                self.dec.next_runs(&mut self.burst)
+                self.dec.next_runs_until(&mut self.burst, until)
             } else {
                 0
             };
@@ -889,18 +881,33 @@ mod tests {
                     want_stalls.push((src.stall_offset, src.stall));
                 }
             }
-            for (until, reach) in (0..=trace.len() as u64)
-                .flat_map(|u| [(u, 0), (u, BURST_REACH)])
-                .chain([(u64::MAX, BURST_REACH)])
-            {
+            let untils = (0..=trace.len() as u64).chain([u64::MAX]);
+            // Counted (`skip_runs`), and visited run by run (`visit_runs`,
+            // the runs copied out).
+            for (until, visiting) in untils.flat_map(|u| [(u, false), (u, true)]) {
+                // Bursts right up to `until`: taken there in part.
                 let fast = FastDecoder::new(&trace, Config::default(), code_at(INDIRECT));
-                let mut src = FastSource::counting(fast, MAX_STALL);
-                // Bursts right up to `until` too: taken there in part.
-                src.burst_reach = reach;
+                let src = if visiting {
+                    FastSource::runs(fast, MAX_STALL)
+                } else {
+                    FastSource::counting(fast, MAX_STALL)
+                };
                 let mut flow = Flow::new(src);
                 let (mut insns, mut got, mut stalls) = (0, Vec::new(), Vec::new());
                 loop {
-                    insns += flow.skip_runs(TraceOffset(until));
+                    insns += if visiting {
+                        let mut visited = 0;
+                        let n = flow.visit_runs(TraceOffset(until), &mut |r| {
+                            visited += u64::from(r.run.insns);
+                        });
+                        assert_eq!(
+                            n, visited,
+                            "until {until}: what was visited is what was taken"
+                        );
+                        n
+                    } else {
+                        flow.skip_runs(TraceOffset(until))
+                    };
                     bursts |= flow.source().burst.len() > 1;
                     queued |= flow.source().queued_runs();
                     match flow.next() {
@@ -912,7 +919,7 @@ mod tests {
                         None => break,
                     }
                 }
-                let what = format!("to {to:#x}, until {until}, reach {reach}");
+                let what = format!("to {to:#x}, until {until}, visiting {visiting}");
                 assert_eq!((&got, insns), (&want.0, want.1), "{what}");
                 assert_eq!(stalls, want_stalls, "{what}");
             }
