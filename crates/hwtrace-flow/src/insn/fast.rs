@@ -516,7 +516,19 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
             speculative: insn.speculative,
         };
         match result {
-            Ok(status) => self.last = status,
+            Ok(status) => {
+                self.last = status;
+                if !status.event_pending {
+                    // The disable waits for a later branch: the block went
+                    // where its branch took it, as a block run plainly
+                    // does, so the next one is looked up by its link.
+                    self.from = idx;
+                    self.hint = self
+                        .cache
+                        .get(idx)
+                        .map_or(NO_BLOCK, |b| b.successor(Ip(self.dec.ip())));
+                }
+            }
             Err(e) => self.stop_after_run(e),
         }
         Ok(Some(FastStep::Run(run)))
