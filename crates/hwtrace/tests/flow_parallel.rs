@@ -178,11 +178,14 @@ impl Placed {
 /// decoder's sequential decode: sequentially and in parallel (one unit
 /// per PSB on 2 threads, and units of 700 B on 3), runs expanded, and
 /// runs only counted (instructions compared by trace offset).
+/// `seams`: whether passing over whole runs must splice every unit the
+/// decode handing out each instruction splices ([`Seams::Exact`]).
 fn same_fast<M: ReadMemory + Sync>(
     what: &str,
     trace: &[u8],
     config: Config,
     mem: &M,
+    seams: Seams,
 ) -> Result<ParallelStats> {
     let mut total = ParallelStats::default();
     let want: Vec<FlowItem> = Flow::new(InsnDecoder::new(trace, config, mem)).collect();
@@ -222,7 +225,8 @@ fn same_fast<M: ReadMemory + Sync>(
             got.extend(batch);
             Ok::<(), ()>(())
         };
-        decode(trace, &pc, expand, emit).map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
+        let one_by_one =
+            decode(trace, &pc, expand, emit).map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
         check(what, &how, &got, &want)?;
         let emit = |batch: Vec<FlowItem>| {
             got_counted.extend(batch.iter().map(counted));
@@ -243,6 +247,14 @@ fn same_fast<M: ReadMemory + Sync>(
         let new = |_: usize| Placed::default();
         let stats = decode_into(trace, &pc, count, new, emit)
             .map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
+        // Passing over whole runs loses no seam: a unit is spliced on
+        // exactly where the decode handing out every instruction splices
+        // it (else the merging thread decodes it again, right but alone).
+        ensure!(
+            seams == Seams::Unchecked
+                || (stats.spliced, stats.continued) == (one_by_one.spliced, one_by_one.continued),
+            "{what}: {how}: runs passed over {stats:?}, one by one {one_by_one:?}"
+        );
         total.units += stats.units;
         total.spliced += stats.spliced;
         total.continued += stats.continued;
@@ -263,6 +275,18 @@ fn same_fast<M: ReadMemory + Sync>(
         check_placed(what, &format!("{how}, runs kept"), &got, &want_placed)?;
     }
     Ok(total)
+}
+
+/// How [`same_fast`] compares the seams found by the two decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seams {
+    /// The same units spliced on.
+    Exact,
+    /// Not compared: after an overflow, the decode passing over runs
+    /// splices fewer units than the one handing out every instruction
+    /// (4 of 10 against 7 of 10 on echo's overflowing trace; the output
+    /// is the same, less of it decoded in parallel). A known gap.
+    Unchecked,
 }
 
 /// `got` against `want`, naming the first difference.
@@ -335,7 +359,7 @@ fn every_libipt_case_decodes_the_same_in_parallel() -> Result<()> {
         let name = dir.file_name().to_string_lossy().into_owned();
         let config = config_for(case["cpu"].as_str());
         same(&name, &trace, config, &image)?;
-        same_fast(&name, &trace, config, &image)?;
+        same_fast(&name, &trace, config, &image, Seams::Exact)?;
         checked += 1;
     }
     ensure!(checked > 300, "only {checked} cases found");
@@ -352,7 +376,7 @@ fn the_real_traces_decode_the_same_in_parallel() -> Result<()> {
         image.add_page_cache(None, cache, name);
         let trace = std::fs::read(dir.join("trace.pt"))?;
         let stats = same(name, &trace, Config::default(), &image)?;
-        let counted = same_fast(name, &trace, Config::default(), &image)?;
+        let counted = same_fast(name, &trace, Config::default(), &image, Seams::Exact)?;
         eprintln!(
             "{name}: {} bytes, {stats:?}, counting the fast decoder's runs {counted:?}",
             trace.len()
@@ -403,7 +427,7 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
             let encoded = PtEncoder::new(config).encode(&rec.execution)?;
             let what = format!("echo, retc={return_compression}, PSB every {psb_period} B");
             let stats = same(&what, &encoded.bytes, Config::default(), code)?;
-            same_fast(&what, &encoded.bytes, Config::default(), code)?;
+            same_fast(&what, &encoded.bytes, Config::default(), code, Seams::Exact)?;
             ensure!(stats.spliced * 2 > stats.units, "{what}: {stats:?}");
             // A consumer too slow for the output buffer: packets are lost
             // and OVF marks where, before a PSB.
@@ -424,7 +448,13 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
             overflows += lost;
             let what = format!("{what}, with {lost} overflows");
             same(&what, &run.stream, Config::default(), code)?;
-            same_fast(&what, &run.stream, Config::default(), code)?;
+            same_fast(
+                &what,
+                &run.stream,
+                Config::default(),
+                code,
+                Seams::Unchecked,
+            )?;
         }
     }
     eprintln!("{overflows} overflows checked");

@@ -619,6 +619,11 @@ impl RunSink for OneRun {
             self.0 = Some((*r, offset));
         }
     }
+
+    #[inline]
+    fn takes_path_at(&self, _: TraceOffset) -> bool {
+        true
+    }
 }
 
 /// The sink of [`FastDecoder::next_runs_until`]: runs copied into a
@@ -655,6 +660,11 @@ impl RunSink for UntilBuffer<'_> {
         self.runs.push_path(runs, offset);
         self.reached |= offset >= self.until;
     }
+
+    #[inline]
+    fn takes_path_at(&self, offset: TraceOffset) -> bool {
+        offset < self.until
+    }
 }
 
 impl RunSink for RunTally {
@@ -676,5 +686,10 @@ impl RunSink for RunTally {
     #[inline]
     fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset) {
         RunTally::push_path(self, path, runs, offset);
+    }
+
+    #[inline]
+    fn takes_path_at(&self, offset: TraceOffset) -> bool {
+        RunTally::takes_path_at(self, offset)
     }
 }

@@ -191,8 +191,16 @@ impl RunTally {
         self.reached |= offset >= self.until;
     }
 
+    /// Whether a TNT path taken at `offset` is counted whole: only before
+    /// `until` (from there on the burst goes block by block, and stops).
+    #[inline]
+    pub(crate) const fn takes_path_at(&self, offset: TraceOffset) -> bool {
+        offset.0 < self.until.0
+    }
+
     /// The runs of TNT path `path`, all with the trace offset after them:
-    /// counted from the path's record, unless past `until`.
+    /// counted from the path's record, unless past `until` (a burst asks
+    /// [`takes_path_at`](Self::takes_path_at) first; kept if not).
     #[inline]
     pub(crate) fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset) {
         self.count_kept();
@@ -292,6 +300,8 @@ mod tests {
         let runs = [run(0x10, 3), run(0x20, 4)];
         let path = TntPath::for_test(&runs);
         let mut t = started(64, 0, 50);
+        // A burst asks first: paths are counted whole only before `until`.
+        assert!(t.takes_path_at(TraceOffset(49)) && !t.takes_path_at(TraceOffset(50)));
         t.push_path(&path, &runs, TraceOffset(49));
         assert!(!t.is_full());
         t.push_path(&path, &runs, TraceOffset(50));

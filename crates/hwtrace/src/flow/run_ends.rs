@@ -17,10 +17,9 @@ use std::collections::VecDeque;
 
 /// Trace bytes whose runs [`RunSteps`] gathers at a time: bounds what it
 /// holds whatever the trace (a KiB of compiled code's trace can be two
-/// thousand runs). Well above the 4 KiB before a stretch's end that a
-/// decode passes over a run at a time (where a parallel decode would look
-/// for a seam): at 4 KiB every run came one at a time, 40% slower on
-/// gzip's trace.
+/// thousand runs), while each stretch is long enough that the runs
+/// handed out one by one where it ends (a burst stops at the first run
+/// past it) are few.
 const REACH: u64 = 16 << 10;
 
 /// Hands `r`'s first instruction (a plain one without bytes, when the run

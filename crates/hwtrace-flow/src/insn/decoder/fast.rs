@@ -254,6 +254,13 @@ pub(in crate::insn) trait RunSink {
     /// The runs of TNT path `path` (the caller checked they fit), all with
     /// the trace offset after them.
     fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset);
+    /// Whether a TNT path whose runs are all taken at trace offset
+    /// `offset` may be pushed whole. Not at or past where the caller looks
+    /// for a seam: a seam can follow any block that ends in a branch, and
+    /// the caller sees a block's end only when the block is a run of its
+    /// own (a decode that synchronised there finds its anchor block by
+    /// block).
+    fn takes_path_at(&self, offset: TraceOffset) -> bool;
 }
 
 /// A TNT path being recorded ([`BlockCache::begin_path`]).
@@ -358,6 +365,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                     match cache.path(end.next, bits, left) {
                         Some((p, runs)) => {
                             if out.room() >= runs.len()
+                                && out.takes_path_at(offset)
                                 && icount.saturating_add(p.insns) <= MAX_UNTRACED_INSNS
                                 && lane.status_after_cached_tnt(&self.query) == plain
                             {
