@@ -90,6 +90,17 @@ pub struct BlockRun {
     pub speculative: bool,
 }
 
+impl BlockRun {
+    /// The run's last instruction as far as the run knows it: address,
+    /// mode, class and size (no bytes, no branch target).
+    pub fn last_insn(&self) -> Insn {
+        let mut last = Insn::empty(self.end_ip.0, self.mode, self.speculative);
+        last.class = self.end_class;
+        last.size = self.end_size;
+        last
+    }
+}
+
 /// One step of [`FastDecoder::next`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FastStep {

@@ -15,7 +15,7 @@
 use super::Item;
 use super::run_ends::{RunStep, RunSteps};
 use super::shape::Piece;
-use hwtrace_flow::insn::{Insn, InsnClass, read_insn};
+use hwtrace_flow::insn::{InsnClass, read_insn};
 use hwtrace_flow::parallel::{FlowItem, PassedRun, Sink};
 use hwtrace_types::ReadMemory;
 use std::collections::VecDeque;
@@ -47,9 +47,7 @@ impl<'m, M: ReadMemory> RunPiece<'m, M> {
     /// size are kept, without bytes or target.
     fn of(&self, r: &PassedRun) -> Piece {
         let run = &r.run;
-        let mut last = Insn::empty(run.end_ip.0, run.mode, run.speculative);
-        last.class = run.end_class;
-        last.size = run.end_size;
+        let mut last = run.last_insn();
         let needed = self.bytes || matches!(run.end_class, InsnClass::Call | InsnClass::Jump);
         if needed
             && let Some(mode) = run.mode

@@ -37,10 +37,10 @@ fn run_ends(r: &PassedRun, mut push: impl FnMut(Item)) -> u64 {
             insn: first,
         });
     }
-    let mut last = Insn::empty(run.end_ip.0, run.mode, run.speculative);
-    last.class = run.end_class;
-    last.size = run.end_size;
-    push(Item::Insn { offset, insn: last });
+    push(Item::Insn {
+        offset,
+        insn: run.last_insn(),
+    });
     u64::from(run.insns.saturating_sub(2))
 }
 
