@@ -11,6 +11,7 @@
 #![no_main]
 
 use hwtrace_flow::Config;
+use hwtrace_flow::event::EventKind;
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, PassedRun, StepSource};
@@ -40,19 +41,30 @@ fn items<S: StepSource>(mut flow: Flow<S>) -> (Vec<FlowItem>, bool) {
     (out, false)
 }
 
-/// The items other than instructions, each with how many instructions came
-/// before it, and the instructions in all; `None` past `MAX_ITEMS`.
-fn counted<S: StepSource>(mut flow: Flow<S>, skip: bool) -> Option<(Vec<(u64, FlowItem)>, u64)> {
+/// The items other than instructions and the disable and enable events
+/// (which a counting decode may pass over), each with how many
+/// instructions came before it; the instructions in all; and the disables
+/// and enables, passed over or not. `None` past `MAX_ITEMS`.
+fn counted<S: StepSource>(mut flow: Flow<S>, skip: bool) -> Option<(Vec<(u64, FlowItem)>, u64, u64)> {
     let mut insns = 0u64;
+    let mut toggles = 0u64;
     let mut others = Vec::new();
     for _ in 0..MAX_ITEMS {
         if skip {
-            insns += flow.skip_runs(TraceOffset(u64::MAX));
+            let skipped = flow.skip_runs(TraceOffset(u64::MAX));
+            insns += skipped.insns;
+            toggles += skipped.events;
         }
         match flow.next() {
             Some(FlowItem::Insn { .. }) => insns += 1,
+            Some(FlowItem::Event { event, .. })
+                if !event.status_update
+                    && matches!(event.kind, EventKind::Disabled { .. } | EventKind::Enabled { .. }) =>
+            {
+                toggles += 1;
+            }
             Some(other) => others.push((insns, other)),
-            None => return Some((others, insns)),
+            None => return Some((others, insns, toggles)),
         }
     }
     None
@@ -123,6 +135,7 @@ fuzz_target!(|data: &[u8]| {
             // carry, instruction counts between them included.
             assert_eq!(fast.1, reference.1, "counted whole runs: instruction count differs");
             assert_eq!(fast.0, reference.0, "counted whole runs: events or errors differ");
+            assert_eq!(fast.2, reference.2, "counted whole runs: disables and enables differ");
         }
     }
 });

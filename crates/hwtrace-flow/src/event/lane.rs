@@ -42,6 +42,19 @@ enum Next {
         size: u8,
         payload: Option<IpPayload>,
     },
+    /// A TIP.PGD with an IP at `at`, `size` bytes, and right after it
+    /// (PADs aside) a TIP.PGE with an IP at `pge_at`, `pge_size` bytes:
+    /// tracing went off at a branch and came back on elsewhere (code
+    /// outside the filtered ranges ran in between). Their payloads are
+    /// still to be applied to the last IP. Only read by a lane opened
+    /// with [`TraceLane::open_with_toggles`].
+    Toggle {
+        at: u64,
+        pgd: IpPayload,
+        pge_at: u64,
+        pge_size: u8,
+        pge: IpPayload,
+    },
     /// Anything else: the layered path holds it (and the TNT cache), and
     /// the lane asks it.
     Layered,
@@ -77,6 +90,8 @@ pub struct TraceLane<'a> {
     /// Answers were taken past the layered path's look-ahead: closing
     /// moves it to `next`.
     moved: bool,
+    /// Whether TIP.PGD/TIP.PGE pairs are read ([`Next::Toggle`]).
+    toggles: bool,
 }
 
 /// The status of an answer with nothing pending after it.
@@ -86,10 +101,39 @@ const PLAIN: Status = Status {
     eos: false,
 };
 
+/// The status of an answer with an event next (the layered path's, with a
+/// TIP.PGD read as its look-ahead).
+const EVENT_NEXT: Status = Status {
+    event_pending: true,
+    ip_suppressed: false,
+    eos: false,
+};
+
+/// The low five bits of the IP packets' first byte (SDM vol. 3C, "IP
+/// packets"); the top three are the IP compression.
+const TIP: u8 = 0x0d;
+const TIP_PGE: u8 = 0x11;
+const TIP_PGD: u8 = 0x01;
+
 impl<'a> TraceLane<'a> {
     /// A lane over `query`'s trace, starting where it is.
     #[inline]
     pub fn open(query: &QueryDecoder<'a>) -> Self {
+        Self::open_as(query, false)
+    }
+
+    /// A lane that also reads a TIP.PGD with an IP followed by a TIP.PGE
+    /// with an IP, for a caller that passes over the disable and enable
+    /// events they are ([`toggle_next`](Self::toggle_next),
+    /// [`take_toggle`](Self::take_toggle)). Until the pair is taken, the
+    /// lane answers as the layered path does with the disable pending.
+    #[inline]
+    pub fn open_with_toggles(query: &QueryDecoder<'a>) -> Self {
+        Self::open_as(query, true)
+    }
+
+    #[inline]
+    fn open_as(query: &QueryDecoder<'a>, toggles: bool) -> Self {
         let (bits, left) = query.cached_tnt();
         let (data, last_ip, start) = query.lane_start();
         let next = match start {
@@ -113,6 +157,7 @@ impl<'a> TraceLane<'a> {
             next,
             last_ip,
             moved: false,
+            toggles,
         }
     }
 
@@ -125,6 +170,10 @@ impl<'a> TraceLane<'a> {
             Next::Tnt { at: Some(at), .. } | Next::Tip { at, .. } if self.moved => {
                 query.lane_resume(TraceOffset(at), self.last_ip, self.bits, self.left);
             }
+            // The layered path reads the TIP.PGD again.
+            Next::Toggle { at, .. } => {
+                query.lane_resume(TraceOffset(at), self.last_ip, self.bits, self.left);
+            }
             Next::Tnt { .. } | Next::Tip { .. } => query.set_cached_tnt(self.bits, self.left),
         }
     }
@@ -135,7 +184,7 @@ impl<'a> TraceLane<'a> {
     #[inline(never)]
     fn hand_back(&mut self, query: &mut QueryDecoder<'a>, at: u64) {
         query.lane_resume(TraceOffset(at), self.last_ip, self.bits, self.left);
-        *self = Self::open(query);
+        *self = Self::open_as(query, self.toggles);
     }
 
     /// After the layered path gave an answer: reads on from there if it
@@ -144,7 +193,7 @@ impl<'a> TraceLane<'a> {
     #[inline(never)]
     fn reopen<T>(&mut self, query: &QueryDecoder<'a>, answer: Option<T>) -> Option<T> {
         if answer.is_some() {
-            *self = Self::open(query);
+            *self = Self::open_as(query, self.toggles);
         }
         answer
     }
@@ -170,22 +219,32 @@ impl<'a> TraceLane<'a> {
             };
             return;
         }
-        if b & 0x1f == 0x0d
-            && let Some(compression) = IpCompression::from_bits(b >> 5)
-            && compression != IpCompression::Suppressed
+        if b & 0x1f == TIP
+            && let Some((payload, size)) = ip_packet(data, at)
         {
-            let n = compression.payload_len();
-            let from = at as usize + 1;
-            if let Some(bytes) = data.get(from..from + n) {
-                let mut raw = [0u8; 8];
-                raw[..n].copy_from_slice(bytes);
-                self.next = Next::Tip {
+            self.next = Next::Tip {
+                at,
+                size,
+                payload: Some(payload),
+            };
+            return;
+        }
+        if self.toggles
+            && b & 0x1f == TIP_PGD
+            && let Some((pgd, size)) = ip_packet(data, at)
+        {
+            let pge_at = skip_pads(data, at + u64::from(size));
+            if data
+                .get(pge_at as usize)
+                .is_some_and(|&b| b & 0x1f == TIP_PGE)
+                && let Some((pge, pge_size)) = ip_packet(data, pge_at)
+            {
+                self.next = Next::Toggle {
                     at,
-                    size: n as u8 + 1,
-                    payload: Some(IpPayload {
-                        compression,
-                        raw: u64::from_le_bytes(raw),
-                    }),
+                    pgd,
+                    pge_at,
+                    pge_size,
+                    pge,
                 };
                 return;
             }
@@ -223,6 +282,8 @@ impl<'a> TraceLane<'a> {
         match self.next {
             Next::Tnt { after, .. } => TraceOffset(after),
             Next::Tip { at, .. } => TraceOffset(at),
+            // The event decoder reads on past a TIP.PGD.
+            Next::Toggle { pge_at, .. } => TraceOffset(pge_at),
             Next::Layered => query.offset(),
         }
     }
@@ -232,6 +293,7 @@ impl<'a> TraceLane<'a> {
     pub fn status_after_cached_tnt(&self, query: &QueryDecoder<'a>) -> Status {
         match self.next {
             Next::Tnt { .. } | Next::Tip { .. } => PLAIN_BEYOND,
+            Next::Toggle { .. } => EVENT_NEXT,
             Next::Layered => query.status_after_cached_tnt(),
         }
     }
@@ -243,7 +305,7 @@ impl<'a> TraceLane<'a> {
             return query.drop_cached_tnt();
         }
         self.left = 0;
-        PLAIN_BEYOND
+        self.status_after_cached_tnt(query)
     }
 
     /// As [`QueryDecoder::peek_tnt`].
@@ -255,7 +317,7 @@ impl<'a> TraceLane<'a> {
         match self.next {
             Next::Tnt { bits, len, .. } if len > 0 => Some((bits >> (len - 1)) & 1 != 0),
             Next::Layered => query.peek_tnt(),
-            Next::Tnt { .. } | Next::Tip { .. } => None,
+            Next::Tnt { .. } | Next::Tip { .. } | Next::Toggle { .. } => None,
         }
     }
 
@@ -283,7 +345,7 @@ impl<'a> TraceLane<'a> {
                 let loaded = query.load_next_tnt_packet();
                 self.reopen(query, loaded.then_some(())).is_some()
             }
-            Next::Tnt { .. } | Next::Tip { .. } => false,
+            Next::Tnt { .. } | Next::Tip { .. } | Next::Toggle { .. } => false,
         }
     }
 
@@ -321,6 +383,51 @@ impl<'a> TraceLane<'a> {
         Some((taken, self.status(query)))
     }
 
+    /// With no TNT bit cached and a TIP.PGD/TIP.PGE pair next (lanes
+    /// opened with [`open_with_toggles`](Self::open_with_toggles)): the
+    /// TIP.PGD's IP and the TIP.PGE's. The layered path has the disable
+    /// pending then, and every answer the lane gives is the one it would
+    /// give.
+    #[inline]
+    pub fn toggle_next(&self) -> Option<(u64, u64)> {
+        let Next::Toggle { pgd, pge, .. } = self.next else {
+            return None;
+        };
+        if self.left > 0 {
+            return None;
+        }
+        let mut last_ip = self.last_ip;
+        last_ip.update(pgd);
+        let off = last_ip.ip().ok()?;
+        last_ip.update(pge);
+        Some((off, last_ip.ip().ok()?))
+    }
+
+    /// Takes the TIP.PGD/TIP.PGE pair [`toggle_next`](Self::toggle_next)
+    /// saw (the disable and enable events the layered path would report)
+    /// and reads on after it: the TIP.PGE's IP, where tracing is back on.
+    /// The status then is [`status_after_cached_tnt`](Self::status_after_cached_tnt)'s,
+    /// the one the layered path reports with the enable.
+    #[inline]
+    pub fn take_toggle(&mut self, query: &mut QueryDecoder<'a>) -> Option<u64> {
+        let (_, on) = self.toggle_next()?;
+        let Next::Toggle {
+            pgd,
+            pge_at,
+            pge_size,
+            pge,
+            ..
+        } = self.next
+        else {
+            return None;
+        };
+        self.last_ip.update(pgd);
+        self.last_ip.update(pge);
+        self.moved = true;
+        self.read_next(query, pge_at + u64::from(pge_size));
+        Some(on)
+    }
+
     /// As [`QueryDecoder::take_tip`].
     #[inline]
     pub fn take_tip(&mut self, query: &mut QueryDecoder<'a>) -> Option<(u64, Status)> {
@@ -330,7 +437,7 @@ impl<'a> TraceLane<'a> {
                 let answer = query.take_tip();
                 return self.reopen(query, answer);
             }
-            Next::Tnt { .. } | Next::Tip { .. } => return None,
+            Next::Tnt { .. } | Next::Tip { .. } | Next::Toggle { .. } => return None,
         };
         let mut last_ip = self.last_ip;
         if let Some(p) = payload {
@@ -347,6 +454,27 @@ impl<'a> TraceLane<'a> {
 /// The status once no TNT bit is cached, with a TNT packet or a TIP next.
 const PLAIN_BEYOND: Status = PLAIN;
 
+/// The IP packet (TIP, TIP.PGE, TIP.PGD) at `at` when its IP is not
+/// suppressed and its bytes are all there: its payload and size.
+#[inline]
+fn ip_packet(data: &[u8], at: u64) -> Option<(IpPayload, u8)> {
+    let &b = data.get(at as usize)?;
+    let compression = IpCompression::from_bits(b >> 5)?;
+    if compression == IpCompression::Suppressed {
+        return None;
+    }
+    let n = compression.payload_len();
+    let from = at as usize + 1;
+    let bytes = data.get(from..from + n)?;
+    let mut raw = [0u8; 8];
+    raw[..n].copy_from_slice(bytes);
+    let payload = IpPayload {
+        compression,
+        raw: u64::from_le_bytes(raw),
+    };
+    Some((payload, n as u8 + 1))
+}
+
 /// The first offset from `pos` that does not hold a PAD.
 #[inline]
 fn skip_pads(data: &[u8], pos: u64) -> u64 {
@@ -361,6 +489,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::error::ErrorKind;
+    use crate::event::EventKind;
     use hwtrace_packet::{ModeExec, Packet, TraceBuilder};
 
     fn tnt(bits: u64, len: u8) -> Packet {
@@ -385,18 +514,57 @@ mod tests {
         t
     }
 
+    /// What a lane does with TIP.PGD/TIP.PGE pairs in [`same_as_layered`].
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Pairs {
+        /// Not read (a lane opened with [`TraceLane::open`]).
+        Unread,
+        /// Read, never taken: the lane is closed before them.
+        Closed,
+        /// Read and taken ([`TraceLane::take_toggle`]).
+        Taken,
+    }
+
     /// Two query decoders over `trace`, one asked through lanes and one
     /// directly, the questions a decoder would ask (a TNT bit while there
     /// is one, else a TIP, else the pending event or an indirect branch's
     /// target): every answer, status, offset and TNT cache the same.
-    fn same_as_layered(trace: &[u8]) -> usize {
+    /// Returns how many answers, and how many disable/enable pairs the
+    /// lanes took.
+    fn same_as_layered(trace: &[u8], pairs: Pairs) -> (usize, usize) {
         let mut layered = QueryDecoder::new(trace, Config::default());
         let mut laned = QueryDecoder::new(trace, Config::default());
         assert_eq!(layered.sync_forward(), laned.sync_forward());
         let mut answers = 0;
+        let mut toggles = 0;
         loop {
-            let mut lane = TraceLane::open(&laned);
+            let mut lane = if pairs == Pairs::Unread {
+                TraceLane::open(&laned)
+            } else {
+                TraceLane::open_with_toggles(&laned)
+            };
             loop {
+                if let Some((off_at, on_at)) = lane.toggle_next() {
+                    assert_eq!(layered.peek_tnt(), None);
+                    if pairs == Pairs::Taken {
+                        // The two events the layered path reports, passed over.
+                        let (off, s) = layered.event().unwrap();
+                        assert_eq!(off.kind, EventKind::Disabled { ip: off_at });
+                        assert!(s.event_pending && !off.status_update);
+                        let (on, s) = layered.event().unwrap();
+                        let EventKind::Enabled { ip, .. } = on.kind else {
+                            panic!("{on:?} after a disable");
+                        };
+                        assert!(!on.status_update);
+                        assert_eq!(on_at, ip);
+                        assert_eq!(lane.take_toggle(&mut laned), Some(ip));
+                        assert_eq!(s, lane.status_after_cached_tnt(&laned));
+                        assert_eq!(layered.offset(), lane.offset(&laned));
+                        assert_eq!(layered.cached_tnt(), lane.cached_tnt(&laned));
+                        toggles += 1;
+                        continue;
+                    }
+                }
                 let (a, b) = if layered.peek_tnt().is_some() {
                     let a = layered.next_tnt_bit(false).map(|(t, s)| (u64::from(t), s));
                     let b = lane
@@ -441,7 +609,7 @@ mod tests {
             };
             assert_eq!(a, b, "after answer {answers}");
             if a.is_err() {
-                return answers;
+                return (answers, toggles);
             }
         }
     }
@@ -488,7 +656,9 @@ mod tests {
         // Cut short: a TIP missing its last byte.
         t.raw(&[0x4d, 0x12]);
         let trace = t.finish();
-        assert!(same_as_layered(&trace) > 20);
+        for pairs in [Pairs::Unread, Pairs::Closed, Pairs::Taken] {
+            assert!(same_as_layered(&trace, pairs).0 > 20);
+        }
     }
 
     #[test]
@@ -503,7 +673,98 @@ mod tests {
         ])
         .finish();
         for len in 0..=trace.len() {
-            same_as_layered(&trace[..len]);
+            same_as_layered(&trace[..len], Pairs::Unread);
+        }
+    }
+
+    /// Tracing off at a branch and on again elsewhere, in every way a lane
+    /// may meet it: after TNT bits and TIPs, twice in a row, followed by
+    /// a disable, with PADs between, and cut short.
+    fn toggling() -> Vec<u8> {
+        after_psb(&[
+            tnt(0b101, 3),
+            Packet::TipPgd(IpPayload {
+                compression: IpCompression::Update32,
+                raw: 0x7fff_1000,
+            }),
+            Packet::Pad,
+            Packet::TipPge(IpPayload {
+                compression: IpCompression::Update32,
+                raw: 0x0040_2000,
+            }),
+            tnt(0b1, 1),
+            tip(IpCompression::Update16, 0x3000),
+            Packet::TipPgd(IpPayload {
+                compression: IpCompression::Sext48,
+                raw: 0x7fff_2000_0000,
+            }),
+            Packet::TipPge(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0x4000,
+            }),
+            // Enabled and disabled again before any TNT bit.
+            Packet::TipPgd(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0x1234,
+            }),
+            Packet::Pad,
+            Packet::Pad,
+            Packet::TipPge(IpPayload {
+                compression: IpCompression::Full,
+                raw: 0x40_5000,
+            }),
+            tnt(0b10, 2),
+            // A disable with no enable after it: the layered path's.
+            Packet::TipPgd(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0x6000,
+            }),
+            Packet::Mtc(1),
+            Packet::TipPge(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0x7000,
+            }),
+            tnt(0b1, 1),
+            // A suppressed enable: not a pair.
+            Packet::TipPgd(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0x8000,
+            }),
+            Packet::TipPge(IpPayload::SUPPRESSED),
+            Packet::TipPgd(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0x8000,
+            }),
+            Packet::TipPge(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0x9000,
+            }),
+            tnt(0b11, 2),
+            Packet::TipPgd(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0xa000,
+            }),
+            Packet::TipPge(IpPayload {
+                compression: IpCompression::Update16,
+                raw: 0xb000,
+            }),
+        ])
+        .finish()
+    }
+
+    #[test]
+    fn disable_enable_pairs_are_the_layered_paths_events() {
+        let trace = toggling();
+        let (answers, toggles) = same_as_layered(&trace, Pairs::Taken);
+        assert!(answers >= 8, "{answers} answers");
+        assert_eq!(toggles, 4);
+        for pairs in [Pairs::Unread, Pairs::Closed] {
+            assert_eq!(same_as_layered(&trace, pairs).1, 0);
+        }
+        for len in 0..=trace.len() {
+            for pairs in [Pairs::Closed, Pairs::Taken] {
+                same_as_layered(&trace[..len], pairs);
+            }
         }
     }
 }

@@ -703,4 +703,14 @@ impl RunSink for RunTally {
     fn takes_path_at(&self, offset: TraceOffset) -> bool {
         RunTally::takes_path_at(self, offset)
     }
+
+    #[inline]
+    fn passes_toggles(&self) -> bool {
+        RunTally::passes_toggles(self)
+    }
+
+    #[inline]
+    fn pass_events(&mut self, n: u64, offset: TraceOffset) {
+        RunTally::pass_events(self, n, offset);
+    }
 }

@@ -63,6 +63,11 @@ pub struct RunTally {
     /// Runs taken at or past this offset are kept, and end the burst.
     until: TraceOffset,
     reached: bool,
+    /// Events passed over between runs (tracing disabled at a branch and
+    /// enabled again elsewhere), none of them a status update.
+    events: u64,
+    /// Whether bursts may pass over events ([`Self::set_passes_toggles`]).
+    toggles: bool,
 }
 
 impl Default for RunTally {
@@ -88,7 +93,21 @@ impl RunTally {
             kept: RunBuffer::with_capacity(cap),
             until: TraceOffset(u64::MAX),
             reached: false,
+            events: 0,
+            toggles: false,
         }
+    }
+
+    /// Lets bursts pass over a TIP.PGD right followed by a TIP.PGE (the
+    /// disable and enable events, counted in [`events`](Self::events))
+    /// instead of ending there: for a caller that only counts events.
+    pub fn set_passes_toggles(&mut self, on: bool) {
+        self.toggles = on;
+    }
+
+    /// Whether bursts may pass over disable/enable pairs.
+    pub const fn passes_toggles(&self) -> bool {
+        self.toggles
     }
 
     /// The runs of the burst, counted and kept.
@@ -104,6 +123,14 @@ impl RunTally {
     /// The instructions of all the burst's runs.
     pub fn insns(&self) -> u64 {
         self.counted.insns + self.kept.insns()
+    }
+
+    /// The events the burst passed over, between its runs: a TIP.PGD and
+    /// the TIP.PGE right after it are two (tracing disabled at a branch,
+    /// enabled again where execution came back into the traced code).
+    /// None is a status update.
+    pub const fn events(&self) -> u64 {
+        self.events
     }
 
     /// The counted runs (all of them, unless some are [`kept`](Self::kept)).
@@ -144,6 +171,7 @@ impl RunTally {
         self.counted = Counted::default();
         self.kept.clear();
         self.reached = false;
+        self.events = 0;
     }
 
     /// Empties the tally for a burst starting at trace offset `before`,
@@ -164,6 +192,16 @@ impl RunTally {
         self.kept.start(space, mode, speculative);
         self.until = until;
         self.reached = false;
+        self.events = 0;
+    }
+
+    /// `n` events passed over after the runs so far; the next run is
+    /// taken at trace offset `offset`.
+    #[inline]
+    pub(crate) fn pass_events(&mut self, n: u64, offset: TraceOffset) {
+        self.count_kept();
+        self.counted.end = offset;
+        self.events += n;
     }
 
     /// Whether no further run fits.

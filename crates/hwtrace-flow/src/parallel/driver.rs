@@ -8,6 +8,16 @@ use crate::insn::{Insn, InsnClass};
 use crate::{Error, ErrorKind};
 use hwtrace_types::{Ip, TraceOffset};
 
+/// What [`Flow::skip_runs`] passed over instead of making items of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Skipped {
+    /// Instructions.
+    pub insns: u64,
+    /// Events between them, none a status update (only a source made
+    /// with [`FastSource::counting`](super::FastSource::counting) passes over events).
+    pub events: u64,
+}
+
 /// One thing the trace says happened, in trace order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlowItem {
@@ -239,8 +249,10 @@ impl<S: StepSource> Flow<S> {
     /// Stall accounting is the per-instruction one: a run that would
     /// reach the endless-loop limit is left to be handed out one by one,
     /// so [`FlowItem::Stuck`] names the exact instruction.
-    pub fn skip_runs(&mut self, until: TraceOffset) -> u64 {
-        self.pass_runs(until, None) + self.skip_insns()
+    pub fn skip_runs(&mut self, until: TraceOffset) -> Skipped {
+        let mut skipped = self.pass_runs(until, None);
+        skipped.insns += self.skip_insns();
+        skipped
     }
 
     /// Passes over whole runs of instructions as
@@ -251,11 +263,15 @@ impl<S: StepSource> Flow<S> {
     /// follow are those [`Iterator::next`] would have made after them.
     /// Returns how many instructions they held.
     pub fn visit_runs(&mut self, until: TraceOffset, visit: &mut dyn FnMut(&PassedRun)) -> u64 {
-        self.pass_runs(until, Some(visit))
+        let passed = self.pass_runs(until, Some(visit));
+        // A source that passes over events only counts: events are items
+        // for a caller that keeps runs.
+        debug_assert_eq!(passed.events, 0);
+        passed.insns
     }
 
-    fn pass_runs(&mut self, until: TraceOffset, visit: RunVisitor<'_>) -> u64 {
-        let mut taken = 0;
+    fn pass_runs(&mut self, until: TraceOffset, visit: RunVisitor<'_>) -> Skipped {
+        let mut taken = Skipped::default();
         if self.queued.is_none()
             && let State::Run(status) = self.state
             && !status.event_pending
@@ -271,7 +287,10 @@ impl<S: StepSource> Flow<S> {
                 self.stall_offset = t.last_offset;
                 self.stall = t.last_insns;
             }
-            taken = t.insns;
+            taken = Skipped {
+                insns: t.insns,
+                events: t.events,
+            };
         }
         taken
     }

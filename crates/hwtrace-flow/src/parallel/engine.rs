@@ -1,7 +1,7 @@
 //! The parallel decode: workers on a rayon pool, seams, and the in-order
 //! merge with its sequential fallback.
 
-use super::driver::{Flow, FlowItem, Seam, SeamAt};
+use super::driver::{Flow, FlowItem, Seam, SeamAt, Skipped};
 use super::pool::SourcePool;
 use super::segment::{Splitter, Unit};
 use super::{PassedRun, StepSource};
@@ -115,16 +115,17 @@ enum End<S> {
 pub trait Sink: Send {
     /// Takes the next item.
     fn push(&mut self, item: FlowItem);
-    /// Whether the sink only counts instructions: then runs of them are
-    /// passed over ([`Flow::skip_insns`]) and handed in as
-    /// [`push_insns`](Self::push_insns) instead of one item each.
+    /// Whether the sink only counts instructions and events: then runs of
+    /// instructions (and the events a counting source passes over among
+    /// them) are passed over ([`Flow::skip_runs`]) and handed in as
+    /// [`push_skipped`](Self::push_skipped) instead of one item each.
     fn counts_only(&self) -> bool {
         false
     }
-    /// Takes `n` instructions executed at trace `offset` (only called when
-    /// [`counts_only`](Self::counts_only)).
-    fn push_insns(&mut self, offset: TraceOffset, n: u64) {
-        let _ = (offset, n);
+    /// Takes what was passed over, the last instructions at trace
+    /// `offset` (only called when [`counts_only`](Self::counts_only)).
+    fn push_skipped(&mut self, offset: TraceOffset, skipped: Skipped) {
+        let _ = (offset, skipped);
     }
     /// Whether the sink keeps runs of plain code whole (and the step
     /// source hands them out whole, like
@@ -156,9 +157,9 @@ fn next_into<S: StepSource, K: Sink>(
 ) -> (Option<FlowItem>, usize) {
     let mut runs = 0;
     if sink.counts_only() {
-        let n = flow.skip_runs(until);
-        if n > 0 {
-            sink.push_insns(flow.source().offset(), n);
+        let skipped = flow.skip_runs(until);
+        if skipped != Skipped::default() {
+            sink.push_skipped(flow.source().offset(), skipped);
         }
     } else if sink.keeps_runs() {
         let reach = TraceOffset(flow.source().offset().0.saturating_add(RUN_REACH));

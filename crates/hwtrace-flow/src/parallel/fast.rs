@@ -109,8 +109,16 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
     /// Hands `dec`'s runs out for counting (see the module doc):
     /// `max_stall` must be the driving flow's ([`super::MAX_STALL`]
     /// unless set otherwise) for its endless-loop report to stay exact.
+    /// [`Flow::skip_runs`](super::Flow::skip_runs) also passes over the
+    /// disable and enable events of a TIP.PGD right followed by a
+    /// TIP.PGE (tracing off at a branch and on again elsewhere: code
+    /// outside the traced ranges ran), counting them
+    /// ([`Skipped::events`](super::Skipped::events)) instead of making
+    /// an item of each.
     pub fn counting(dec: FastDecoder<'a, M>, max_stall: u64) -> Self {
-        Self::with_mode(dec, false, max_stall)
+        let mut s = Self::with_mode(dec, false, max_stall);
+        s.tally.set_passes_toggles(true);
+        s
     }
 
     /// Hands `dec`'s runs out whole where the flow is plain code
@@ -222,6 +230,7 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
             status,
             last_offset: before,
             last_insns: 0,
+            events: 0,
         });
         t.insns += n;
         t.status = status;
@@ -347,6 +356,9 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
                 self.add(taken, before, c.insns - c.last_insns, after);
             }
             self.add(taken, c.last_at, c.last_insns, after);
+            if let Some(t) = taken {
+                t.events += self.tally.events();
+            }
         }
         if self.burst.is_empty() {
             return after.event_pending || after.eos;
@@ -638,6 +650,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
 mod tests {
     use super::*;
     use crate::Config;
+    use crate::event::EventKind;
     use crate::insn::InsnDecoder;
     use crate::parallel::{Flow, FlowItem, MAX_STALL};
     use hwtrace_packet::{Packet, Tnt, TraceBuilder};
@@ -811,7 +824,10 @@ mod tests {
                         Flow::new(FastSource::counting(fast, max_stall)).with_max_stall(max_stall);
                     let (mut insns, mut skipped, mut got) = (0, 0, Vec::new());
                     loop {
-                        let n = flow.skip_runs(TraceOffset(until));
+                        let passed = flow.skip_runs(TraceOffset(until));
+                        // No TIP.PGD/TIP.PGE pair in these traces.
+                        assert_eq!(passed.events, 0);
+                        let n = passed.insns;
                         skipped += n;
                         insns += n;
                         match flow.next() {
@@ -906,7 +922,9 @@ mod tests {
                         );
                         n
                     } else {
-                        flow.skip_runs(TraceOffset(until))
+                        let passed = flow.skip_runs(TraceOffset(until));
+                        assert_eq!(passed.events, 0);
+                        passed.insns
                     };
                     bursts |= flow.source().burst.len() > 1;
                     match flow.next() {
@@ -926,6 +944,86 @@ mod tests {
         // Bursts were passed over (one taken up to `until` stops after the
         // first block at or past it, handed out one by one at once).
         assert!(bursts);
+    }
+
+    /// 1000: nop; 1001: jz 1000; 1003: call 1010; 1008: nop; 1009: ret;
+    /// 100a: nop x6; 1010: nop; 1011: jmp 1018; 1013: nop x5; 1018: jmp
+    /// rax; 101a: ret.
+    const TOGGLED: &[u8] = &[
+        0x90, 0x74, 0xfd, 0xe8, 0x08, 0x00, 0x00, 0x00, 0x90, 0xc3, 0x90, 0x90, 0x90, 0x90, 0x90,
+        0x90, 0x90, 0xeb, 0x05, 0x90, 0x90, 0x90, 0x90, 0x90, 0xff, 0xe0, 0xc3,
+    ];
+
+    /// Tracing off and on again (TIP.PGD, TIP.PGE) in the ways a
+    /// counting burst passes over: a disable bound after a direct call
+    /// and jump it does not bind to (the call's return used after the
+    /// enable), one bound to a direct call to its IP, one to a return,
+    /// and the trace ending after the last enable (`tail` after it).
+    fn toggled_trace(tail: &[u8]) -> Vec<u8> {
+        let tnt = |bits: u64, len: u8| {
+            Packet::Tnt(Tnt {
+                bits,
+                len,
+                long: false,
+            })
+        };
+        let mut t = TraceBuilder::new();
+        t.psb_plus_64(0x1000).unwrap();
+        t.push(tnt(0b10, 2)).unwrap();
+        t.ip(Packet::TipPgd, 0x7f00_2000).unwrap();
+        t.ip(Packet::TipPge, 0x101a).unwrap();
+        t.push(tnt(0b1, 1)).unwrap();
+        t.ip(Packet::Tip, 0x1000).unwrap();
+        t.push(tnt(0b10, 2)).unwrap();
+        t.ip(Packet::TipPgd, 0x1010).unwrap();
+        t.push(Packet::Pad).unwrap();
+        t.push(Packet::Pad).unwrap();
+        t.ip(Packet::TipPge, 0x1000).unwrap();
+        t.push(tnt(0b0, 1)).unwrap();
+        t.ip(Packet::Tip, 0x101a).unwrap();
+        t.ip(Packet::TipPgd, 0x7f00_3000).unwrap();
+        t.ip(Packet::TipPge, 0x1000).unwrap();
+        t.raw(tail);
+        t.finish()
+    }
+
+    #[test]
+    fn disables_and_enables_passed_over_count_as_the_instruction_decoder() {
+        // Nothing after the last enable, a PAD, a bad packet (`02 ff`).
+        for tail in [&[][..], &[0x00], &[0x02, 0xff]] {
+            let trace = toggled_trace(tail);
+            let insn = InsnDecoder::new(&trace, Config::default(), code_at(TOGGLED));
+            let toggle = |item: &FlowItem| {
+                matches!(item, FlowItem::Event { event, .. }
+                    if matches!(event.kind, EventKind::Disabled { .. } | EventKind::Enabled { .. }))
+            };
+            let (want, want_insns) = placed(Flow::new(insn));
+            let want_toggles = want.iter().filter(|(_, i)| toggle(i)).count() as u64;
+            let want: Vec<_> = want.into_iter().filter(|(_, i)| !toggle(i)).collect();
+            assert!(
+                want_toggles >= 5,
+                "{tail:?}: {want_toggles} disables/enables"
+            );
+            let fast = FastDecoder::new(&trace, Config::default(), code_at(TOGGLED));
+            let mut flow = Flow::new(FastSource::counting(fast, MAX_STALL));
+            let (mut insns, mut passed, mut toggles, mut got) = (0, 0, 0, Vec::new());
+            loop {
+                let skipped = flow.skip_runs(TraceOffset(u64::MAX));
+                insns += skipped.insns;
+                passed += skipped.events;
+                match flow.next() {
+                    Some(FlowItem::Insn { .. }) => insns += 1,
+                    Some(item) if toggle(&item) => toggles += 1,
+                    Some(item) => got.push((insns, item)),
+                    None => break,
+                }
+            }
+            assert_eq!((&got, insns), (&want, want_insns), "{tail:?}");
+            assert_eq!(toggles + passed, want_toggles, "{tail:?}");
+            // Every pair but the first (which follows PSB+, where the
+            // instruction decoder steps) is passed over.
+            assert!(passed >= 4, "{tail:?}: {passed} passed over");
+        }
     }
 
     #[test]

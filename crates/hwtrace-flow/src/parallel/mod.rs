@@ -52,7 +52,7 @@ mod fast;
 mod pool;
 mod segment;
 
-pub use driver::{Flow, FlowItem, MAX_STALL, Seam, SeamAt};
+pub use driver::{Flow, FlowItem, MAX_STALL, Seam, SeamAt, Skipped};
 pub use engine::{MAX_ITEM_WINDOW, ParallelConfig, ParallelStats, Sink, decode, decode_into};
 pub use fast::FastSource;
 pub use segment::{Splitter, Unit, psb_offsets, units};
@@ -87,6 +87,9 @@ pub struct Taken {
     /// there.
     pub last_offset: TraceOffset,
     pub last_insns: u64,
+    /// Events passed over among them (a counting source passes over a
+    /// disable and the enable right after it), none a status update.
+    pub events: u64,
 }
 
 /// A run of instructions [`Flow::visit_runs`] passed over, as a caller

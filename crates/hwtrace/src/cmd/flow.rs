@@ -10,7 +10,9 @@ use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
-use hwtrace_flow::parallel::{self, FastSource, Flow, FlowItem, ParallelConfig, Sink, StepSource};
+use hwtrace_flow::parallel::{
+    self, FastSource, Flow, FlowItem, ParallelConfig, Sink, Skipped, StepSource,
+};
 use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
@@ -315,8 +317,9 @@ impl Sink for Tally {
         true
     }
 
-    fn push_insns(&mut self, offset: TraceOffset, n: u64) {
-        self.stats.insns += n;
+    fn push_skipped(&mut self, offset: TraceOffset, skipped: Skipped) {
+        self.stats.insns += skipped.insns;
+        self.stats.events += skipped.events;
         self.offset = offset.0;
     }
 
@@ -480,9 +483,9 @@ impl Job<'_> {
             let mut tally = new(0);
             let mut mark = STRETCH;
             loop {
-                let n = flow.skip_runs(TraceOffset(mark));
-                if n > 0 {
-                    tally.push_insns(flow.source().offset(), n);
+                let skipped = flow.skip_runs(TraceOffset(mark));
+                if skipped != Skipped::default() {
+                    tally.push_skipped(flow.source().offset(), skipped);
                 }
                 let Some(item) = flow.next() else { break };
                 tally.push(item);

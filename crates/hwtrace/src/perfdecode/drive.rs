@@ -79,7 +79,11 @@ impl<'i, D: ImageSource<'i>, S: Switcher> Driver<'i, D, S> {
     /// Passes over the runs of plain code that can be handed out whole,
     /// only counting them ([`Flow::skip_runs`]): how many instructions.
     pub fn skip_runs(&mut self) -> u64 {
-        self.flow.skip_runs(TraceOffset(u64::MAX))
+        let skipped = self.flow.skip_runs(TraceOffset(u64::MAX));
+        // Only a counting source passes over events; this one hands them
+        // out (they switch images).
+        debug_assert_eq!(skipped.events, 0);
+        skipped.insns
     }
 
     /// Passes over the runs of plain code that can be handed out whole

@@ -261,6 +261,42 @@ pub(in crate::insn) trait RunSink {
     /// own (a decode that synchronised there finds its anchor block by
     /// block).
     fn takes_path_at(&self, offset: TraceOffset) -> bool;
+    /// Whether the burst may pass over a TIP.PGD followed by a TIP.PGE
+    /// (tracing disabled at a branch and enabled again elsewhere) between
+    /// two runs, telling the sink how many events it passed over
+    /// ([`pass_events`](Self::pass_events)) instead of stopping there.
+    fn passes_toggles(&self) -> bool {
+        false
+    }
+    /// `n` events passed over after the runs so far (none a status
+    /// update); the next run is taken at trace offset `offset`.
+    fn pass_events(&mut self, n: u64, offset: TraceOffset) {
+        let _ = (n, offset);
+    }
+}
+
+/// How many blocks a pending disable may run through before the branch
+/// it binds to, in a burst ([`InsnDecoder::pass_toggles`]); past that the
+/// instruction decoder steps.
+const DISABLE_WALK: usize = 8;
+
+/// The blocks a pending disable runs through (index and block), the last
+/// one ending in the branch it binds to.
+struct DisableWalk {
+    blocks: [(u32, CachedBlock); DISABLE_WALK],
+    len: usize,
+}
+
+/// Where a burst is after passing over disable/enable pairs
+/// ([`InsnDecoder::pass_toggles`]).
+struct Toggled {
+    /// The IP tracing was enabled at.
+    ip: u64,
+    /// The last block run (its last instruction the disable's branch).
+    last: u32,
+    /// `Some`: the burst ends, with this result (as
+    /// [`BurstEnd::result`]); the lane is closed.
+    result: Option<Result<Status, Error>>,
 }
 
 /// A TNT path being recorded ([`BlockCache::begin_path`]).
@@ -292,7 +328,7 @@ pub(in crate::insn) struct BurstEnd {
     pub result: Option<Result<Status, Error>>,
 }
 
-impl<M: ReadMemory> InsnDecoder<'_, M> {
+impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// Runs cached blocks one after the other from block `idx` (which
     /// starts at the current IP, in the current address space and mode),
     /// following successor links, until `out` is full or a block would
@@ -330,7 +366,12 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         // TNT bits and TIPs come straight from the trace bytes while they
         // are plain; the lane hands the trace back before anything else
         // looks at the query layer.
-        let mut lane = TraceLane::open(&self.query);
+        let toggles = out.passes_toggles();
+        let mut lane = if toggles {
+            TraceLane::open_with_toggles(&self.query)
+        } else {
+            TraceLane::open(&self.query)
+        };
         loop {
             if out.is_full() {
                 break;
@@ -473,9 +514,35 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                     if let Some(r) = rec.take() {
                         cache.abandon_path(r.first);
                     }
+                    // Read before a disable/enable pair is tried: building
+                    // blocks for it may start the cache over.
+                    let last = cache.last_insn(end.last).copied();
+                    if toggles
+                        && lane.toggle_next().is_some()
+                        && let Some(t) = self.pass_toggles(cache, &mut lane, out, &b, end.last, to)
+                    {
+                        ip = t.ip;
+                        icount = 0;
+                        end.last = t.last;
+                        if let Some(result) = t.result {
+                            end.next = NO_BLOCK;
+                            end.result = Some(result);
+                            return end;
+                        }
+                        offset = lane.offset(&self.query);
+                        end.next = match cache.get(t.last).copied() {
+                            Some(tb) => self.block_after(cache, t.last, &tb, ip),
+                            None => None,
+                        }
+                        .unwrap_or_else(|| {
+                            end.last = NO_BLOCK;
+                            NO_BLOCK
+                        });
+                        continue;
+                    }
                     lane.close(&mut self.query);
                     self.ip = ip;
-                    let result = match cache.last_insn(end.last).copied() {
+                    let result = match last {
                         Some(last) => self.answered(&b, &last, status),
                         None => Err(self.err(ErrorKind::Internal)),
                     };
@@ -566,6 +633,190 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         self.ip = ip;
         self.icount = icount;
         end
+    }
+
+    /// The block starting at `to`, where execution went after block
+    /// `prev` (index `from`): `prev`'s successor link if it still starts
+    /// there, else the cache (decoding the block if new), then linked.
+    /// `None`: no block there, or the cache started over (older indices
+    /// are gone).
+    #[inline]
+    fn block_after(
+        &mut self,
+        cache: &mut BlockCache,
+        from: u32,
+        prev: &CachedBlock,
+        to: u64,
+    ) -> Option<u32> {
+        let linked = prev.successor(Ip(to));
+        if let Some(c) = cache.get(linked)
+            && c.ip.0 == to
+            && c.space == prev.space
+            && c.mode == prev.mode
+        {
+            return Some(linked);
+        }
+        let before = cache.len();
+        let space = self.space;
+        let mode = prev.mode;
+        let found = cache
+            .get_or_build(prev.space, mode, Ip(to), |at| {
+                self.decode_insn(space, at, mode)
+            })
+            .ok()?;
+        if cache.len() < before {
+            return None;
+        }
+        cache.link(from, found);
+        Some(found)
+    }
+
+    /// The blocks from `at` (where execution went after block `prev`,
+    /// index `from`) to the branch a disable to `off_at` binds to, as
+    /// `next_insn` would step them with the disable pending: an
+    /// instruction that is not a branch, and a direct jump or call that
+    /// does not go to `off_at`, are executed as usual; any other branch
+    /// is the one tracing stopped at (`at_disabled_event`). `None` when
+    /// a block is not plain, ends in a far transfer, cannot be decoded,
+    /// or the branch is more than [`DISABLE_WALK`] blocks away: the
+    /// instruction decoder steps there.
+    fn walk_to_disable(
+        &mut self,
+        cache: &mut BlockCache,
+        mut from: u32,
+        mut prev: CachedBlock,
+        mut at: u64,
+        off_at: u64,
+    ) -> Option<DisableWalk> {
+        let mut walk = DisableWalk {
+            blocks: [(NO_BLOCK, prev); DISABLE_WALK],
+            len: 0,
+        };
+        let mut insns = 0u64;
+        while walk.len < DISABLE_WALK {
+            let idx = self.block_after(cache, from, &prev, at)?;
+            let b = *cache.get(idx)?;
+            insns += u64::from(b.insns);
+            if !b.plain || insns > MAX_UNTRACED_INSNS {
+                return None;
+            }
+            walk.blocks[walk.len] = (idx, b);
+            walk.len += 1;
+            at = match b.flow {
+                BlockFlow::Straight => b.end.0,
+                BlockFlow::Jump | BlockFlow::Call if b.target != off_at => b.target,
+                BlockFlow::Jump
+                | BlockFlow::Call
+                | BlockFlow::CondJump
+                | BlockFlow::Return
+                | BlockFlow::IndirectJump
+                | BlockFlow::IndirectCall => return Some(walk),
+                BlockFlow::Slow => return None,
+            };
+            from = idx;
+            prev = b;
+        }
+        None
+    }
+
+    /// In a burst, block `b` (index `idx`) just got its answer, and the
+    /// lane says a TIP.PGD/TIP.PGE pair comes next
+    /// ([`TraceLane::toggle_next`]): execution went to `to`, runs on to
+    /// the branch the disable binds to, and goes on where the enable
+    /// says. Passes over the pair (and any that follow right after) as
+    /// the instruction decoder would step it: `b` and the blocks up to
+    /// that branch go into `out`, taken at the offset the decoder reports
+    /// while the disable is pending; the two events are counted
+    /// ([`RunSink::pass_events`]). `None`: nothing was done (the branch is
+    /// not a few plain blocks away, or `out` is full); the caller goes on
+    /// as for any other event.
+    ///
+    /// After the enable, the decoder's state is the one
+    /// [`InsnDecoder::event`] leaves after reporting it: the IP there, no
+    /// instruction counted, and when the lane has news the status it
+    /// says, events looked at by `check_ip_event` (then the burst ends
+    /// with the lane closed: [`Toggled::result`]).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the burst's own state, passed down to its cold path"
+    )]
+    fn pass_toggles(
+        &mut self,
+        cache: &mut BlockCache,
+        lane: &mut TraceLane<'a>,
+        out: &mut impl RunSink,
+        b: &CachedBlock,
+        idx: u32,
+        to: u64,
+    ) -> Option<Toggled> {
+        let plain = Status::default();
+        let (mut from, mut prev, mut at) = (idx, *b, to);
+        let mut passed = false;
+        loop {
+            let offset = lane.offset(&self.query);
+            let walk = match lane.toggle_next() {
+                Some((off_at, on_at))
+                    if out.takes_path_at(offset)
+                        && out.room() > usize::from(!passed) + DISABLE_WALK =>
+                {
+                    self.walk_to_disable(cache, from, prev, at, off_at)
+                        .map(|w| (w, on_at))
+                }
+                _ => None,
+            };
+            let Some((walk, on_at)) = walk else {
+                if !passed {
+                    return None;
+                }
+                // A pair was passed over and the lane has news: the
+                // decoder takes it from here, as after the enable.
+                let status = lane.status_after_cached_tnt(&self.query);
+                lane.close(&mut self.query);
+                self.ip = at;
+                self.icount = 0;
+                self.status = status;
+                let result = self.check_ip_event(None).map_err(|k| self.err(k));
+                // An error looking past the enable is the enable's: it is
+                // not reported then, only the disable.
+                let events = if result.is_ok() { 2 } else { 1 };
+                out.pass_events(events, self.offset());
+                return Some(Toggled {
+                    ip: at,
+                    last: from,
+                    result: Some(result),
+                });
+            };
+            if passed {
+                out.pass_events(2, offset);
+            } else {
+                out.push(b, offset);
+            }
+            let blocks = &walk.blocks[..walk.len];
+            for (i, &(w, wb)) in blocks.iter().enumerate() {
+                // The branch the disable binds to is not executed; the
+                // calls before it push their return address.
+                if i + 1 < blocks.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
+                    self.retstack.push(wb.end.0);
+                }
+                out.push(&wb, offset);
+                from = w;
+                prev = wb;
+            }
+            let taken = lane.take_toggle(&mut self.query);
+            debug_assert_eq!(taken, Some(on_at));
+            at = on_at;
+            passed = true;
+            let status = lane.status_after_cached_tnt(&self.query);
+            if status == plain {
+                out.pass_events(2, lane.offset(&self.query));
+                self.icount = 0;
+                return Some(Toggled {
+                    ip: at,
+                    last: from,
+                    result: None,
+                });
+            }
+        }
     }
 
     /// The status of a step whose instruction needed nothing from the
