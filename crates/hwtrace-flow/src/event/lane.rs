@@ -13,6 +13,14 @@
 //! So answers, statuses and offsets are the layered path's by
 //! construction.
 //!
+//! A lane opened with [`TraceLane::open_with_toggles`] also reads a
+//! TIP.PGD with an IP right followed (PADs aside) by a TIP.PGE with an IP:
+//! tracing went off at a branch and came back on elsewhere, which on an
+//! IP-filtered trace is every call out of the traced ranges. Until the
+//! caller takes the pair ([`TraceLane::take_toggle`]) the lane answers as
+//! the layered path does with the disable pending; left untaken, it is
+//! handed back like any other packet.
+//!
 //! The layered path looks one event ahead (to say whether an event is
 //! pending); the lane keeps the same look-ahead ([`Next`]), and what
 //! [`QueryDecoder::offset`] would say follows from it: after a TNT packet

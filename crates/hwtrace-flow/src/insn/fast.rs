@@ -465,7 +465,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// up in one step): for callers that only count instructions. The
     /// burst stops after the first run taken at or past trace offset
     /// `until`; that run and the burst's last single block are kept
-    /// whole ([`RunTally::kept`]). Returns how many runs.
+    /// whole ([`RunTally::kept`]). With
+    /// [`RunTally::set_passes_toggles`], the burst also goes on past a
+    /// TIP.PGD right followed by a TIP.PGE, counting their disable and
+    /// enable events in [`RunTally::events`] (the decoder is then where
+    /// `next` would have left it after reporting the enable). Returns how
+    /// many runs.
     pub fn tally_runs(&mut self, out: &mut RunTally, until: TraceOffset) -> usize {
         let found = self
             .burst_mode()

@@ -34,7 +34,12 @@
 //! the instruction an error follows, a run that may end an endless loop,
 //! the runs where a caller looks for a seam: the rest of a burst is then
 //! handed out run by run); [`Flow::skip_insns`](super::Flow::skip_insns)
-//! passes over the middle of a run handed out one by one.
+//! passes over the middle of a run handed out one by one. In count mode
+//! a burst also goes on past the commonest events of IP-filtered traces,
+//! a TIP.PGD right followed by a TIP.PGE (code outside the traced ranges
+//! ran in between: a library call), counting the two events
+//! ([`Skipped::events`](super::Skipped::events)) instead of handing them
+//! out; a caller that only counts sees the same totals.
 //!
 //! Seams are only taken between runs handed out, never inside a run or
 //! with runs of a burst still to come ([`StepSource::seam_ready`]): the
