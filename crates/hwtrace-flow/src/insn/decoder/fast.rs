@@ -287,6 +287,17 @@ struct DisableWalk {
     len: usize,
 }
 
+/// The block execution goes on in after another
+/// ([`InsnDecoder::block_after`]).
+enum NextBlock {
+    /// Found (or built) and linked.
+    Found(u32),
+    /// Built, after the cache started over: older indices are gone.
+    StartedOver(u32),
+    /// No block there (the code cannot be decoded).
+    Missing,
+}
+
 /// Where a burst is after passing over disable/enable pairs
 /// ([`InsnDecoder::pass_toggles`]).
 struct Toggled {
@@ -530,14 +541,21 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                             return end;
                         }
                         offset = lane.offset(&self.query);
-                        end.next = match cache.get(t.last).copied() {
+                        let after = match cache.get(t.last).copied() {
                             Some(tb) => self.block_after(cache, t.last, &tb, ip),
-                            None => None,
-                        }
-                        .unwrap_or_else(|| {
-                            end.last = NO_BLOCK;
-                            NO_BLOCK
-                        });
+                            None => NextBlock::Missing,
+                        };
+                        end.next = match after {
+                            NextBlock::Found(next) => next,
+                            NextBlock::StartedOver(next) => {
+                                end.last = NO_BLOCK;
+                                next
+                            }
+                            NextBlock::Missing => {
+                                end.last = NO_BLOCK;
+                                NO_BLOCK
+                            }
+                        };
                         continue;
                     }
                     lane.close(&mut self.query);
@@ -585,28 +603,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             }
             // The next block: the successor link if it still starts here,
             // else the cache (decoding the block if new), then linked.
-            let linked = b.successor(Ip(to));
-            end.next = match cache.get(linked) {
-                Some(c) if c.ip.0 == to && c.space == b.space && c.mode == b.mode => linked,
-                _ => {
-                    let before = cache.len();
-                    let space = self.space;
-                    let found = cache.get_or_build(b.space, b.mode, Ip(to), |at| {
-                        self.decode_insn(space, at, b.mode)
-                    });
-                    let Ok(found) = found else {
-                        end.next = NO_BLOCK;
-                        break;
-                    };
-                    if cache.len() < before {
-                        // The cache started over: older indices (and the
-                        // path being recorded) are gone.
-                        end.last = NO_BLOCK;
-                        rec = None;
-                    } else {
-                        cache.link(end.last, found);
-                    }
-                    found
+            end.next = match self.block_after(cache, end.last, &b, to) {
+                NextBlock::Found(next) => next,
+                NextBlock::StartedOver(next) => {
+                    // Older indices (and the path being recorded) are gone.
+                    end.last = NO_BLOCK;
+                    rec = None;
+                    next
+                }
+                NextBlock::Missing => {
+                    end.next = NO_BLOCK;
+                    break;
                 }
             };
             if let Some(r) = &rec
@@ -638,8 +645,6 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// The block starting at `to`, where execution went after block
     /// `prev` (index `from`): `prev`'s successor link if it still starts
     /// there, else the cache (decoding the block if new), then linked.
-    /// `None`: no block there, or the cache started over (older indices
-    /// are gone).
     #[inline]
     fn block_after(
         &mut self,
@@ -647,28 +652,29 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         from: u32,
         prev: &CachedBlock,
         to: u64,
-    ) -> Option<u32> {
+    ) -> NextBlock {
         let linked = prev.successor(Ip(to));
         if let Some(c) = cache.get(linked)
             && c.ip.0 == to
             && c.space == prev.space
             && c.mode == prev.mode
         {
-            return Some(linked);
+            return NextBlock::Found(linked);
         }
         let before = cache.len();
         let space = self.space;
         let mode = prev.mode;
-        let found = cache
-            .get_or_build(prev.space, mode, Ip(to), |at| {
-                self.decode_insn(space, at, mode)
-            })
-            .ok()?;
-        if cache.len() < before {
-            return None;
+        let found = cache.get_or_build(prev.space, mode, Ip(to), |at| {
+            self.decode_insn(space, at, mode)
+        });
+        match found {
+            Ok(found) if cache.len() < before => NextBlock::StartedOver(found),
+            Ok(found) => {
+                cache.link(from, found);
+                NextBlock::Found(found)
+            }
+            Err(_) => NextBlock::Missing,
         }
-        cache.link(from, found);
-        Some(found)
     }
 
     /// The blocks from `at` (where execution went after block `prev`,
@@ -694,7 +700,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         };
         let mut insns = 0u64;
         while walk.len < DISABLE_WALK {
-            let idx = self.block_after(cache, from, &prev, at)?;
+            let NextBlock::Found(idx) = self.block_after(cache, from, &prev, at) else {
+                return None;
+            };
             let b = *cache.get(idx)?;
             insns += u64::from(b.insns);
             if !b.plain || insns > MAX_UNTRACED_INSNS {
