@@ -316,6 +316,17 @@ impl<'a> TraceLane<'a> {
         self.status_after_cached_tnt(query)
     }
 
+    /// As [`QueryDecoder::drop_tnt_bits`]: the next `n` cached bits, fewer
+    /// than are cached.
+    #[inline]
+    pub fn drop_tnt_bits(&mut self, query: &mut QueryDecoder<'a>, n: u8) {
+        if let Next::Layered = self.next {
+            return query.drop_tnt_bits(n);
+        }
+        debug_assert!(n < self.left, "dropping every cached bit");
+        self.left = self.left.saturating_sub(n);
+    }
+
     /// As [`QueryDecoder::peek_tnt`].
     #[inline]
     pub fn peek_tnt(&self, query: &QueryDecoder<'a>) -> Option<bool> {
@@ -474,12 +485,21 @@ fn ip_packet(data: &[u8], at: u64) -> Option<(IpPayload, u8)> {
     let n = compression.payload_len();
     let from = at as usize + 1;
     let bytes = data.get(from..from + n)?;
-    let mut raw = [0u8; 8];
-    raw[..n].copy_from_slice(bytes);
-    let payload = IpPayload {
-        compression,
-        raw: u64::from_le_bytes(raw),
+    // Eight bytes at once where the trace has them (a copy of a variable
+    // length is a call to memmove), masked to the payload's.
+    let raw = match data
+        .get(from..from + 8)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+    {
+        Some(eight) if n < 8 => u64::from_le_bytes(eight) & ((1u64 << (8 * n)) - 1),
+        Some(eight) => u64::from_le_bytes(eight),
+        None => {
+            let mut raw = [0u8; 8];
+            raw[..n].copy_from_slice(bytes);
+            u64::from_le_bytes(raw)
+        }
     };
+    let payload = IpPayload { compression, raw };
     Some((payload, n as u8 + 1))
 }
 

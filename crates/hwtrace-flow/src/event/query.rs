@@ -295,6 +295,15 @@ impl<'a> QueryDecoder<'a> {
         self.status()
     }
 
+    /// Uses up the next `n` cached TNT bits at once, fewer than are
+    /// cached (a caller that knows where they lead; with bits still
+    /// cached, nothing can be pending).
+    #[inline]
+    pub fn drop_tnt_bits(&mut self, n: u8) {
+        debug_assert!(n < self.tnt.pending().1, "dropping every cached bit");
+        self.tnt.skip(n);
+    }
+
     /// With no TNT bit cached and a TNT packet (with bits) next: loads
     /// it, exactly as [`take_tnt`](Self::take_tnt) does before using its
     /// first bit, and says `true`. Otherwise nothing changes. For a caller

@@ -63,6 +63,11 @@ impl TntCache {
         self.left -= 1;
         Some((self.bits >> self.left) & 1 != 0)
     }
+
+    /// Drops the next `n` bits (all of them if fewer are left).
+    pub fn skip(&mut self, n: u8) {
+        self.left = self.left.saturating_sub(n);
+    }
 }
 
 #[cfg(test)]

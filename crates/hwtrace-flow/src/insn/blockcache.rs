@@ -235,13 +235,21 @@ pub enum StackOp {
 }
 
 /// Where the TNT bits left in the cache lead from a block, when they are
-/// used up by conditional jumps with only direct jumps, direct calls,
+/// used by conditional jumps with only direct jumps, direct calls,
 /// compressed returns to those calls and straight code between (no TIP, no
 /// return to a call made before): the blocks run, in order, what they do to
-/// the return stack, and the block after the last. The same code with the same bits always goes the
-/// same way, so a decoder that meets the key again runs the whole path in
-/// one step (the idea of libxdc's and iptr's TNT caches) instead of
-/// following the blocks one branch at a time.
+/// the return stack, and the block after the last. The same code with the
+/// same bits always goes the same way, so a decoder that meets the key
+/// again runs the whole path in one step (the idea of libxdc's and iptr's
+/// TNT caches) instead of following the blocks one branch at a time.
+///
+/// A path need not use every bit of its key: one that stops at a block
+/// the path cannot hold (a return to a call made before it, a block whose
+/// answer comes with an event, the length limit) keeps the blocks before
+/// it and says how many bits they used ([`used`](Self::used)); the decoder
+/// runs that block by itself and looks for a path again with the bits
+/// left. So code that returns out of a TNT packet's blocks, or that an
+/// event follows, is not recorded again at every visit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TntPath {
     /// The first block.
@@ -250,6 +258,9 @@ pub struct TntPath {
     pub bits: u64,
     /// How many.
     pub left: u8,
+    /// How many of them its blocks use: [`left`](Self::left) for a whole
+    /// path, fewer for one that stops early.
+    pub used: u8,
     /// Where its runs start in the path run store.
     first: u32,
     /// How many runs.
@@ -264,6 +275,46 @@ pub struct TntPath {
     /// the run before the path ended, the others after the path's TNT
     /// packet).
     pub first_insns: u32,
+    /// How many in the runs after the last one that used a bit (none for
+    /// a whole path, which ends with its last bit): the instructions
+    /// executed since the trace was last asked.
+    pub tail_insns: u32,
+    /// The IP after the last run.
+    pub to: Ip,
+    /// The last block run.
+    pub last: u32,
+    /// The block starting at `to`.
+    pub next: u32,
+}
+
+impl TntPath {
+    /// Whether its blocks use every bit of its key.
+    #[inline]
+    pub const fn is_whole(&self) -> bool {
+        self.used == self.left
+    }
+}
+
+/// What a path is found by: its first block and the TNT bits left there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathKey {
+    /// The first block.
+    pub start: u32,
+    /// The TNT bits left (the next one highest).
+    pub bits: u64,
+    /// How many.
+    pub left: u8,
+}
+
+/// Where a recorded path ended ([`BlockCache::finish_path`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PathEnd {
+    /// How many instructions, all runs together.
+    pub insns: u64,
+    /// How many TNT bits the runs used.
+    pub used: u8,
+    /// How many instructions after the last run that used a bit.
+    pub tail_insns: u32,
     /// The IP after the last run.
     pub to: Ip,
     /// The last block run.
@@ -280,12 +331,14 @@ impl TntPath {
             start: 0,
             bits: 0,
             left: 0,
+            used: 0,
             first: 0,
             runs: runs.len() as u32,
             first_op: 0,
             ops: 0,
             insns: runs.iter().map(|r| u64::from(r.insns)).sum(),
             first_insns: runs.first().map_or(0, |r| r.insns),
+            tail_insns: 0,
             to: Ip(0),
             last: NO_BLOCK,
             next: NO_BLOCK,
@@ -440,6 +493,11 @@ impl BlockCache {
         self.paths.len()
     }
 
+    /// How many of the paths kept stop before using all their bits.
+    pub fn partial_paths(&self) -> usize {
+        self.paths.iter().filter(|p| !p.is_whole()).count()
+    }
+
     /// Starts recording a path: its runs go after the ones stored (which
     /// start over first when there are too many).
     pub fn begin_path(&mut self) -> u32 {
@@ -469,21 +527,7 @@ impl BlockCache {
 
     /// Keeps the path being recorded (begun at `first`, its runs pushed)
     /// under its key, replacing whatever shared its slot.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "a path's fields, named at the one place that makes paths"
-    )]
-    pub fn finish_path(
-        &mut self,
-        first: u32,
-        start: u32,
-        bits: u64,
-        left: u8,
-        insns: u64,
-        to: Ip,
-        last: u32,
-        next: u32,
-    ) {
+    pub fn finish_path(&mut self, first: u32, key: PathKey, end: PathEnd) {
         let runs = (self.path_runs.len() as u32).saturating_sub(first);
         if runs == 0 {
             return;
@@ -493,21 +537,26 @@ impl BlockCache {
         }
         let i = self.paths.len() as u32;
         let first_insns = self.path_runs.get(first as usize).map_or(0, |r| r.insns);
-        if let Some(slot) = self.path_slots.get_mut(path_slot(start, bits, left)) {
+        if let Some(slot) = self
+            .path_slots
+            .get_mut(path_slot(key.start, key.bits, key.left))
+        {
             *slot = i;
             self.paths.push(TntPath {
-                start,
-                bits,
-                left,
+                start: key.start,
+                bits: key.bits,
+                left: key.left,
+                used: end.used,
                 first,
                 runs,
                 first_op: self.ops_mark,
                 ops: (self.path_ops.len() as u32).saturating_sub(self.ops_mark),
-                insns,
+                insns: end.insns,
                 first_insns,
-                to,
-                last,
-                next,
+                tail_insns: end.tail_insns,
+                to: end.to,
+                last: end.last,
+                next: end.next,
             });
         }
     }
@@ -844,6 +893,21 @@ mod tests {
         assert_eq!(blk(&c, tail).target, blk(&c, tail).end.0);
     }
 
+    fn key(start: u32, bits: u64, left: u8) -> PathKey {
+        PathKey { start, bits, left }
+    }
+
+    fn end(insns: u64, used: u8, to: Ip, last: u32, next: u32) -> PathEnd {
+        PathEnd {
+            insns,
+            used,
+            tail_insns: 0,
+            to,
+            last,
+            next,
+        }
+    }
+
     #[test]
     fn tnt_paths_are_kept_by_start_and_bits() {
         let (mut c, _, [head, tail]) = built([0x1000, 0x1004]);
@@ -861,7 +925,7 @@ mod tests {
         c.push_path_run(run);
         c.push_path_op(StackOp::Push(0x3000));
         c.push_path_op(StackOp::Pop);
-        c.finish_path(first, head, 0b10, 2, 6, Ip(0x1004), head, tail);
+        c.finish_path(first, key(head, 0b10, 2), end(6, 2, Ip(0x1004), head, tail));
         let (p, runs) = c.path(head, 0b10, 2).expect("a path");
         assert_eq!(runs, [run, run]);
         assert_eq!((p.insns, p.to, p.last, p.next), (6, Ip(0x1004), head, tail));
@@ -886,9 +950,24 @@ mod tests {
         let first = c.begin_path();
         c.push_path_run(run);
         c.push_path_op(StackOp::Push(0x5000));
-        c.finish_path(first, tail, 0b1, 1, 3, Ip(0x1004), head, tail);
+        c.finish_path(first, key(tail, 0b1, 1), end(3, 1, Ip(0x1004), head, tail));
         let (p, _) = c.path(tail, 0b1, 1).expect("a second path");
         assert_eq!(c.path_ops(p), [StackOp::Push(0x5000)]);
+        assert!(p.is_whole());
+        assert_eq!(c.partial_paths(), 0);
+        // One that stops before its last bit (a return to a call made
+        // before it would use it) is kept too, and says so.
+        let first = c.begin_path();
+        c.push_path_run(run);
+        c.finish_path(
+            first,
+            key(head, 0b101, 3),
+            end(3, 2, Ip(0x1004), head, tail),
+        );
+        let (p, _) = c.path(head, 0b101, 3).expect("a partial path");
+        assert!(!p.is_whole());
+        assert_eq!((p.used, p.left), (2, 3));
+        assert_eq!(c.partial_paths(), 1);
         c.clear();
         assert!(c.path(head, 0b10, 2).is_none());
         assert_eq!(c.paths(), 0);

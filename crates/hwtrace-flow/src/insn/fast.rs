@@ -189,6 +189,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         self.cache.paths()
     }
 
+    /// How many of the cached TNT paths stop before using all their bits
+    /// ([`TntPath::used`]).
+    pub fn cached_partial_paths(&self) -> usize {
+        self.cache.partial_paths()
+    }
+
     /// The offset of the packet being processed.
     pub fn offset(&self) -> TraceOffset {
         self.dec.offset()
@@ -699,7 +705,7 @@ impl RunSink for RunTally {
         RunTally::room(self)
     }
 
-    #[inline]
+    #[inline(always)]
     fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset) {
         RunTally::push_path(self, path, runs, offset);
     }

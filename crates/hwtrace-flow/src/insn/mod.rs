@@ -14,7 +14,7 @@ mod tally;
 pub use block::{Block, BlockDecoder, BlockStep, MAX_BLOCK_INSNS, ends_block};
 pub use blockcache::{
     BlockCache, BlockFlow, CachedBlock, Edge, MAX_CACHED_BLOCK_INSNS, MAX_CACHED_BLOCKS,
-    MAX_PATH_LEN, NO_BLOCK, PathRun, TntPath,
+    MAX_PATH_LEN, NO_BLOCK, PathEnd, PathKey, PathRun, TntPath,
 };
 pub use cache::{Cached, InsnCache};
 pub use classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special, classify};

@@ -239,14 +239,31 @@ impl RunTally {
     /// The runs of TNT path `path`, all with the trace offset after them:
     /// counted from the path's record, unless past `until` (a burst asks
     /// [`takes_path_at`](Self::takes_path_at) first; kept if not).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_path(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset) {
+        if !self.kept.is_empty() || offset >= self.until {
+            return self.push_path_slow(path, runs, offset);
+        }
+        self.count_path(path, offset);
+    }
+
+    /// [`push_path`](Self::push_path) with runs kept before it, or past
+    /// `until`.
+    #[cold]
+    #[inline(never)]
+    fn push_path_slow(&mut self, path: &TntPath, runs: &[PathRun], offset: TraceOffset) {
         self.count_kept();
         if offset >= self.until {
             self.kept.push_path(runs, offset);
             self.reached = true;
             return;
         }
+        self.count_path(path, offset);
+    }
+
+    /// Counts path `path`'s runs, taken at `offset`.
+    #[inline(always)]
+    fn count_path(&mut self, path: &TntPath, offset: TraceOffset) {
         let c = &mut self.counted;
         c.runs += path.runs as usize;
         // The first run is taken where the run before it ended, the

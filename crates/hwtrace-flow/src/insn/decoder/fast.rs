@@ -15,7 +15,8 @@ use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
 use crate::event::{EventKind, Status, TraceLane};
 use crate::insn::blockcache::{
-    BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathRun, StackOp, TntPath,
+    BlockCache, BlockFlow, CachedBlock, MAX_PATH_LEN, NO_BLOCK, PathEnd, PathKey, PathRun, StackOp,
+    TntPath,
 };
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
@@ -313,13 +314,47 @@ struct Toggled {
 /// A TNT path being recorded ([`BlockCache::begin_path`]).
 struct Recording {
     first: u32,
-    start: u32,
-    bits: u64,
-    left: u8,
+    key: PathKey,
     insns: u64,
     runs: u32,
     /// Return addresses its calls pushed that no return popped yet.
     calls: u32,
+    /// TNT bits its blocks used.
+    used: u8,
+    /// Instructions since the last block that used one.
+    tail_insns: u32,
+    /// The last block recorded.
+    last: u32,
+}
+
+impl Recording {
+    /// Keeps the blocks recorded so far as a path that stops before
+    /// block `next` (at `to`), which it cannot hold: a path that uses
+    /// only some of its bits ([`TntPath::used`]). Nothing is kept when
+    /// no block was recorded or the next block is not known.
+    fn finish_before(self, cache: &mut BlockCache, to: u64, next: u32) {
+        if self.runs == 0 || next == NO_BLOCK {
+            cache.abandon_path(self.first);
+            return;
+        }
+        self.finish(cache, to, next);
+    }
+
+    /// Keeps the blocks recorded as a path ending at `to` (block `next`).
+    fn finish(self, cache: &mut BlockCache, to: u64, next: u32) {
+        cache.finish_path(
+            self.first,
+            self.key,
+            PathEnd {
+                insns: self.insns,
+                used: self.used,
+                tail_insns: self.tail_insns,
+                to: Ip(to),
+                last: self.last,
+                next,
+            },
+        );
+    }
 }
 
 /// How a burst ended.
@@ -416,10 +451,13 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     // limit checked for the path as a whole).
                     match cache.path(end.next, bits, left) {
                         Some((p, runs)) => {
+                            // A path that leaves bits cached has nothing
+                            // pending after it.
                             if out.room() >= runs.len()
                                 && out.takes_path_at(offset)
                                 && icount.saturating_add(p.insns) <= MAX_UNTRACED_INSNS
-                                && lane.status_after_cached_tnt(&self.query) == plain
+                                && (!p.is_whole()
+                                    || lane.status_after_cached_tnt(&self.query) == plain)
                             {
                                 out.push_path(p, runs, offset);
                                 for op in cache.path_ops(p) {
@@ -430,8 +468,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                                         }
                                     }
                                 }
-                                lane.drop_cached_tnt(&mut self.query);
-                                icount = 0;
+                                if p.is_whole() {
+                                    lane.drop_cached_tnt(&mut self.query);
+                                    icount = 0;
+                                } else {
+                                    lane.drop_tnt_bits(&mut self.query, p.used);
+                                    icount = if p.used > 0 {
+                                        u64::from(p.tail_insns)
+                                    } else {
+                                        icount + p.insns
+                                    };
+                                }
                                 ip = p.to.0;
                                 end.last = p.last;
                                 end.next = p.next;
@@ -441,12 +488,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         None => {
                             rec = Some(Recording {
                                 first: cache.begin_path(),
-                                start: end.next,
-                                bits,
-                                left,
+                                key: PathKey {
+                                    start: end.next,
+                                    bits,
+                                    left,
+                                },
                                 insns: 0,
                                 runs: 0,
                                 calls: 0,
+                                used: 0,
+                                tail_insns: 0,
+                                last: NO_BLOCK,
                             });
                         }
                     }
@@ -523,7 +575,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 }
                 Some(status) => {
                     if let Some(r) = rec.take() {
-                        cache.abandon_path(r.first);
+                        // The path stops before this block, whose answer
+                        // came with news.
+                        r.finish_before(cache, b.ip.0, end.last);
                     }
                     // Read before a disable/enable pair is tried: building
                     // blocks for it may start the cache over.
@@ -596,9 +650,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     cache.push_path_run(b.as_run());
                     r.insns += n;
                     r.runs += 1;
-                } else {
-                    cache.abandon_path(r.first);
-                    rec = None;
+                    r.last = end.last;
+                    if own_return || b.flow == BlockFlow::CondJump {
+                        r.used += 1;
+                        r.tail_insns = 0;
+                    } else {
+                        r.tail_insns += b.insns;
+                    }
+                } else if let Some(r) = rec.take() {
+                    // The path stops before this block: a return to a call
+                    // made before it, or one block too many.
+                    r.finish_before(cache, b.ip.0, end.last);
                 }
             }
             // The next block: the successor link if it still starts here,
@@ -616,25 +678,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     break;
                 }
             };
-            if let Some(r) = &rec
-                && lane.cached_tnt(&self.query).1 == 0
-            {
+            if rec.is_some() && lane.cached_tnt(&self.query).1 == 0 {
                 // The bits it started with are used up: the path ends here.
-                cache.finish_path(
-                    r.first,
-                    r.start,
-                    r.bits,
-                    r.left,
-                    r.insns,
-                    Ip(ip),
-                    end.last,
-                    end.next,
-                );
-                rec = None;
+                if let Some(r) = rec.take() {
+                    r.finish(cache, ip, end.next);
+                }
             }
         }
         if let Some(r) = rec {
-            cache.abandon_path(r.first);
+            // Stopped before block `end.next` (the burst is full, or that
+            // block cannot run here).
+            r.finish_before(cache, ip, end.next);
         }
         lane.close(&mut self.query);
         self.ip = ip;
