@@ -103,11 +103,15 @@ fn hwtrace_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
 /// `(instructions, errors)` of a decode with hwtrace's fast (block-cached)
 /// decoder, driven the same way; a run's instruction count is all it
 /// needs, so nothing is expanded. Plain code comes a burst of runs at a
-/// time, counted ([`FastDecoder::tally_runs`]); anything else (events,
+/// time, counted ([`FastDecoder::tally_runs`], passing over TIP.PGD/TIP.PGE
+/// pairs as `hwtrace flow` does); anything else (events,
 /// errors, the end) one step at a time.
 pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
     let mut dec = FastDecoder::new(trace, Config::default(), mem);
     let mut runs = RunTally::new();
+    // As `hwtrace flow` counts: the disable/enable pairs of IP-filtered
+    // traces are passed over inside the burst.
+    runs.set_passes_toggles(true);
     let (mut insns, mut errors) = (0u64, 0u64);
     let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
