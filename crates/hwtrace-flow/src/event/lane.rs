@@ -89,7 +89,10 @@ pub enum LaneStart {
 pub struct TraceLane<'a> {
     data: &'a [u8],
     /// TNT bits cached, bit `left - 1` next (as the query's TNT cache,
-    /// which holds them instead while `next` is [`Next::Layered`]).
+    /// which holds them instead while `next` is [`Next::Layered`]). None
+    /// set at or above `left`: the bits used are cleared as they go, so
+    /// handing them out (at every block a burst looks for a path from)
+    /// needs no mask.
     bits: u64,
     left: u8,
     next: Next,
@@ -143,6 +146,7 @@ impl<'a> TraceLane<'a> {
     #[inline]
     fn open_as(query: &QueryDecoder<'a>, toggles: bool) -> Self {
         let (bits, left) = query.cached_tnt();
+        let bits = low_bits(bits, left);
         let (data, last_ip, start) = query.lane_start();
         let next = match start {
             Some(LaneStart::Tnt(t, after)) => Next::Tnt {
@@ -207,15 +211,16 @@ impl<'a> TraceLane<'a> {
     }
 
     /// Reads the packet at `pos` (PADs skipped) as the next answer, or
-    /// hands the trace back there.
-    #[inline]
+    /// hands the trace back there. A TNT-8 packet (most of a trace) is
+    /// read here, anything else out of line.
+    #[inline(always)]
     fn read_next(&mut self, query: &mut QueryDecoder<'a>, pos: u64) {
         let data = self.data;
         let at = skip_pads(data, pos);
-        let Some(&b) = data.get(at as usize) else {
-            return self.hand_back(query, at);
-        };
-        if b & 1 == 0 && b != 0x02 {
+        if let Some(&b) = data.get(at as usize)
+            && b & 1 == 0
+            && b != 0x02
+        {
             // TNT-8 (PADs were skipped): the stop bit above the bits.
             let payload = b >> 1;
             let len = 7 - payload.leading_zeros() as u8;
@@ -227,6 +232,17 @@ impl<'a> TraceLane<'a> {
             };
             return;
         }
+        self.read_other(query, at);
+    }
+
+    /// [`read_next`](Self::read_next) at `at`, a packet that is not a
+    /// TNT-8 (or the end).
+    #[inline(never)]
+    fn read_other(&mut self, query: &mut QueryDecoder<'a>, at: u64) {
+        let data = self.data;
+        let Some(&b) = data.get(at as usize) else {
+            return self.hand_back(query, at);
+        };
         if b & 0x1f == TIP
             && let Some((payload, size)) = ip_packet(data, at)
         {
@@ -271,17 +287,12 @@ impl<'a> TraceLane<'a> {
     }
 
     /// As [`QueryDecoder::cached_tnt`].
-    #[inline]
+    #[inline(always)]
     pub fn cached_tnt(&self, query: &QueryDecoder<'a>) -> (u64, u8) {
         if let Next::Layered = self.next {
             return query.cached_tnt();
         }
-        let mask = if self.left >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << self.left) - 1
-        };
-        (self.bits & mask, self.left)
+        (self.bits, self.left)
     }
 
     /// As [`QueryDecoder::offset`].
@@ -297,7 +308,7 @@ impl<'a> TraceLane<'a> {
     }
 
     /// As [`QueryDecoder::status_after_cached_tnt`].
-    #[inline]
+    #[inline(always)]
     pub fn status_after_cached_tnt(&self, query: &QueryDecoder<'a>) -> Status {
         match self.next {
             Next::Tnt { .. } | Next::Tip { .. } => PLAIN_BEYOND,
@@ -312,6 +323,7 @@ impl<'a> TraceLane<'a> {
         if let Next::Layered = self.next {
             return query.drop_cached_tnt();
         }
+        self.bits = 0;
         self.left = 0;
         self.status_after_cached_tnt(query)
     }
@@ -325,6 +337,7 @@ impl<'a> TraceLane<'a> {
         }
         debug_assert!(n < self.left, "dropping every cached bit");
         self.left = self.left.saturating_sub(n);
+        self.bits = low_bits(self.bits, self.left);
     }
 
     /// As [`QueryDecoder::peek_tnt`].
@@ -342,16 +355,16 @@ impl<'a> TraceLane<'a> {
 
     /// Loads the next TNT packet's bits into the cache (which must be
     /// empty) and reads the packet after it.
-    #[inline]
+    #[inline(always)]
     fn load(&mut self, query: &mut QueryDecoder<'a>, bits: u64, len: u8, after: u64) {
-        self.bits = bits;
+        self.bits = low_bits(bits, len);
         self.left = len;
         self.moved = true;
         self.read_next(query, after);
     }
 
     /// As [`QueryDecoder::load_next_tnt_packet`].
-    #[inline]
+    #[inline(always)]
     pub fn load_next_tnt_packet(&mut self, query: &mut QueryDecoder<'a>) -> bool {
         match self.next {
             Next::Tnt {
@@ -399,6 +412,7 @@ impl<'a> TraceLane<'a> {
             }
         }
         self.left -= 1;
+        self.bits &= !(1u64 << self.left);
         Some((taken, self.status(query)))
     }
 
@@ -503,10 +517,22 @@ fn ip_packet(data: &[u8], at: u64) -> Option<(IpPayload, u8)> {
     Some((payload, n as u8 + 1))
 }
 
+/// The low `n` bits of `bits`.
+#[inline(always)]
+const fn low_bits(bits: u64, n: u8) -> u64 {
+    if n >= 64 {
+        bits
+    } else {
+        bits & ((1u64 << n) - 1)
+    }
+}
+
 /// The first offset from `pos` that does not hold a PAD.
-#[inline]
+#[inline(always)]
 fn skip_pads(data: &[u8], pos: u64) -> u64 {
     match usize::try_from(pos) {
+        // Most packets have no PAD before them: one byte decides.
+        Ok(at) if data.get(at).is_some_and(|&b| b != 0) => pos,
         Ok(at) => pos + hwtrace_packet::pad_run(data, at) as u64,
         Err(_) => pos,
     }

@@ -109,6 +109,13 @@ impl RunBuffer {
         self.entries.get(i).map(|e| self.run(e))
     }
 
+    /// Each run's instruction count and the trace offset after it (what
+    /// counting them needs, without building whole runs).
+    #[inline]
+    pub(crate) fn counts(&self) -> impl Iterator<Item = (u32, TraceOffset)> + '_ {
+        self.entries.iter().map(|e| (e.insns, e.offset))
+    }
+
     /// The runs, oldest first.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = BlockRun> + '_ {
         self.entries.iter().map(|e| self.run(e))

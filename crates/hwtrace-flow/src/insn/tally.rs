@@ -158,10 +158,10 @@ impl RunTally {
     /// Counts the kept runs too (the caller needs none of them whole).
     pub fn count_kept(&mut self) {
         let mut at = self.counted.end;
-        for run in self.kept.iter() {
+        for (insns, offset) in self.kept.counts() {
             self.counted.runs += 1;
-            self.counted.add(at, u64::from(run.insns), run.offset);
-            at = run.offset;
+            self.counted.add(at, u64::from(insns), offset);
+            at = offset;
         }
         self.kept.clear();
     }

@@ -281,10 +281,11 @@ pub(in crate::insn) trait RunSink {
 /// instruction decoder steps.
 const DISABLE_WALK: usize = 8;
 
-/// The blocks a pending disable runs through (index and block), the last
-/// one ending in the branch it binds to.
+/// The blocks a pending disable runs through (their indices: the walk
+/// only takes blocks found without the cache starting over), the last one
+/// ending in the branch it binds to.
 struct DisableWalk {
-    blocks: [(u32, CachedBlock); DISABLE_WALK],
+    blocks: [u32; DISABLE_WALK],
     len: usize,
 }
 
@@ -699,7 +700,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// The block starting at `to`, where execution went after block
     /// `prev` (index `from`): `prev`'s successor link if it still starts
     /// there, else the cache (decoding the block if new), then linked.
-    #[inline]
+    #[inline(always)]
     fn block_after(
         &mut self,
         cache: &mut BlockCache,
@@ -715,6 +716,19 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         {
             return NextBlock::Found(linked);
         }
+        self.block_unlinked(cache, from, prev, to)
+    }
+
+    /// [`block_after`](Self::block_after) when `prev` has no link to `to`:
+    /// the cache (decoding the block if new), then linked.
+    #[inline(never)]
+    fn block_unlinked(
+        &mut self,
+        cache: &mut BlockCache,
+        from: u32,
+        prev: &CachedBlock,
+        to: u64,
+    ) -> NextBlock {
         let before = cache.len();
         let space = self.space;
         let mode = prev.mode;
@@ -749,7 +763,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         off_at: u64,
     ) -> Option<DisableWalk> {
         let mut walk = DisableWalk {
-            blocks: [(NO_BLOCK, prev); DISABLE_WALK],
+            blocks: [NO_BLOCK; DISABLE_WALK],
             len: 0,
         };
         let mut insns = 0u64;
@@ -762,7 +776,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             if !b.plain || insns > MAX_UNTRACED_INSNS {
                 return None;
             }
-            walk.blocks[walk.len] = (idx, b);
+            walk.blocks[walk.len] = idx;
             walk.len += 1;
             at = match b.flow {
                 BlockFlow::Straight => b.end.0,
@@ -854,7 +868,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 out.push(b, offset);
             }
             let blocks = &walk.blocks[..walk.len];
-            for (i, &(w, wb)) in blocks.iter().enumerate() {
+            for (i, &w) in blocks.iter().enumerate() {
+                // Found by the walk, and the cache has not changed since.
+                let wb = *cache.get(w)?;
                 // The branch the disable binds to is not executed; the
                 // calls before it push their return address.
                 if i + 1 < blocks.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
