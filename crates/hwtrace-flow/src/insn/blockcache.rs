@@ -572,6 +572,16 @@ impl BlockCache {
             .copied()
     }
 
+    /// The block at `ip` if the recent-block table has it (no hash map
+    /// lookup): for a caller that tries it inline before
+    /// [`get_or_build`](Self::get_or_build).
+    #[inline(always)]
+    pub fn recent(&self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
+        let idx = *self.recent.get(recent_slot(ip))?;
+        let b = self.blocks.get(idx as usize)?;
+        (b.ip == ip && b.space == space && b.mode == mode).then_some(idx)
+    }
+
     /// [`lookup`](Self::lookup) through the recent-block table, which
     /// remembers what it finds.
     #[inline]

@@ -716,11 +716,18 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         {
             return NextBlock::Found(linked);
         }
+        // Returns and indirect branches go to many places: the last one
+        // seen is linked, the others are usually in the recent-block table.
+        if let Some(found) = cache.recent(prev.space, prev.mode, Ip(to)) {
+            cache.link(from, found);
+            return NextBlock::Found(found);
+        }
         self.block_unlinked(cache, from, prev, to)
     }
 
-    /// [`block_after`](Self::block_after) when `prev` has no link to `to`:
-    /// the cache (decoding the block if new), then linked.
+    /// [`block_after`](Self::block_after) when neither `prev`'s link nor
+    /// the recent-block table has `to`: the cache (decoding the block if
+    /// new), then linked.
     #[inline(never)]
     fn block_unlinked(
         &mut self,
