@@ -34,7 +34,7 @@ use hwtrace_types::TraceOffset;
 /// The next answer, as the layered path's look-ahead holds it.
 #[derive(Clone, Copy, Debug)]
 enum Next {
-    /// A TNT packet's bits; `at` is its offset (`None` when the layered
+    /// A TNT packet's bits (none set at or above `len`); `at` is its offset (`None` when the layered
     /// path read it, which the lane never hands back to), `after` the
     /// offset of the first packet after it that is not a PAD.
     Tnt {
@@ -150,7 +150,7 @@ impl<'a> TraceLane<'a> {
         let (data, last_ip, start) = query.lane_start();
         let next = match start {
             Some(LaneStart::Tnt(t, after)) => Next::Tnt {
-                bits: t.bits,
+                bits: low_bits(t.bits, t.len),
                 len: t.len.min(64),
                 at: None,
                 after: after.0,
@@ -354,10 +354,12 @@ impl<'a> TraceLane<'a> {
     }
 
     /// Loads the next TNT packet's bits into the cache (which must be
-    /// empty) and reads the packet after it.
+    /// empty) and reads the packet after it. `bits` has none set at or
+    /// above `len` ([`Next::Tnt`] never has).
     #[inline(always)]
     fn load(&mut self, query: &mut QueryDecoder<'a>, bits: u64, len: u8, after: u64) {
-        self.bits = low_bits(bits, len);
+        debug_assert_eq!(bits, low_bits(bits, len));
+        self.bits = bits;
         self.left = len;
         self.moved = true;
         self.read_next(query, after);

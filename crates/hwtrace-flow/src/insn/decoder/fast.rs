@@ -454,11 +454,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         Some((p, runs)) => {
                             // A path that leaves bits cached has nothing
                             // pending after it.
+                            let whole = p.is_whole();
                             if out.room() >= runs.len()
                                 && out.takes_path_at(offset)
                                 && icount.saturating_add(p.insns) <= MAX_UNTRACED_INSNS
-                                && (!p.is_whole()
-                                    || lane.status_after_cached_tnt(&self.query) == plain)
+                                && (!whole || lane.status_after_cached_tnt(&self.query) == plain)
                             {
                                 out.push_path(p, runs, offset);
                                 for op in cache.path_ops(p) {
@@ -469,7 +469,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                                         }
                                     }
                                 }
-                                if p.is_whole() {
+                                if whole {
                                     lane.drop_cached_tnt(&mut self.query);
                                     icount = 0;
                                 } else {
