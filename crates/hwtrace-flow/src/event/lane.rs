@@ -28,6 +28,7 @@
 //! at a TIP on the TIP.
 
 use super::query::{QueryDecoder, Status};
+use super::tnt::low_bits;
 use hwtrace_packet::{IpCompression, IpPayload, LastIp, Tnt};
 use hwtrace_types::TraceOffset;
 
@@ -145,8 +146,8 @@ impl<'a> TraceLane<'a> {
 
     #[inline]
     fn open_as(query: &QueryDecoder<'a>, toggles: bool) -> Self {
+        // Masked already (`TntCache::pending`).
         let (bits, left) = query.cached_tnt();
-        let bits = low_bits(bits, left);
         let (data, last_ip, start) = query.lane_start();
         let next = match start {
             Some(LaneStart::Tnt(t, after)) => Next::Tnt {
@@ -517,16 +518,6 @@ fn ip_packet(data: &[u8], at: u64) -> Option<(IpPayload, u8)> {
     };
     let payload = IpPayload { compression, raw };
     Some((payload, n as u8 + 1))
-}
-
-/// The low `n` bits of `bits`.
-#[inline(always)]
-const fn low_bits(bits: u64, n: u8) -> u64 {
-    if n >= 64 {
-        bits
-    } else {
-        bits & ((1u64 << n) - 1)
-    }
 }
 
 /// The first offset from `pos` that does not hold a PAD.

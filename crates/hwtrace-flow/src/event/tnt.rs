@@ -3,6 +3,16 @@
 
 use hwtrace_packet::Tnt;
 
+/// The low `n` bits of `bits` (all of them from 64 on).
+#[inline(always)]
+pub(super) const fn low_bits(bits: u64, n: u8) -> u64 {
+    if n >= 64 {
+        bits
+    } else {
+        bits & ((1u64 << n) - 1)
+    }
+}
+
 /// Bits from one TNT packet, consumed one branch at a time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TntCache {
@@ -47,12 +57,7 @@ impl TntCache {
     /// the branches until the cache is empty.
     #[inline]
     pub const fn pending(&self) -> (u64, u8) {
-        let mask = if self.left >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << self.left) - 1
-        };
-        (self.bits & mask, self.left)
+        (low_bits(self.bits, self.left), self.left)
     }
 
     /// The next branch: `Some(true)` if taken; `None` when empty.

@@ -589,17 +589,11 @@ impl BlockCache {
     /// remembers what it finds.
     #[inline]
     fn lookup_recent(&mut self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
-        let slot = recent_slot(ip);
-        if let Some(&idx) = self.recent.get(slot)
-            && let Some(b) = self.blocks.get(idx as usize)
-            && b.ip == ip
-            && b.space == space
-            && b.mode == mode
-        {
+        if let Some(idx) = self.recent(space, mode, ip) {
             return Some(idx);
         }
         let idx = self.lookup(space, mode, ip)?;
-        self.remember(slot, idx);
+        self.remember(recent_slot(ip), idx);
         Some(idx)
     }
 
