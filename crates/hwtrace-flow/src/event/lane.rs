@@ -487,6 +487,114 @@ impl<'a> TraceLane<'a> {
     }
 }
 
+/// Where a lane is, for a caller that reads the trace bytes itself for a
+/// while ([`TraceLane::chain_start`], [`TraceLane::chain_resume`]): the
+/// look-ahead packet's offset (PADs skipped; a TNT-8 packet or a TIP with
+/// an IP, not yet applied to `last_ip`), the TNT bits cached before it
+/// (bit `left - 1` next, none set at or above `left`) and the last IP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaneAt {
+    pub pos: u64,
+    pub bits: u64,
+    pub left: u8,
+    pub last_ip: LastIp,
+}
+
+impl<'a> TraceLane<'a> {
+    /// The trace the lane reads.
+    #[inline(always)]
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+
+    /// Where the lane is, when its look-ahead is a packet it read itself
+    /// (a TNT-8 packet, or a TIP whose IP is still to be applied): from
+    /// there the trace may be read byte by byte with [`tnt8`], [`tip_at`]
+    /// and [`plain_offset`], and the lane moved on with
+    /// [`chain_resume`](Self::chain_resume).
+    #[inline(always)]
+    pub fn chain_start(&self) -> Option<LaneAt> {
+        let pos = match self.next {
+            Next::Tnt { at: Some(at), .. }
+            | Next::Tip {
+                at,
+                payload: Some(_),
+                ..
+            } => at,
+            _ => return None,
+        };
+        Some(LaneAt {
+            pos,
+            bits: self.bits,
+            left: self.left,
+            last_ip: self.last_ip,
+        })
+    }
+
+    /// Moves the lane to `at`, from where [`chain_start`](Self::chain_start)
+    /// said it was: the packets between were read (TNT packets loaded,
+    /// TIPs applied to the last IP), and the packet at `at.pos` has a
+    /// [`plain_offset`]. Answers go on as if the lane had read them.
+    #[inline]
+    pub fn chain_resume(&mut self, query: &mut QueryDecoder<'a>, at: LaneAt) {
+        self.bits = at.bits;
+        self.left = at.left;
+        self.last_ip = at.last_ip;
+        self.moved = true;
+        self.read_next(query, at.pos);
+    }
+}
+
+/// The TNT-8 packet whose byte is `b` (PADs skipped before it): its bits
+/// (the next one highest) and how many.
+#[inline(always)]
+pub fn tnt8(b: u8) -> Option<(u64, u8)> {
+    if b & 1 != 0 || b <= 0x02 {
+        return None;
+    }
+    // The stop bit above the bits.
+    let payload = b >> 1;
+    let len = 7 - payload.leading_zeros() as u8;
+    Some((u64::from(payload) & ((1u64 << len) - 1), len))
+}
+
+/// The TIP with an IP at `pos`, its bytes all there: its payload and size.
+#[inline(always)]
+pub fn tip_at(data: &[u8], pos: u64) -> Option<(IpPayload, u8)> {
+    let &b = data.get(usize::try_from(pos).ok()?)?;
+    if b & 0x1f != TIP {
+        return None;
+    }
+    ip_packet(data, pos)
+}
+
+/// With the packet at `pos` (PADs skipped) as a lane's look-ahead: the
+/// trace offset the lane then reports ([`TraceLane::offset`]: after a
+/// TNT packet and the PADs after it, on a TIP), if it is a packet the
+/// lane reads with nothing pending (a TNT-8 packet, a TIP with an IP).
+#[inline(always)]
+pub fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
+    let at = usize::try_from(pos).ok()?;
+    let &b = data.get(at)?;
+    if tnt8(b).is_some() {
+        return Some(skip_pads(data, pos + 1));
+    }
+    if b & 0x1f != TIP {
+        return None;
+    }
+    let compression = IpCompression::from_bits(b >> 5)?;
+    if compression == IpCompression::Suppressed || data.len() - at <= compression.payload_len() {
+        return None;
+    }
+    Some(pos)
+}
+
+/// The first offset from `pos` that does not hold a PAD.
+#[inline(always)]
+pub fn next_packet(data: &[u8], pos: u64) -> u64 {
+    skip_pads(data, pos)
+}
+
 /// The status once no TNT bit is cached, with a TNT packet or a TIP next.
 const PLAIN_BEYOND: Status = PLAIN;
 

@@ -469,14 +469,19 @@ impl BlockCache {
     /// left, and its runs, if one was recorded.
     #[inline]
     pub fn path(&self, start: u32, bits: u64, left: u8) -> Option<(&TntPath, &[PathRun])> {
-        let i = *self.path_slots.get(path_slot(start, bits, left))?;
-        let p = self.paths.get(i as usize)?;
-        if p.start != start || p.bits != bits || p.left != left {
-            return None;
-        }
+        let p = self.path_record(start, bits, left)?;
         let first = p.first as usize;
         let runs = self.path_runs.get(first..first + p.runs as usize)?;
         Some((p, runs))
+    }
+
+    /// The path from block `start` with TNT bits `bits` (`left` of them)
+    /// left, if one was recorded: its record alone.
+    #[inline(always)]
+    pub fn path_record(&self, start: u32, bits: u64, left: u8) -> Option<&TntPath> {
+        let i = *self.path_slots.get(path_slot(start, bits, left))?;
+        let p = self.paths.get(i as usize)?;
+        (p.start == start && p.bits == bits && p.left == left).then_some(p)
     }
 
     /// What path `p` does to the return stack, in order: its direct
@@ -583,6 +588,27 @@ impl BlockCache {
         let idx = *self.recent.get(recent_slot(ip))?;
         let b = self.blocks.get(idx as usize)?;
         (b.ip == ip && b.space == space && b.mode == mode).then_some(idx)
+    }
+
+    /// The block execution goes on in after block `from` went to `to`,
+    /// when it is known without looking further: `from`'s successor link
+    /// if it still starts there, else (returns and indirect branches go to
+    /// many places, only the last one seen is linked) the recent-block
+    /// table, then linked.
+    #[inline(always)]
+    pub fn linked_or_recent(&mut self, from: u32, to: u64) -> Option<u32> {
+        let prev = self.blocks.get(from as usize)?;
+        let linked = prev.successor(Ip(to));
+        if let Some(c) = self.get(linked)
+            && c.ip.0 == to
+            && c.space == prev.space
+            && c.mode == prev.mode
+        {
+            return Some(linked);
+        }
+        let found = self.recent(prev.space, prev.mode, Ip(to))?;
+        self.link(from, found);
+        Some(found)
     }
 
     /// [`lookup`](Self::lookup) through the recent-block table, which

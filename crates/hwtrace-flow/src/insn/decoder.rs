@@ -17,6 +17,7 @@ use crate::event::{Event, EventKind, QueryDecoder, Status};
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
 
+mod chain;
 mod fast;
 mod resync;
 

@@ -59,7 +59,7 @@ use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK, PathRun, TntPath};
 use super::classify::InsnClass;
 use super::decoder::{BurstEnd, Insn, InsnDecoder, RunSink};
 use super::runs::RunBuffer;
-use super::tally::RunTally;
+use super::tally::{Counted, RunTally};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::event::{Event, Status};
@@ -723,5 +723,20 @@ impl RunSink for RunTally {
     #[inline]
     fn pass_events(&mut self, n: u64, offset: TraceOffset) {
         RunTally::pass_events(self, n, offset);
+    }
+
+    #[inline(always)]
+    fn count_room(&self) -> Option<(usize, TraceOffset)> {
+        RunTally::count_room(self)
+    }
+
+    #[inline(always)]
+    fn take_counted(&mut self) -> Counted {
+        RunTally::take_counted(self)
+    }
+
+    #[inline(always)]
+    fn put_counted(&mut self, counted: Counted) {
+        RunTally::put_counted(self, counted);
     }
 }

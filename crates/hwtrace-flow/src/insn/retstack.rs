@@ -48,6 +48,15 @@ impl RetStack {
         self.len = (self.len + 1).min(RETSTACK_SIZE);
     }
 
+    /// The most recent return address, left in place.
+    #[inline]
+    pub fn peek(&self) -> Option<u64> {
+        if self.len == 0 {
+            return None;
+        }
+        Some(self.entries[(self.top + RETSTACK_SIZE - 1) % RETSTACK_SIZE])
+    }
+
     /// The most recent return address, removed.
     pub fn pop(&mut self) -> Option<u64> {
         if self.len == 0 {

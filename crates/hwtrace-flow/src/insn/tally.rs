@@ -51,6 +51,28 @@ impl Counted {
         }
         self.end = end;
     }
+
+    /// Counts one block's run, with the trace offset after it.
+    #[inline(always)]
+    pub(crate) fn count_run(&mut self, insns: u64, offset: TraceOffset) {
+        self.runs += 1;
+        let at = self.end;
+        self.add(at, insns, offset);
+    }
+
+    /// Counts path `path`'s runs, taken at `offset`.
+    #[inline(always)]
+    pub(crate) fn count_path(&mut self, path: &TntPath, offset: TraceOffset) {
+        self.runs += path.runs as usize;
+        // The first run is taken where the run before it ended, the
+        // others where the path's TNT packet leaves the trace.
+        let first = u64::from(path.first_insns);
+        let at = self.end;
+        self.add(at, first, offset);
+        if path.insns > first {
+            self.add(offset, path.insns - first, offset);
+        }
+    }
 }
 
 /// A burst of runs, counted; see the module documentation.
@@ -157,11 +179,8 @@ impl RunTally {
 
     /// Counts the kept runs too (the caller needs none of them whole).
     pub fn count_kept(&mut self) {
-        let mut at = self.counted.end;
         for (insns, offset) in self.kept.counts() {
-            self.counted.runs += 1;
-            self.counted.add(at, u64::from(insns), offset);
-            at = offset;
+            self.counted.count_run(u64::from(insns), offset);
         }
         self.kept.clear();
     }
@@ -264,16 +283,31 @@ impl RunTally {
     /// Counts path `path`'s runs, taken at `offset`.
     #[inline(always)]
     fn count_path(&mut self, path: &TntPath, offset: TraceOffset) {
-        let c = &mut self.counted;
-        c.runs += path.runs as usize;
-        // The first run is taken where the run before it ended, the
-        // others where the path's TNT packet leaves the trace.
-        let first = u64::from(path.first_insns);
-        let at = c.end;
-        c.add(at, first, offset);
-        if path.insns > first {
-            c.add(offset, path.insns - first, offset);
-        }
+        self.counted.count_path(path, offset);
+    }
+
+    /// For a burst counting runs itself: how many more fit, and the
+    /// offset runs must be taken before to be counted (`None` once one
+    /// was taken there).
+    #[inline(always)]
+    pub(crate) fn count_room(&self) -> Option<(usize, TraceOffset)> {
+        (!self.reached).then(|| (self.cap.saturating_sub(self.len()), self.until))
+    }
+
+    /// The counted runs, the kept ones counted first: for a burst that
+    /// counts on by itself and hands them back ([`put_counted`](Self::put_counted)).
+    #[inline(always)]
+    pub(crate) fn take_counted(&mut self) -> Counted {
+        self.count_kept();
+        self.counted
+    }
+
+    /// The counted runs back from [`take_counted`](Self::take_counted)'s
+    /// caller, with its runs added.
+    #[inline(always)]
+    pub(crate) fn put_counted(&mut self, counted: Counted) {
+        debug_assert!(self.kept.is_empty());
+        self.counted = counted;
     }
 }
 

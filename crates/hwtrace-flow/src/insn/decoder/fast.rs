@@ -11,6 +11,7 @@
 //! ([`InsnDecoder::proceed`], then the events binding at the new IP). The
 //! decoder state afterwards is the one `next_insn` would have left.
 
+use super::chain::ChainAt;
 use super::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::error::{Error, ErrorKind};
 use crate::event::{EventKind, Status, TraceLane};
@@ -21,6 +22,7 @@ use crate::insn::blockcache::{
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
 use crate::insn::decoder::Insn;
+use crate::insn::tally::Counted;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
 
@@ -274,6 +276,22 @@ pub(in crate::insn) trait RunSink {
     fn pass_events(&mut self, n: u64, offset: TraceOffset) {
         let _ = (n, offset);
     }
+    /// For a sink that only counts runs, so a burst may count them itself
+    /// ([`InsnDecoder::run_chain`]): how many more fit, and the trace
+    /// offset they must be taken before. `None` for a sink that keeps
+    /// runs.
+    fn count_room(&self) -> Option<(usize, TraceOffset)> {
+        None
+    }
+    /// The runs counted so far, every one counted (called only when
+    /// [`count_room`](Self::count_room) said `Some`).
+    fn take_counted(&mut self) -> Counted {
+        Counted::default()
+    }
+    /// The runs counted, back from the burst with its own added.
+    fn put_counted(&mut self, counted: Counted) {
+        let _ = counted;
+    }
 }
 
 /// How many blocks a pending disable may run through before the branch
@@ -419,7 +437,21 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         } else {
             TraceLane::open(&self.query)
         };
+        // A sink that only counts lets chains take the commonest steps.
+        let chains = paths && out.count_room().is_some();
         loop {
+            if chains && rec.is_none() {
+                let mut at = ChainAt {
+                    ip,
+                    icount,
+                    offset,
+                    last: end.last,
+                    next: end.next,
+                };
+                self.run_chain(cache, &mut lane, out, &mut at);
+                (ip, icount, offset, end.last, end.next) =
+                    (at.ip, at.icount, at.offset, at.last, at.next);
+            }
             if out.is_full() {
                 break;
             }
@@ -708,18 +740,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         prev: &CachedBlock,
         to: u64,
     ) -> NextBlock {
-        let linked = prev.successor(Ip(to));
-        if let Some(c) = cache.get(linked)
-            && c.ip.0 == to
-            && c.space == prev.space
-            && c.mode == prev.mode
-        {
-            return NextBlock::Found(linked);
-        }
-        // Returns and indirect branches go to many places: the last one
-        // seen is linked, the others are usually in the recent-block table.
-        if let Some(found) = cache.recent(prev.space, prev.mode, Ip(to)) {
-            cache.link(from, found);
+        if let Some(found) = cache.linked_or_recent(from, to) {
             return NextBlock::Found(found);
         }
         self.block_unlinked(cache, from, prev, to)
