@@ -132,16 +132,29 @@ fn decode<M: ReadMemory>(
     let paths = Paths {
         all: dec.cached_paths(),
         partial: dec.cached_partial_paths(),
+        passed_events: 0,
     };
     (out, burst_runs, paths)
 }
 
 /// The TNT paths a decode cached: how many, and how many of them stop
-/// before using all their bits.
+/// before using all their bits; and the events its counted bursts passed
+/// over.
 #[derive(Clone, Copy, Debug, Default)]
 struct Paths {
     all: usize,
     partial: usize,
+    /// Events counted bursts passed over (disable/enable pairs, when
+    /// asked to).
+    passed_events: u64,
+}
+
+/// How counted bursts are asked for ([`tally_decode`]).
+#[derive(Clone, Copy)]
+struct Bursts {
+    cap: usize,
+    reach: u64,
+    toggles: bool,
 }
 
 /// Decodes `trace` with counted bursts of at most `cap` runs, each asked
@@ -150,20 +163,28 @@ struct Paths {
 /// as the same runs one by one do, its kept runs must be the next ones
 /// whole, the burst must stop at the first run taken at or past where it
 /// was asked to (and keep it), and keep the run an error follows.
-/// Returns how many runs the bursts held.
+/// With `toggles`, bursts pass over disable/enable pairs: those events
+/// come between the runs counted. Returns how many runs the bursts held
+/// and how many events they passed over.
 fn tally_decode<M: ReadMemory>(
     want: &[Item],
     trace: &[u8],
     config: Config,
     mem: M,
     resync: bool,
-    cap: usize,
-    reach: u64,
-) -> Result<usize, String> {
+    bursts: Bursts,
+) -> Result<(usize, u64), String> {
+    let Bursts {
+        cap,
+        reach,
+        toggles,
+    } = bursts;
     let mut dec = FastDecoder::new(trace, config, mem);
     let mut tally = RunTally::with_capacity(cap);
+    tally.set_passes_toggles(toggles);
     let mut i = 0;
     let mut counted_runs = 0;
+    let mut passed_events = 0;
     let mut progress = SyncProgress::new();
     let mut sync = dec.sync_forward();
     let expect = |i: &mut usize, got: Item| -> Result<(), String> {
@@ -199,27 +220,42 @@ fn tally_decode<M: ReadMemory>(
                     end: before,
                     ..Counted::default()
                 };
-                for k in 0..c.runs {
+                // Events passed over (a disable and an enable, when the
+                // tally passes toggles) come between runs: the run after
+                // them is taken where they end.
+                let mut j = i;
+                let mut events = 0;
+                let skip_events = |j: &mut usize, events: &mut u64| {
+                    while toggles
+                        && *events < tally.events()
+                        && matches!(want.get(*j), Some(Item::Event(_)))
+                    {
+                        *j += 1;
+                        *events += 1;
+                    }
+                };
+                for _ in 0..c.runs {
+                    let passed = events;
+                    skip_events(&mut j, &mut events);
                     let Some(Item::Run {
                         run, before: at, ..
-                    }) = want.get(i + k)
+                    }) = want.get(j)
                     else {
-                        return Err(format!(
-                            "item {}: counted a run, next {:?}",
-                            i + k,
-                            want.get(i + k)
-                        ));
+                        return Err(format!("item {j}: counted a run, next {:?}", want.get(j)));
                     };
+                    if events > passed {
+                        sum.end = *at;
+                    }
                     if *at != sum.end {
                         return Err(format!(
-                            "item {}: run taken at {at:?}, the one before ended at {:?}",
-                            i + k,
+                            "item {j}: run taken at {at:?}, the one before ended at {:?}",
                             sum.end
                         ));
                     }
                     if run.offset >= until {
-                        return Err(format!("item {}: counted past {until:?}: {run:?}", i + k));
+                        return Err(format!("item {j}: counted past {until:?}: {run:?}"));
                     }
+                    j += 1;
                     sum.runs += 1;
                     sum.insns += u64::from(run.insns);
                     if *at == sum.last_at {
@@ -230,12 +266,25 @@ fn tally_decode<M: ReadMemory>(
                     }
                     sum.end = run.offset;
                 }
+                let passed = events;
+                skip_events(&mut j, &mut events);
+                if events > passed {
+                    // The kept runs are taken where the events end.
+                    sum.end = c.end;
+                }
+                if events != tally.events() {
+                    return Err(format!(
+                        "item {i}: the burst passed over {} events, {events} of them seen",
+                        tally.events()
+                    ));
+                }
                 if c != sum {
                     return Err(format!(
                         "item {i}: counted {c:?}, the runs add up to {sum:?}"
                     ));
                 }
-                i += c.runs;
+                i = j;
+                passed_events += events;
                 counted_runs += c.runs + tally.kept().len();
                 let kept = tally.kept();
                 if tally.reached_until() != kept.iter().any(|r| r.offset >= until) {
@@ -283,7 +332,7 @@ fn tally_decode<M: ReadMemory>(
             want.len()
         ));
     }
-    Ok(counted_runs)
+    Ok((counted_runs, passed_events))
 }
 
 /// Whether `got` (bursts) says what `want` (`next`) says: the IP and time
@@ -344,18 +393,30 @@ fn same<M: ReadMemory + Copy>(
         .iter()
         .filter(|i| matches!(i, Item::Run { .. }))
         .count();
-    for (cap, reach) in [
-        (1, u64::MAX),
-        (3, 100),
-        (256, u64::MAX),
-        (256, 2000),
-        (256, 1),
+    for (cap, reach, toggles) in [
+        (1, u64::MAX, false),
+        (3, 100, false),
+        (256, u64::MAX, false),
+        (256, 2000, false),
+        (256, 1, false),
+        (3, 100, true),
+        (256, u64::MAX, true),
     ] {
-        let counted = tally_decode(&want, trace, config, mem, resync, cap, reach).map_err(|e| {
-            format!("{what} (resync {resync}, counted bursts of {cap}, reach {reach}): {e}")
-        })?;
+        let bursts = Bursts {
+            cap,
+            reach,
+            toggles,
+        };
+        let (counted, events) =
+            tally_decode(&want, trace, config, mem, resync, bursts).map_err(|e| {
+                format!(
+                    "{what} (resync {resync}, counted bursts of {cap}, reach {reach}, passing \
+                     toggles {toggles}): {e}"
+                )
+            })?;
+        paths.passed_events = paths.passed_events.max(events);
         // Without a stop, the same bursts as `next_runs`'s.
-        if cap == 256 && reach == u64::MAX && counted != burst_runs {
+        if cap == 256 && reach == u64::MAX && !toggles && counted != burst_runs {
             return Err(format!(
                 "{what}: {counted} runs in counted bursts, {burst_runs} in copied ones"
             ));
@@ -435,6 +496,11 @@ fn real_traces_burst_as_next_steps() {
             assert!(paths.all > 10, "{name}: only {paths:?} TNT paths");
             // Paths an event follows stop before their last bit.
             assert!(paths.partial > 0, "{name}: {paths:?} TNT paths");
+            // foo is IP-filtered: every call out of its range is a
+            // disable/enable pair, which counting bursts pass over.
+            if name == "foo" {
+                assert!(paths.passed_events > 1000, "{name}: {paths:?}");
+            }
         }
     }
 }

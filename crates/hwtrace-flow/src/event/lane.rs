@@ -255,24 +255,10 @@ impl<'a> TraceLane<'a> {
             return;
         }
         if self.toggles
-            && b & 0x1f == TIP_PGD
-            && let Some((pgd, size)) = ip_packet(data, at)
+            && let Some(toggle) = toggle_at(data, at)
         {
-            let pge_at = skip_pads(data, at + u64::from(size));
-            if data
-                .get(pge_at as usize)
-                .is_some_and(|&b| b & 0x1f == TIP_PGE)
-                && let Some((pge, pge_size)) = ip_packet(data, pge_at)
-            {
-                self.next = Next::Toggle {
-                    at,
-                    pgd,
-                    pge_at,
-                    pge_size,
-                    pge,
-                };
-                return;
-            }
+            self.next = toggle;
+            return;
         }
         self.hand_back(query, at);
     }
@@ -531,10 +517,25 @@ impl<'a> TraceLane<'a> {
         })
     }
 
+    /// With the packet at `pos` (PADs skipped) as the look-ahead, the
+    /// trace offset the lane reports ([`offset`](Self::offset)) when it is
+    /// a TIP.PGD/TIP.PGE pair the lane reads (it was opened with
+    /// [`open_with_toggles`](Self::open_with_toggles)): the TIP.PGE's.
+    #[inline]
+    pub fn toggle_offset(&self, pos: u64) -> Option<u64> {
+        if !self.toggles {
+            return None;
+        }
+        match toggle_at(self.data, pos)? {
+            Next::Toggle { pge_at, .. } => Some(pge_at),
+            _ => None,
+        }
+    }
+
     /// Moves the lane to `at`, from where [`chain_start`](Self::chain_start)
     /// said it was: the packets between were read (TNT packets loaded,
-    /// TIPs applied to the last IP), and the packet at `at.pos` has a
-    /// [`plain_offset`]. Answers go on as if the lane had read them.
+    /// TIPs applied to the last IP). Answers go on as if the lane had
+    /// read them.
     #[inline]
     pub fn chain_resume(&mut self, query: &mut QueryDecoder<'a>, at: LaneAt) {
         self.bits = at.bits;
@@ -593,6 +594,28 @@ pub fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
 #[inline(always)]
 pub fn next_packet(data: &[u8], pos: u64) -> u64 {
     skip_pads(data, pos)
+}
+
+/// The TIP.PGD with an IP at `at` right followed (PADs aside) by a
+/// TIP.PGE with an IP, as a lane's look-ahead ([`Next::Toggle`]).
+#[inline]
+fn toggle_at(data: &[u8], at: u64) -> Option<Next> {
+    if data.get(at as usize)? & 0x1f != TIP_PGD {
+        return None;
+    }
+    let (pgd, size) = ip_packet(data, at)?;
+    let pge_at = skip_pads(data, at + u64::from(size));
+    if data.get(pge_at as usize)? & 0x1f != TIP_PGE {
+        return None;
+    }
+    let (pge, pge_size) = ip_packet(data, pge_at)?;
+    Some(Next::Toggle {
+        at,
+        pgd,
+        pge_at,
+        pge_size,
+        pge,
+    })
 }
 
 /// The status once no TNT bit is cached, with a TNT packet or a TIP next.

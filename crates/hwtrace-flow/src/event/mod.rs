@@ -25,6 +25,7 @@ pub(crate) use lane::{LaneAt, next_packet, plain_offset, tip_at, tnt8};
 pub use query::{QueryDecoder, Status};
 pub use queue::{Binding, EventQueue};
 pub use tnt::TntCache;
+pub(crate) use tnt::low_bits;
 
 use hwtrace_packet::ExecMode;
 

@@ -5,7 +5,7 @@ use hwtrace_packet::Tnt;
 
 /// The low `n` bits of `bits` (all of them from 64 on).
 #[inline(always)]
-pub(super) const fn low_bits(bits: u64, n: u8) -> u64 {
+pub(crate) const fn low_bits(bits: u64, n: u8) -> u64 {
     if n >= 64 {
         bits
     } else {

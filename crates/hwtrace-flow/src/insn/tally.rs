@@ -63,14 +63,26 @@ impl Counted {
     /// Counts path `path`'s runs, taken at `offset`.
     #[inline(always)]
     pub(crate) fn count_path(&mut self, path: &TntPath, offset: TraceOffset) {
-        self.runs += path.runs as usize;
+        self.count_runs(
+            path.runs as usize,
+            u64::from(path.first_insns),
+            path.insns,
+            offset,
+        );
+    }
+
+    /// Counts `runs` runs of `insns` instructions, `first` in the first,
+    /// all ending at trace offset `offset` (a path's, or the first runs of
+    /// one).
+    #[inline(always)]
+    pub(crate) fn count_runs(&mut self, runs: usize, first: u64, insns: u64, offset: TraceOffset) {
+        self.runs += runs;
         // The first run is taken where the run before it ended, the
         // others where the path's TNT packet leaves the trace.
-        let first = u64::from(path.first_insns);
         let at = self.end;
         self.add(at, first, offset);
-        if path.insns > first {
-            self.add(offset, path.insns - first, offset);
+        if insns > first {
+            self.add(offset, insns - first, offset);
         }
     }
 }

@@ -14,7 +14,7 @@
 //! take, with the same outcome: the block runs plainly and every answer it
 //! gets leaves a TNT-8 packet or a TIP with an IP as the look-ahead
 //! ([`plain_at`]), so no status carries news. Anything else (a packet the
-//! chain does not read, a path not recorded or partial, a successor not
+//! chain does not read, a path not recorded, a successor not
 //! linked, a block that needs the instruction decoder, the sink's room or
 //! offset limit) ends the chain before the step, for the burst to take.
 //! So a burst's runs, counts, offsets and decoder state are the same with
@@ -23,8 +23,9 @@
 use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
 use super::fast::RunSink;
-use crate::event::{LaneAt, TraceLane, next_packet, plain_offset, tip_at, tnt8};
-use crate::insn::blockcache::{BlockCache, BlockFlow, StackOp};
+use crate::event::{LaneAt, TraceLane, low_bits, next_packet, plain_offset, tip_at, tnt8};
+use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, StackOp, TntPath};
+use crate::insn::classify::InsnClass;
 use crate::insn::tally::Counted;
 use hwtrace_types::{ReadMemory, TraceOffset};
 
@@ -121,6 +122,33 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         };
                         let after = next_packet(data, pos + 1);
                         let Some(o) = plain_offset(data, after) else {
+                            // An event after the packet: if a
+                            // disable/enable pair the burst passes over,
+                            // the path's blocks before the last one run
+                            // as they would one by one.
+                            if let Some(o) = lane.toggle_offset(after)
+                                && o < until
+                                && let Some(pre) = path_prefix(cache, idx, tb, tl, room)
+                                && icount + pre.insns <= MAX_UNTRACED_INSNS
+                            {
+                                for op in cache.path_ops(&pre.path) {
+                                    match *op {
+                                        StackOp::Push(ret) => self.retstack.push(ret),
+                                        StackOp::Pop => {
+                                            self.retstack.pop();
+                                        }
+                                    }
+                                }
+                                counts.before_run(out).count_runs(
+                                    pre.runs,
+                                    u64::from(pre.path.first_insns),
+                                    pre.insns,
+                                    TraceOffset(o),
+                                );
+                                (bits, left, pos, offset) = (low_bits(tb, 1), 1, after, o);
+                                icount = pre.tail_insns.unwrap_or(icount + pre.insns);
+                                (last, idx) = (NO_BLOCK, pre.path.last);
+                            }
                             break;
                         };
                         (bits, left, pos, offset) = (tb, tl, after, o);
@@ -129,11 +157,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         break;
                     };
                     let runs = p.runs as usize;
-                    if !p.is_whole()
-                        || room < runs
-                        || offset >= until
-                        || icount + p.insns > MAX_UNTRACED_INSNS
-                    {
+                    if room < runs || offset >= until || icount + p.insns > MAX_UNTRACED_INSNS {
                         break;
                     }
                     for op in cache.path_ops(p) {
@@ -146,7 +170,19 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     }
                     counts.before_run(out).count_path(p, TraceOffset(offset));
                     room -= runs;
-                    (bits, left, icount) = (0, 0, 0);
+                    if p.is_whole() {
+                        (bits, left, icount) = (0, 0, 0);
+                    } else {
+                        // It stops before a block it cannot hold, with
+                        // bits left for it.
+                        left -= p.used;
+                        bits = low_bits(bits, left);
+                        icount = if p.used > 0 {
+                            u64::from(p.tail_insns)
+                        } else {
+                            icount + p.insns
+                        };
+                    }
                     (last, idx) = (p.last, p.next);
                     continue;
                 }
@@ -288,4 +324,49 @@ fn taken_bit(
     }
     bits &= !(1u64 << left);
     Some((pos, bits, left, offset))
+}
+
+/// A whole TNT path but its last block ([`path_prefix`]).
+struct Prefix {
+    path: TntPath,
+    /// Its runs but the last, and their instructions.
+    runs: usize,
+    insns: u64,
+    /// The instructions after the last of them that used a TNT bit
+    /// (`None`: none did).
+    tail_insns: Option<u64>,
+}
+
+/// The path from block `idx` on `bits` (`left` of them, a TNT packet's),
+/// when it uses them all and its last block is a conditional jump: the
+/// runs before that block, if there are any and `room` holds them. What
+/// the blocks do, run one by one, when the bits come with an event after
+/// them: the last bit's answer brings it, the others are plain.
+#[inline(never)]
+fn path_prefix(cache: &BlockCache, idx: u32, bits: u64, left: u8, room: usize) -> Option<Prefix> {
+    let (p, runs) = cache.path(idx, bits, left)?;
+    let (last, before) = runs.split_last()?;
+    if !p.is_whole()
+        || before.is_empty()
+        || room < before.len()
+        || cache.get(p.last)?.flow != BlockFlow::CondJump
+    {
+        return None;
+    }
+    let mut tail = 0;
+    let mut tail_insns = None;
+    for r in before.iter().rev() {
+        // Conditional jumps and (compressed) returns take a bit.
+        if matches!(r.class, InsnClass::CondJump | InsnClass::Return) {
+            tail_insns = Some(tail);
+            break;
+        }
+        tail += u64::from(r.insns);
+    }
+    Some(Prefix {
+        path: *p,
+        runs: before.len(),
+        insns: p.insns - u64::from(last.insns),
+        tail_insns,
+    })
 }
