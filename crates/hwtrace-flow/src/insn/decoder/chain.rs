@@ -24,7 +24,7 @@ use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
 use super::fast::RunSink;
 use crate::event::{LaneAt, TraceLane, low_bits, next_packet, plain_offset, tip_at, tnt8};
-use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, StackOp, TntPath};
+use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, TntPath};
 use crate::insn::classify::InsnClass;
 use crate::insn::tally::Counted;
 use hwtrace_types::{ReadMemory, TraceOffset};
@@ -54,6 +54,14 @@ struct Counts {
 }
 
 impl Counts {
+    /// Block `idx` (`insns` instructions) run alone, to the trace offset
+    /// `offset`: pending, the one before counted.
+    #[inline(always)]
+    fn block(&mut self, out: &mut impl RunSink, idx: u32, insns: u32, offset: u64) {
+        self.before_run(out);
+        self.pending = Some((idx, insns, TraceOffset(offset)));
+    }
+
     /// The counts, the pending block counted, before another run.
     #[inline(always)]
     fn before_run(&mut self, out: &mut impl RunSink) -> &mut Counted {
@@ -131,14 +139,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                                 && let Some(pre) = path_prefix(cache, idx, tb, tl, room)
                                 && icount + pre.insns <= MAX_UNTRACED_INSNS
                             {
-                                for op in cache.path_ops(&pre.path) {
-                                    match *op {
-                                        StackOp::Push(ret) => self.retstack.push(ret),
-                                        StackOp::Pop => {
-                                            self.retstack.pop();
-                                        }
-                                    }
-                                }
+                                self.replay_stack_ops(cache, &pre.path);
                                 counts.before_run(out).count_runs(
                                     pre.runs,
                                     u64::from(pre.path.first_insns),
@@ -160,14 +161,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     if room < runs || offset >= until || icount + p.insns > MAX_UNTRACED_INSNS {
                         break;
                     }
-                    for op in cache.path_ops(p) {
-                        match *op {
-                            StackOp::Push(ret) => self.retstack.push(ret),
-                            StackOp::Pop => {
-                                self.retstack.pop();
-                            }
-                        }
-                    }
+                    self.replay_stack_ops(cache, p);
                     counts.before_run(out).count_path(p, TraceOffset(offset));
                     room -= runs;
                     if p.is_whole() {
@@ -206,8 +200,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     };
                     self.retstack.pop();
                     (pos, bits, left, offset) = (np, nb, nl, no);
-                    counts.before_run(out);
-                    counts.pending = Some((idx, n, TraceOffset(offset)));
+                    counts.block(out, idx, n, offset);
                     room -= 1;
                     icount = 0;
                     (last, idx) = (idx, next);
@@ -240,8 +233,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         self.retstack.push(ret);
                     }
                     (pos, last_ip, offset) = (after, ip, o);
-                    counts.before_run(out);
-                    counts.pending = Some((idx, n, TraceOffset(offset)));
+                    counts.block(out, idx, n, offset);
                     room -= 1;
                     icount = 0;
                     (last, idx) = (idx, next);
@@ -261,8 +253,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             if let Some(ret) = ret {
                 self.retstack.push(ret);
             }
-            counts.before_run(out);
-            counts.pending = Some((idx, n, TraceOffset(offset)));
+            counts.block(out, idx, n, offset);
             room -= 1;
             icount += u64::from(n);
             (last, idx) = (idx, next);

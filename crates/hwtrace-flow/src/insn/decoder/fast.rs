@@ -493,14 +493,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                                 && (!whole || lane.status_after_cached_tnt(&self.query) == plain)
                             {
                                 out.push_path(p, runs, offset);
-                                for op in cache.path_ops(p) {
-                                    match *op {
-                                        StackOp::Push(ret) => self.retstack.push(ret),
-                                        StackOp::Pop => {
-                                            self.retstack.pop();
-                                        }
-                                    }
-                                }
+                                self.replay_stack_ops(cache, p);
                                 if whole {
                                     lane.drop_cached_tnt(&mut self.query);
                                     icount = 0;
@@ -727,6 +720,19 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.ip = ip;
         self.icount = icount;
         end
+    }
+
+    /// What TNT path `p`'s blocks do to the return stack, done.
+    #[inline(always)]
+    pub(super) fn replay_stack_ops(&mut self, cache: &BlockCache, p: &TntPath) {
+        for op in cache.path_ops(p) {
+            match *op {
+                StackOp::Push(ret) => self.retstack.push(ret),
+                StackOp::Pop => {
+                    self.retstack.pop();
+                }
+            }
+        }
     }
 
     /// The block starting at `to`, where execution went after block
