@@ -479,7 +479,7 @@ impl<'a> TraceLane<'a> {
 /// an IP, not yet applied to `last_ip`), the TNT bits cached before it
 /// (bit `left - 1` next, none set at or above `left`) and the last IP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaneAt {
+pub(crate) struct LaneAt {
     pub pos: u64,
     pub bits: u64,
     pub left: u8,
@@ -489,7 +489,7 @@ pub struct LaneAt {
 impl<'a> TraceLane<'a> {
     /// The trace the lane reads.
     #[inline(always)]
-    pub fn data(&self) -> &'a [u8] {
+    pub(crate) fn data(&self) -> &'a [u8] {
         self.data
     }
 
@@ -499,7 +499,7 @@ impl<'a> TraceLane<'a> {
     /// and [`plain_offset`], and the lane moved on with
     /// [`chain_resume`](Self::chain_resume).
     #[inline(always)]
-    pub fn chain_start(&self) -> Option<LaneAt> {
+    pub(crate) fn chain_start(&self) -> Option<LaneAt> {
         let pos = match self.next {
             Next::Tnt { at: Some(at), .. }
             | Next::Tip {
@@ -522,7 +522,7 @@ impl<'a> TraceLane<'a> {
     /// a TIP.PGD/TIP.PGE pair the lane reads (it was opened with
     /// [`open_with_toggles`](Self::open_with_toggles)): the TIP.PGE's.
     #[inline]
-    pub fn toggle_offset(&self, pos: u64) -> Option<u64> {
+    pub(crate) fn toggle_offset(&self, pos: u64) -> Option<u64> {
         if !self.toggles {
             return None;
         }
@@ -537,7 +537,7 @@ impl<'a> TraceLane<'a> {
     /// TIPs applied to the last IP). Answers go on as if the lane had
     /// read them.
     #[inline]
-    pub fn chain_resume(&mut self, query: &mut QueryDecoder<'a>, at: LaneAt) {
+    pub(crate) fn chain_resume(&mut self, query: &mut QueryDecoder<'a>, at: LaneAt) {
         self.bits = at.bits;
         self.left = at.left;
         self.last_ip = at.last_ip;
@@ -549,7 +549,7 @@ impl<'a> TraceLane<'a> {
 /// The TNT-8 packet whose byte is `b` (PADs skipped before it): its bits
 /// (the next one highest) and how many.
 #[inline(always)]
-pub fn tnt8(b: u8) -> Option<(u64, u8)> {
+pub(crate) fn tnt8(b: u8) -> Option<(u64, u8)> {
     if b & 1 != 0 || b <= 0x02 {
         return None;
     }
@@ -561,7 +561,7 @@ pub fn tnt8(b: u8) -> Option<(u64, u8)> {
 
 /// The TIP with an IP at `pos`, its bytes all there: its payload and size.
 #[inline(always)]
-pub fn tip_at(data: &[u8], pos: u64) -> Option<(IpPayload, u8)> {
+pub(crate) fn tip_at(data: &[u8], pos: u64) -> Option<(IpPayload, u8)> {
     let &b = data.get(usize::try_from(pos).ok()?)?;
     if b & 0x1f != TIP {
         return None;
@@ -574,7 +574,7 @@ pub fn tip_at(data: &[u8], pos: u64) -> Option<(IpPayload, u8)> {
 /// TNT packet and the PADs after it, on a TIP), if it is a packet the
 /// lane reads with nothing pending (a TNT-8 packet, a TIP with an IP).
 #[inline(always)]
-pub fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
+pub(crate) fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
     let at = usize::try_from(pos).ok()?;
     let &b = data.get(at)?;
     if tnt8(b).is_some() {
@@ -592,7 +592,7 @@ pub fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
 
 /// The first offset from `pos` that does not hold a PAD.
 #[inline(always)]
-pub fn next_packet(data: &[u8], pos: u64) -> u64 {
+pub(crate) fn next_packet(data: &[u8], pos: u64) -> u64 {
     skip_pads(data, pos)
 }
 
