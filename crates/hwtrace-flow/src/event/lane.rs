@@ -218,15 +218,9 @@ impl<'a> TraceLane<'a> {
     fn read_next(&mut self, query: &mut QueryDecoder<'a>, pos: u64) {
         let data = self.data;
         let at = skip_pads(data, pos);
-        if let Some(&b) = data.get(at as usize)
-            && b & 1 == 0
-            && b != 0x02
-        {
-            // TNT-8 (PADs were skipped): the stop bit above the bits.
-            let payload = b >> 1;
-            let len = 7 - payload.leading_zeros() as u8;
+        if let Some((bits, len)) = data.get(at as usize).and_then(|&b| tnt8(b)) {
             self.next = Next::Tnt {
-                bits: u64::from(payload) & ((1u64 << len) - 1),
+                bits,
                 len,
                 at: Some(at),
                 after: skip_pads(data, at + 1),
@@ -590,12 +584,6 @@ pub(crate) fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
     Some(pos)
 }
 
-/// The first offset from `pos` that does not hold a PAD.
-#[inline(always)]
-pub(crate) fn next_packet(data: &[u8], pos: u64) -> u64 {
-    skip_pads(data, pos)
-}
-
 /// The TIP.PGD with an IP at `at` right followed (PADs aside) by a
 /// TIP.PGE with an IP, as a lane's look-ahead ([`Next::Toggle`]).
 #[inline]
@@ -653,7 +641,7 @@ fn ip_packet(data: &[u8], at: u64) -> Option<(IpPayload, u8)> {
 
 /// The first offset from `pos` that does not hold a PAD.
 #[inline(always)]
-fn skip_pads(data: &[u8], pos: u64) -> u64 {
+pub(crate) fn skip_pads(data: &[u8], pos: u64) -> u64 {
     match usize::try_from(pos) {
         // Most packets have no PAD before them: one byte decides.
         Ok(at) if data.get(at).is_some_and(|&b| b != 0) => pos,

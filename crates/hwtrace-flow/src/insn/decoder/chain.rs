@@ -23,7 +23,7 @@
 use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
 use super::fast::RunSink;
-use crate::event::{LaneAt, TraceLane, low_bits, next_packet, plain_offset, tip_at, tnt8};
+use crate::event::{LaneAt, TraceLane, low_bits, plain_offset, skip_pads, tip_at, tnt8};
 use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, TntPath};
 use crate::insn::classify::InsnClass;
 use crate::insn::tally::Counted;
@@ -128,7 +128,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         let Some((tb, tl)) = data.get(pos as usize).and_then(|&b| tnt8(b)) else {
                             break;
                         };
-                        let after = next_packet(data, pos + 1);
+                        let after = skip_pads(data, pos + 1);
                         let Some(o) = plain_offset(data, after) else {
                             // An event after the packet: if a
                             // disable/enable pair the burst passes over,
@@ -213,7 +213,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     let Some((payload, size)) = tip_at(data, pos) else {
                         break;
                     };
-                    let after = next_packet(data, pos + u64::from(size));
+                    let after = skip_pads(data, pos + u64::from(size));
                     let Some(o) = plain_offset(data, after) else {
                         break;
                     };
@@ -306,7 +306,7 @@ fn taken_bit(
 ) -> Option<(u64, u64, u8, u64)> {
     if left == 0 {
         (bits, left) = tnt8(*data.get(pos as usize)?)?;
-        pos = next_packet(data, pos + 1);
+        pos = skip_pads(data, pos + 1);
         offset = plain_offset(data, pos)?;
     }
     left -= 1;
