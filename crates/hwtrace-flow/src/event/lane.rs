@@ -526,6 +526,36 @@ impl<'a> TraceLane<'a> {
         }
     }
 
+    /// With the packet at `pos` (PADs skipped) as the look-ahead and
+    /// `last_ip` the last IP: the TIP.PGD/TIP.PGE pair there, when the
+    /// lane reads it ([`toggle_offset`](Self::toggle_offset)), as a chain
+    /// passes it over ([`take_toggle`](Self::take_toggle) for the lane).
+    #[inline]
+    pub(crate) fn toggle_pair(&self, pos: u64, mut last_ip: LastIp) -> Option<TogglePair> {
+        if !self.toggles {
+            return None;
+        }
+        let Next::Toggle {
+            pgd,
+            pge_at,
+            pge_size,
+            pge,
+            ..
+        } = toggle_at(self.data, pos)?
+        else {
+            return None;
+        };
+        last_ip.update(pgd);
+        let off = last_ip.ip().ok()?;
+        last_ip.update(pge);
+        Some(TogglePair {
+            off,
+            on: last_ip.ip().ok()?,
+            last_ip,
+            after: pge_at + u64::from(pge_size),
+        })
+    }
+
     /// Moves the lane to `at`, from where [`chain_start`](Self::chain_start)
     /// said it was: the packets between were read (TNT packets loaded,
     /// TIPs applied to the last IP). Answers go on as if the lane had
@@ -538,6 +568,19 @@ impl<'a> TraceLane<'a> {
         self.moved = true;
         self.read_next(query, at.pos);
     }
+}
+
+/// A TIP.PGD/TIP.PGE pair ([`TraceLane::toggle_pair`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TogglePair {
+    /// The TIP.PGD's IP (where the branch tracing stopped at went).
+    pub off: u64,
+    /// The TIP.PGE's (where tracing is back on).
+    pub on: u64,
+    /// The last IP after both.
+    pub last_ip: LastIp,
+    /// The trace position after the TIP.PGE (PADs not skipped).
+    pub after: u64,
 }
 
 /// The TNT-8 packet whose byte is `b` (PADs skipped before it): its bits

@@ -736,7 +736,7 @@ impl RunSink for RunTally {
     }
 
     #[inline(always)]
-    fn put_counted(&mut self, counted: Counted) {
-        RunTally::put_counted(self, counted);
+    fn put_counted(&mut self, counted: Counted, events: u64) {
+        RunTally::put_counted(self, counted, events);
     }
 }

@@ -315,11 +315,14 @@ impl RunTally {
     }
 
     /// The counted runs back from [`take_counted`](Self::take_counted)'s
-    /// caller, with its runs added.
+    /// caller, with its runs added, and the events it passed over after
+    /// them (as [`pass_events`](Self::pass_events) counts them: the
+    /// offset after them is `counted`'s end).
     #[inline(always)]
-    pub(crate) fn put_counted(&mut self, counted: Counted) {
+    pub(crate) fn put_counted(&mut self, counted: Counted, events: u64) {
         debug_assert!(self.kept.is_empty());
         self.counted = counted;
+        self.events += events;
     }
 }
 

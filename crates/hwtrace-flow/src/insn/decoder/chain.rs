@@ -19,14 +19,24 @@
 //! offset limit) ends the chain before the step, for the burst to take.
 //! So a burst's runs, counts, offsets and decoder state are the same with
 //! or without chains.
+//!
+//! A TNT packet followed by a TIP.PGD/TIP.PGE pair (tracing left the
+//! filtered range at a branch and came back elsewhere: ~700 per 29 KB of a
+//! real fuzzing trace) is passed over by a cold step out of the loop
+//! ([`InsnDecoder::pass_toggle`]), as the burst's `pass_toggles` would,
+//! when every block on the way is known and the packet after the pair is
+//! plain.
 
 use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
-use super::fast::RunSink;
-use crate::event::{LaneAt, TraceLane, low_bits, plain_offset, skip_pads, tip_at, tnt8};
+use super::fast::{DISABLE_WALK, RunSink};
+use crate::event::{
+    LaneAt, TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_at, tnt8,
+};
 use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, TntPath};
 use crate::insn::classify::InsnClass;
 use crate::insn::tally::Counted;
+use hwtrace_packet::LastIp;
 use hwtrace_types::{ReadMemory, TraceOffset};
 
 /// Where a burst is: the locals [`InsnDecoder::run_burst`] keeps, handed
@@ -48,9 +58,12 @@ pub(in crate::insn) struct ChainAt {
 /// The chain's counts: the sink's, taken at the first step, and the last
 /// block run alone, not counted yet (a burst's last run, when a single
 /// block, is kept whole by the sink).
+#[derive(Clone, Copy)]
 struct Counts {
     counted: Option<Counted>,
     pending: Option<(u32, u32, TraceOffset)>,
+    /// Events passed over (disable/enable pairs), after the counted runs.
+    events: u64,
 }
 
 impl Counts {
@@ -103,163 +116,193 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         let mut counts = Counts {
             counted: None,
             pending: None,
+            events: 0,
         };
+        // TNT bits were loaded with a disable/enable pair after them.
+        let mut pair_next = false;
         // As a burst, nothing more once the sink is full (not even a TNT
         // packet loaded).
-        while room > 0 {
-            let Some(b) = cache.get(idx) else {
-                break;
-            };
-            let (flow, n) = (b.flow, b.insns);
-            if icount + u64::from(n) > MAX_UNTRACED_INSNS {
-                break;
-            }
-            // A TNT path, a block answered by the trace (a compressed
-            // return's TNT bit, a TIP), or else a block that asks nothing
-            // of it: where it goes.
-            let to = match flow {
-                BlockFlow::CondJump | BlockFlow::Jump | BlockFlow::Straight | BlockFlow::Call
-                    if left > 0 || flow == BlockFlow::CondJump =>
-                {
-                    if left == 0 {
-                        // The block runs on the next TNT packet's first
-                        // bit: loaded (as the burst would load it), its
-                        // bits pick the path.
-                        let Some((tb, tl)) = data.get(pos as usize).and_then(|&b| tnt8(b)) else {
+        loop {
+            while room > 0 {
+                let Some(b) = cache.get(idx) else {
+                    break;
+                };
+                let (flow, n) = (b.flow, b.insns);
+                if icount + u64::from(n) > MAX_UNTRACED_INSNS {
+                    break;
+                }
+                // A TNT path, a block answered by the trace (a compressed
+                // return's TNT bit, a TIP), or else a block that asks nothing
+                // of it: where it goes.
+                let to = match flow {
+                    BlockFlow::CondJump
+                    | BlockFlow::Jump
+                    | BlockFlow::Straight
+                    | BlockFlow::Call
+                        if left > 0 || flow == BlockFlow::CondJump =>
+                    {
+                        if left == 0 {
+                            // The block runs on the next TNT packet's first
+                            // bit: loaded (as the burst would load it), its
+                            // bits pick the path.
+                            let Some((tb, tl)) = data.get(pos as usize).and_then(|&b| tnt8(b))
+                            else {
+                                break;
+                            };
+                            let after = skip_pads(data, pos + 1);
+                            let Some(o) = plain_offset(data, after) else {
+                                // A disable/enable pair after the packet, which
+                                // the burst passes over (its last bit brings
+                                // it): loaded, for the cold step below.
+                                if let Some(o) = lane.toggle_offset(after) {
+                                    (bits, left, pos, offset) = (tb, tl, after, o);
+                                    pair_next = true;
+                                }
+                                break;
+                            };
+                            (bits, left, pos, offset) = (tb, tl, after, o);
+                        }
+                        let Some(p) = cache.path_record(idx, bits, left) else {
                             break;
                         };
-                        let after = skip_pads(data, pos + 1);
-                        let Some(o) = plain_offset(data, after) else {
-                            // An event after the packet: if a
-                            // disable/enable pair the burst passes over,
-                            // the path's blocks before the last one run
-                            // as they would one by one.
-                            if let Some(o) = lane.toggle_offset(after)
-                                && o < until
-                                && let Some(pre) = path_prefix(cache, idx, tb, tl, room)
-                                && icount + pre.insns <= MAX_UNTRACED_INSNS
-                            {
-                                self.replay_stack_ops(cache, &pre.path);
-                                counts.before_run(out).count_runs(
-                                    pre.runs,
-                                    u64::from(pre.path.first_insns),
-                                    pre.insns,
-                                    TraceOffset(o),
-                                );
-                                (bits, left, pos, offset) = (low_bits(tb, 1), 1, after, o);
-                                icount = pre.tail_insns.unwrap_or(icount + pre.insns);
-                                (last, idx) = (NO_BLOCK, pre.path.last);
-                            }
+                        let runs = p.runs as usize;
+                        if room < runs || offset >= until || icount + p.insns > MAX_UNTRACED_INSNS {
                             break;
-                        };
-                        (bits, left, pos, offset) = (tb, tl, after, o);
-                    }
-                    let Some(p) = cache.path_record(idx, bits, left) else {
-                        break;
-                    };
-                    let runs = p.runs as usize;
-                    if room < runs || offset >= until || icount + p.insns > MAX_UNTRACED_INSNS {
-                        break;
-                    }
-                    self.replay_stack_ops(cache, p);
-                    counts.before_run(out).count_path(p, TraceOffset(offset));
-                    room -= runs;
-                    if p.is_whole() {
-                        (bits, left, icount) = (0, 0, 0);
-                    } else {
-                        // It stops before a block it cannot hold, with
-                        // bits left for it.
-                        left -= p.used;
-                        bits = low_bits(bits, left);
-                        icount = if p.used > 0 {
-                            u64::from(p.tail_insns)
+                        }
+                        self.replay_stack_ops(cache, p);
+                        counts.before_run(out).count_path(p, TraceOffset(offset));
+                        room -= runs;
+                        if p.is_whole() {
+                            (bits, left, icount) = (0, 0, 0);
                         } else {
-                            icount + p.insns
+                            // It stops before a block it cannot hold, with
+                            // bits left for it.
+                            left -= p.used;
+                            bits = low_bits(bits, left);
+                            icount = if p.used > 0 {
+                                u64::from(p.tail_insns)
+                            } else {
+                                icount + p.insns
+                            };
+                        }
+                        (last, idx) = (p.last, p.next);
+                        continue;
+                    }
+                    BlockFlow::Jump | BlockFlow::Call => b.target,
+                    BlockFlow::Straight => b.end.0,
+                    BlockFlow::Return
+                        if left > 0 || data.get(pos as usize).and_then(|&b| tnt8(b)).is_some() =>
+                    {
+                        // A compressed return: a taken bit, to the last call.
+                        let Some(to) = self.retstack.peek() else {
+                            break;
                         };
+                        let Some((np, nb, nl, no)) = taken_bit(data, pos, bits, left, offset)
+                        else {
+                            break;
+                        };
+                        if no >= until {
+                            break;
+                        }
+                        let Some(next) = cache.linked_or_recent(idx, to) else {
+                            break;
+                        };
+                        self.retstack.pop();
+                        (pos, bits, left, offset) = (np, nb, nl, no);
+                        counts.block(out, idx, n, offset);
+                        room -= 1;
+                        icount = 0;
+                        (last, idx) = (idx, next);
+                        continue;
                     }
-                    (last, idx) = (p.last, p.next);
-                    continue;
+                    BlockFlow::Return | BlockFlow::IndirectJump | BlockFlow::IndirectCall => {
+                        if left > 0 {
+                            break;
+                        }
+                        let Some((payload, size)) = tip_at(data, pos) else {
+                            break;
+                        };
+                        let after = skip_pads(data, pos + u64::from(size));
+                        let Some(o) = plain_offset(data, after) else {
+                            break;
+                        };
+                        let mut ip = last_ip;
+                        ip.update(payload);
+                        let Ok(to) = ip.ip() else {
+                            break;
+                        };
+                        if o >= until {
+                            break;
+                        }
+                        let ret = b.end.0;
+                        let Some(next) = cache.linked_or_recent(idx, to) else {
+                            break;
+                        };
+                        if flow == BlockFlow::IndirectCall {
+                            self.retstack.push(ret);
+                        }
+                        (pos, last_ip, offset) = (after, ip, o);
+                        counts.block(out, idx, n, offset);
+                        room -= 1;
+                        icount = 0;
+                        (last, idx) = (idx, next);
+                        continue;
+                    }
+                    BlockFlow::CondJump | BlockFlow::Slow => break,
+                };
+                // A direct jump, a call or straight code: nothing read.
+                if offset >= until {
+                    break;
                 }
-                BlockFlow::Jump | BlockFlow::Call => b.target,
-                BlockFlow::Straight => b.end.0,
-                BlockFlow::Return
-                    if left > 0 || data.get(pos as usize).and_then(|&b| tnt8(b)).is_some() =>
-                {
-                    // A compressed return: a taken bit, to the last call.
-                    let Some(to) = self.retstack.peek() else {
-                        break;
-                    };
-                    let Some((np, nb, nl, no)) = taken_bit(data, pos, bits, left, offset) else {
-                        break;
-                    };
-                    if no >= until {
-                        break;
-                    }
-                    let Some(next) = cache.linked_or_recent(idx, to) else {
-                        break;
-                    };
-                    self.retstack.pop();
-                    (pos, bits, left, offset) = (np, nb, nl, no);
-                    counts.block(out, idx, n, offset);
-                    room -= 1;
-                    icount = 0;
-                    (last, idx) = (idx, next);
-                    continue;
+                // A call to the next instruction (PIC) pushes nothing.
+                let ret = (flow == BlockFlow::Call && b.target != b.end.0).then_some(b.end.0);
+                let Some(next) = cache.linked_or_recent(idx, to) else {
+                    break;
+                };
+                if let Some(ret) = ret {
+                    self.retstack.push(ret);
                 }
-                BlockFlow::Return | BlockFlow::IndirectJump | BlockFlow::IndirectCall => {
-                    if left > 0 {
-                        break;
-                    }
-                    let Some((payload, size)) = tip_at(data, pos) else {
-                        break;
-                    };
-                    let after = skip_pads(data, pos + u64::from(size));
-                    let Some(o) = plain_offset(data, after) else {
-                        break;
-                    };
-                    let mut ip = last_ip;
-                    ip.update(payload);
-                    let Ok(to) = ip.ip() else {
-                        break;
-                    };
-                    if o >= until {
-                        break;
-                    }
-                    let ret = b.end.0;
-                    let Some(next) = cache.linked_or_recent(idx, to) else {
-                        break;
-                    };
-                    if flow == BlockFlow::IndirectCall {
-                        self.retstack.push(ret);
-                    }
-                    (pos, last_ip, offset) = (after, ip, o);
-                    counts.block(out, idx, n, offset);
-                    room -= 1;
-                    icount = 0;
-                    (last, idx) = (idx, next);
-                    continue;
-                }
-                BlockFlow::CondJump | BlockFlow::Slow => break,
-            };
-            // A direct jump, a call or straight code: nothing read.
-            if offset >= until {
+                counts.block(out, idx, n, offset);
+                room -= 1;
+                icount += u64::from(n);
+                (last, idx) = (idx, next);
+            }
+            if !pair_next {
                 break;
             }
-            // A call to the next instruction (PIC) pushes nothing.
-            let ret = (flow == BlockFlow::Call && b.target != b.end.0).then_some(b.end.0);
-            let Some(next) = cache.linked_or_recent(idx, to) else {
-                break;
+            // Out of the steps' loop, whose locals stay in registers better
+            // without it.
+            pair_next = false;
+            let spot = Spot {
+                pos,
+                bits,
+                left,
+                last_ip,
+                offset,
+                icount,
+                last,
+                idx,
+                room,
             };
-            if let Some(ret) = ret {
-                self.retstack.push(ret);
+            let (s, c, passed) = self.pass_toggle(cache, lane, out, counts, data, until, spot);
+            counts = c;
+            Spot {
+                pos,
+                bits,
+                left,
+                last_ip,
+                offset,
+                icount,
+                last,
+                idx,
+                room,
+            } = s;
+            if !passed {
+                break;
             }
-            counts.block(out, idx, n, offset);
-            room -= 1;
-            icount += u64::from(n);
-            (last, idx) = (idx, next);
         }
         if let Some(c) = counts.counted {
-            out.put_counted(c);
+            out.put_counted(c, counts.events);
         }
         if let Some((i, _, offset)) = counts.pending
             && let Some(b) = cache.get(i)
@@ -288,6 +331,143 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             next: idx,
             ..*at
         };
+    }
+}
+
+/// A chain's locals, handed to and back from its cold steps.
+#[derive(Clone, Copy)]
+struct Spot {
+    pos: u64,
+    bits: u64,
+    left: u8,
+    last_ip: LastIp,
+    offset: u64,
+    icount: u64,
+    last: u32,
+    idx: u32,
+    room: usize,
+}
+
+impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
+    /// At block `s.idx`, a TNT packet's bits just loaded with a
+    /// TIP.PGD/TIP.PGE pair as the look-ahead after them (`s.offset` the
+    /// TIP.PGE's): what the burst does then, as a chain. Paths that stop
+    /// before a block with bits left for it are taken as usual; then the
+    /// blocks but the last that the bits lead to run as they would one by
+    /// one (a prefix of a whole path, or none with a single bit left for
+    /// a conditional jump), then that jump on the last bit, and the pair
+    /// is passed over if the burst would pass it ([`plan_toggle`]). The
+    /// spot and counts after, and whether the pair was passed (else the
+    /// chain ends there, as the burst would have left it).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the chain's own state, passed down to its cold path"
+    )]
+    #[cold]
+    #[inline(never)]
+    fn pass_toggle(
+        &mut self,
+        cache: &mut BlockCache,
+        lane: &TraceLane<'a>,
+        out: &mut impl RunSink,
+        mut counts: Counts,
+        data: &[u8],
+        until: u64,
+        mut s: Spot,
+    ) -> (Spot, Counts, bool) {
+        if s.offset >= until {
+            return (s, counts, false);
+        }
+        let flow = loop {
+            let Some(b) = cache.get(s.idx) else {
+                return (s, counts, false);
+            };
+            let flow = b.flow;
+            match cache.path_record(s.idx, s.bits, s.left) {
+                Some(p) if !p.is_whole() => {
+                    let runs = p.runs as usize;
+                    if s.room < runs || s.icount + p.insns > MAX_UNTRACED_INSNS {
+                        return (s, counts, false);
+                    }
+                    self.replay_stack_ops(cache, p);
+                    counts.before_run(out).count_path(p, TraceOffset(s.offset));
+                    s.room -= runs;
+                    s.left -= p.used;
+                    s.bits = low_bits(s.bits, s.left);
+                    s.icount = if p.used > 0 {
+                        u64::from(p.tail_insns)
+                    } else {
+                        s.icount + p.insns
+                    };
+                    (s.last, s.idx) = (p.last, p.next);
+                }
+                _ => break flow,
+            }
+        };
+        if s.icount + u64::from(cache.get(s.idx).map_or(0, |b| b.insns)) > MAX_UNTRACED_INSNS {
+            return (s, counts, false);
+        }
+        let pre = path_prefix(cache, s.idx, s.bits, s.left, s.room)
+            .filter(|pre| s.icount + pre.insns <= MAX_UNTRACED_INSNS);
+        let (l, at_l, runs) = match &pre {
+            Some(pre) => (
+                pre.path.last,
+                pre.tail_insns.unwrap_or(s.icount + pre.insns),
+                pre.runs,
+            ),
+            None if s.left == 1 && flow == BlockFlow::CondJump => (s.idx, s.icount, 0),
+            None => return (s, counts, false),
+        };
+        let step = cache
+            .get(l)
+            .copied()
+            .filter(|lb| at_l + u64::from(lb.insns) <= MAX_UNTRACED_INSNS)
+            .filter(|_| s.room - runs > 1 + DISABLE_WALK)
+            .and_then(|lb| {
+                let to = if s.bits & 1 != 0 { lb.target } else { lb.end.0 };
+                plan_toggle(cache, lane, data, l, to, s.pos, s.last_ip).map(|step| (lb, step))
+            });
+        if let Some(pre) = &pre {
+            self.replay_stack_ops(cache, &pre.path);
+            counts.before_run(out).count_runs(
+                pre.runs,
+                u64::from(pre.path.first_insns),
+                pre.insns,
+                TraceOffset(s.offset),
+            );
+            s.room -= pre.runs;
+        }
+        let Some((lb, step)) = step else {
+            if pre.is_some() {
+                (s.bits, s.left, s.icount) = (low_bits(s.bits, 1), 1, at_l);
+                (s.last, s.idx) = (NO_BLOCK, l);
+            }
+            return (s, counts, false);
+        };
+        // The jump and the blocks to the branch the disable binds to, all
+        // taken at the enable's offset; the calls before that branch push
+        // their return address, the branch is not executed.
+        counts.block(out, l, lb.insns, s.offset);
+        s.room -= 1;
+        let walk = &step.walk[..step.len];
+        for (i, &w) in walk.iter().enumerate() {
+            let Some(wb) = cache.get(w) else {
+                continue;
+            };
+            if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
+                self.retstack.push(wb.end.0);
+            }
+            counts.block(out, w, wb.insns, s.offset);
+            s.room -= 1;
+        }
+        // The two events; the next run is taken after the pair.
+        counts.before_run(out).end = TraceOffset(step.offset);
+        counts.events += 2;
+        (s.bits, s.left, s.pos, s.last_ip, s.offset) =
+            (0, 0, step.pos, step.pair.last_ip, step.offset);
+        s.icount = 0;
+        (s.last, s.idx) = (from_last(&step), step.next);
+        (s, counts, true)
     }
 }
 
@@ -360,4 +540,85 @@ fn path_prefix(cache: &BlockCache, idx: u32, bits: u64, left: u8, room: usize) -
         insns: p.insns - u64::from(last.insns),
         tail_insns,
     })
+}
+
+/// A disable/enable pair a chain passes over ([`plan_toggle`]).
+struct ToggleStep {
+    /// The blocks from where the conditional jump went to the branch the
+    /// disable binds to (that one last).
+    walk: [u32; DISABLE_WALK],
+    len: usize,
+    pair: TogglePair,
+    /// The look-ahead after the pair (PADs skipped), and the trace offset
+    /// the lane reports there.
+    pos: u64,
+    offset: u64,
+    /// The block at the TIP.PGE's IP.
+    next: u32,
+}
+
+/// Block `l`, a conditional jump, took its last cached TNT bit to `to`,
+/// with a TIP.PGD/TIP.PGE pair at `pos` the look-ahead (`last_ip` before
+/// it): what the burst's pass over the pair does, as a chain takes it.
+/// The blocks to the branch the disable binds to as the burst walks them
+/// (an instruction that is not a branch, and a direct jump or call that
+/// does not go to the disable's IP, run as usual; any other branch is
+/// the one tracing stopped at), each plain and known without looking
+/// further ([`BlockCache::linked_or_recent`], which links what it finds);
+/// after the pair a packet with nothing pending; the block at the
+/// enable's IP known so too.
+/// `None`: the burst takes it (it may build blocks, or stop there).
+#[inline(never)]
+fn plan_toggle(
+    cache: &mut BlockCache,
+    lane: &TraceLane<'_>,
+    data: &[u8],
+    l: u32,
+    mut to: u64,
+    pos: u64,
+    last_ip: LastIp,
+) -> Option<ToggleStep> {
+    let pair = lane.toggle_pair(pos, last_ip)?;
+    let pos = skip_pads(data, pair.after);
+    let mut step = ToggleStep {
+        walk: [NO_BLOCK; DISABLE_WALK],
+        len: 0,
+        pair,
+        pos,
+        offset: plain_offset(data, pos)?,
+        next: NO_BLOCK,
+    };
+    let (mut from, mut insns) = (l, 0u64);
+    loop {
+        if step.len == DISABLE_WALK {
+            return None;
+        }
+        let w = cache.linked_or_recent(from, to)?;
+        let b = cache.get(w)?;
+        insns += u64::from(b.insns);
+        if !b.plain || insns > MAX_UNTRACED_INSNS {
+            return None;
+        }
+        step.walk[step.len] = w;
+        step.len += 1;
+        to = match b.flow {
+            BlockFlow::Straight => b.end.0,
+            BlockFlow::Jump | BlockFlow::Call if b.target != pair.off => b.target,
+            BlockFlow::Jump
+            | BlockFlow::Call
+            | BlockFlow::CondJump
+            | BlockFlow::Return
+            | BlockFlow::IndirectJump
+            | BlockFlow::IndirectCall => break,
+            BlockFlow::Slow => return None,
+        };
+        from = w;
+    }
+    step.next = cache.linked_or_recent(from_last(&step), pair.on)?;
+    Some(step)
+}
+
+/// The last block of a walk ([`ToggleStep::walk`], never empty).
+fn from_last(step: &ToggleStep) -> u32 {
+    step.walk[step.len - 1]
 }

@@ -288,16 +288,17 @@ pub(in crate::insn) trait RunSink {
     fn take_counted(&mut self) -> Counted {
         Counted::default()
     }
-    /// The runs counted, back from the burst with its own added.
-    fn put_counted(&mut self, counted: Counted) {
-        let _ = counted;
+    /// The runs counted, back from the burst with its own added, and how
+    /// many events it passed over after them ([`pass_events`](Self::pass_events)).
+    fn put_counted(&mut self, counted: Counted, events: u64) {
+        let _ = (counted, events);
     }
 }
 
 /// How many blocks a pending disable may run through before the branch
 /// it binds to, in a burst ([`InsnDecoder::pass_toggles`]); past that the
 /// instruction decoder steps.
-const DISABLE_WALK: usize = 8;
+pub(super) const DISABLE_WALK: usize = 8;
 
 /// The blocks a pending disable runs through (their indices: the walk
 /// only takes blocks found without the cache starting over), the last one
