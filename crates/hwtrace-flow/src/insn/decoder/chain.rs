@@ -13,7 +13,7 @@
 //! A step is only taken when it is certain to be the one the burst would
 //! take, with the same outcome: the block runs plainly and every answer it
 //! gets leaves a TNT-8 packet or a TIP with an IP as the look-ahead
-//! ([`plain_at`]), so no status carries news. Anything else (a packet the
+//! ([`plain_offset`]), so no status carries news. Anything else (a packet the
 //! chain does not read, a path not recorded, a successor not
 //! linked, a block that needs the instruction decoder, the sink's room or
 //! offset limit) ends the chain before the step, for the burst to take.
