@@ -29,7 +29,7 @@
 
 use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
-use super::fast::{DISABLE_WALK, RunSink};
+use super::fast::{DISABLE_WALK, RunSink, WalkStep, disable_walk_step};
 use crate::event::{
     LaneAt, TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_at, tnt8,
 };
@@ -601,16 +601,9 @@ fn plan_toggle(
         }
         step.walk[step.len] = w;
         step.len += 1;
-        to = match b.flow {
-            BlockFlow::Straight => b.end.0,
-            BlockFlow::Jump | BlockFlow::Call if b.target != pair.off => b.target,
-            BlockFlow::Jump
-            | BlockFlow::Call
-            | BlockFlow::CondJump
-            | BlockFlow::Return
-            | BlockFlow::IndirectJump
-            | BlockFlow::IndirectCall => break,
-            BlockFlow::Slow => return None,
+        to = match disable_walk_step(b, pair.off)? {
+            WalkStep::On(to) => to,
+            WalkStep::Binds => break,
         };
         from = w;
     }

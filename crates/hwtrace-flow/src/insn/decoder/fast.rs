@@ -308,6 +308,33 @@ struct DisableWalk {
     len: usize,
 }
 
+/// Where a walk to the branch a pending disable binds to goes after
+/// block `b` ([`InsnDecoder::walk_to_disable`]).
+pub(super) enum WalkStep {
+    /// On to this IP: `b` ends in no branch, or in a direct jump or call
+    /// that does not go to the disable's IP.
+    On(u64),
+    /// `b` ends in the branch the disable binds to.
+    Binds,
+}
+
+/// [`WalkStep`] after block `b`, with the disable's IP `off_at`; `None`
+/// for a block the walk cannot take (it needs the instruction decoder).
+#[inline]
+pub(super) fn disable_walk_step(b: &CachedBlock, off_at: u64) -> Option<WalkStep> {
+    Some(match b.flow {
+        BlockFlow::Straight => WalkStep::On(b.end.0),
+        BlockFlow::Jump | BlockFlow::Call if b.target != off_at => WalkStep::On(b.target),
+        BlockFlow::Jump
+        | BlockFlow::Call
+        | BlockFlow::CondJump
+        | BlockFlow::Return
+        | BlockFlow::IndirectJump
+        | BlockFlow::IndirectCall => WalkStep::Binds,
+        BlockFlow::Slow => return None,
+    })
+}
+
 /// The block execution goes on in after another
 /// ([`InsnDecoder::block_after`]).
 enum NextBlock {
@@ -813,16 +840,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             }
             walk.blocks[walk.len] = idx;
             walk.len += 1;
-            at = match b.flow {
-                BlockFlow::Straight => b.end.0,
-                BlockFlow::Jump | BlockFlow::Call if b.target != off_at => b.target,
-                BlockFlow::Jump
-                | BlockFlow::Call
-                | BlockFlow::CondJump
-                | BlockFlow::Return
-                | BlockFlow::IndirectJump
-                | BlockFlow::IndirectCall => return Some(walk),
-                BlockFlow::Slow => return None,
+            at = match disable_walk_step(&b, off_at)? {
+                WalkStep::On(to) => to,
+                WalkStep::Binds => return Some(walk),
             };
             from = idx;
             prev = b;
