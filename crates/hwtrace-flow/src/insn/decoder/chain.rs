@@ -172,19 +172,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         self.replay_stack_ops(cache, p);
                         counts.before_run(out).count_path(p, TraceOffset(offset));
                         room -= runs;
-                        if p.is_whole() {
-                            (bits, left, icount) = (0, 0, 0);
-                        } else {
-                            // It stops before a block it cannot hold, with
-                            // bits left for it.
-                            left -= p.used;
-                            bits = low_bits(bits, left);
-                            icount = if p.used > 0 {
-                                u64::from(p.tail_insns)
-                            } else {
-                                icount + p.insns
-                            };
-                        }
+                        (bits, left, icount) = after_path(p, bits, left, icount);
                         (last, idx) = (p.last, p.next);
                         continue;
                     }
@@ -392,13 +380,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     self.replay_stack_ops(cache, p);
                     counts.before_run(out).count_path(p, TraceOffset(s.offset));
                     s.room -= runs;
-                    s.left -= p.used;
-                    s.bits = low_bits(s.bits, s.left);
-                    s.icount = if p.used > 0 {
-                        u64::from(p.tail_insns)
-                    } else {
-                        s.icount + p.insns
-                    };
+                    (s.bits, s.left, s.icount) = after_path(p, s.bits, s.left, s.icount);
                     (s.last, s.idx) = (p.last, p.next);
                 }
                 _ => break flow,
@@ -469,6 +451,24 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         (s.last, s.idx) = (from_last(&step), step.next);
         (s, counts, true)
     }
+}
+
+/// After path `p`, taken with TNT bits `bits` (`left` of them) and
+/// `icount` instructions since the trace was last asked: the bits left,
+/// how many, and the instructions since.
+#[inline(always)]
+fn after_path(p: &TntPath, bits: u64, left: u8, icount: u64) -> (u64, u8, u64) {
+    if p.is_whole() {
+        return (0, 0, 0);
+    }
+    // It stops before a block it cannot hold, with bits left for it.
+    let left = left - p.used;
+    let icount = if p.used > 0 {
+        u64::from(p.tail_insns)
+    } else {
+        icount + p.insns
+    };
+    (low_bits(bits, left), left, icount)
 }
 
 /// A taken TNT bit, from the lane at `pos` with `bits` (`left` of them)
