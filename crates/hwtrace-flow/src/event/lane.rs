@@ -511,25 +511,11 @@ impl<'a> TraceLane<'a> {
         })
     }
 
-    /// With the packet at `pos` (PADs skipped) as the look-ahead, the
-    /// trace offset the lane reports ([`offset`](Self::offset)) when it is
-    /// a TIP.PGD/TIP.PGE pair the lane reads (it was opened with
-    /// [`open_with_toggles`](Self::open_with_toggles)): the TIP.PGE's.
-    #[inline]
-    pub(crate) fn toggle_offset(&self, pos: u64) -> Option<u64> {
-        if !self.toggles {
-            return None;
-        }
-        match toggle_at(self.data, pos)? {
-            Next::Toggle { pge_at, .. } => Some(pge_at),
-            _ => None,
-        }
-    }
-
     /// With the packet at `pos` (PADs skipped) as the look-ahead and
-    /// `last_ip` the last IP: the TIP.PGD/TIP.PGE pair there, when the
-    /// lane reads it ([`toggle_offset`](Self::toggle_offset)), as a chain
-    /// passes it over ([`take_toggle`](Self::take_toggle) for the lane).
+    /// `last_ip` the last IP: the TIP.PGD/TIP.PGE pair there, when the lane
+    /// reads it (it was opened with
+    /// [`open_with_toggles`](Self::open_with_toggles)), as a chain passes
+    /// it over ([`take_toggle`](Self::take_toggle) for the lane).
     #[inline]
     pub(crate) fn toggle_pair(&self, pos: u64, mut last_ip: LastIp) -> Option<TogglePair> {
         if !self.toggles {
@@ -552,6 +538,7 @@ impl<'a> TraceLane<'a> {
             off,
             on: last_ip.ip().ok()?,
             last_ip,
+            on_at: pge_at,
             after: pge_at + u64::from(pge_size),
         })
     }
@@ -579,6 +566,9 @@ pub(crate) struct TogglePair {
     pub on: u64,
     /// The last IP after both.
     pub last_ip: LastIp,
+    /// The TIP.PGE's trace offset (the one the lane reports with the pair
+    /// as its look-ahead, [`offset`](TraceLane::offset)).
+    pub on_at: u64,
     /// The trace position after the TIP.PGE (PADs not skipped).
     pub after: u64,
 }

@@ -118,8 +118,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             pending: None,
             events: 0,
         };
-        // TNT bits were loaded with a disable/enable pair after them.
+        // TNT bits were loaded with a disable/enable pair after them, this
+        // one.
         let mut pair_next = false;
+        let mut pair = None;
         // As a burst, nothing more once the sink is full (not even a TNT
         // packet loaded).
         loop {
@@ -154,7 +156,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                                 // A disable/enable pair after the packet, which
                                 // the burst passes over (its last bit brings
                                 // it): loaded, for the cold step below.
-                                if let Some(o) = lane.toggle_offset(after) {
+                                if let Some(o) = pair_at(lane, after, last_ip, &mut pair) {
                                     (bits, left, pos, offset) = (tb, tl, after, o);
                                     pair_next = true;
                                 }
@@ -255,12 +257,12 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 icount += u64::from(n);
                 (last, idx) = (idx, next);
             }
-            if !pair_next {
+            let (true, Some(pair)) = (pair_next, pair.take()) else {
                 break;
-            }
+            };
+            pair_next = false;
             // Out of the steps' loop, whose locals stay in registers better
             // without it.
-            pair_next = false;
             let spot = Spot {
                 pos,
                 bits,
@@ -272,7 +274,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 idx,
                 room,
             };
-            let (s, c, passed) = self.pass_toggle(cache, lane, out, counts, data, until, spot);
+            let (s, c, passed) = self.pass_toggle(cache, out, counts, data, until, spot, pair);
             counts = c;
             Spot {
                 pos,
@@ -337,9 +339,9 @@ struct Spot {
 }
 
 impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
-    /// At block `s.idx`, a TNT packet's bits just loaded with a
-    /// TIP.PGD/TIP.PGE pair as the look-ahead after them (`s.offset` the
-    /// TIP.PGE's): what the burst does then, as a chain. Paths that stop
+    /// At block `s.idx`, a TNT packet's bits just loaded with the
+    /// TIP.PGD/TIP.PGE pair `pair` as the look-ahead after them (`s.offset`
+    /// the TIP.PGE's): what the burst does then, as a chain. Paths that stop
     /// before a block with bits left for it are taken as usual; then the
     /// blocks but the last that the bits lead to run as they would one by
     /// one (a prefix of a whole path, or none with a single bit left for
@@ -356,12 +358,12 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     fn pass_toggle(
         &mut self,
         cache: &mut BlockCache,
-        lane: &TraceLane<'a>,
         out: &mut impl RunSink,
         mut counts: Counts,
         data: &[u8],
         until: u64,
         mut s: Spot,
+        pair: TogglePair,
     ) -> (Spot, Counts, bool) {
         if s.offset >= until {
             return (s, counts, false);
@@ -407,7 +409,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             .filter(|_| s.room - runs > 1 + DISABLE_WALK)
             .and_then(|lb| {
                 let to = if s.bits & 1 != 0 { lb.target } else { lb.end.0 };
-                plan_toggle(cache, lane, data, l, to, s.pos, s.last_ip).map(|step| (lb, step))
+                plan_toggle(cache, data, l, to, pair).map(|step| (lb, step))
             });
         if let Some(pre) = &pre {
             self.replay_stack_ops(cache, &pre.path);
@@ -451,6 +453,21 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         (s.last, s.idx) = (from_last(&step), step.next);
         (s, counts, true)
     }
+}
+
+/// The TIP.PGD/TIP.PGE pair at `pos` (as [`TraceLane::toggle_pair`]) into
+/// `slot`, and the trace offset the lane reports there. Out of the
+/// steps' loop, whose locals stay in registers better without it.
+#[cold]
+#[inline(never)]
+fn pair_at(
+    lane: &TraceLane<'_>,
+    pos: u64,
+    last_ip: LastIp,
+    slot: &mut Option<TogglePair>,
+) -> Option<u64> {
+    *slot = lane.toggle_pair(pos, last_ip);
+    slot.map(|p| p.on_at)
 }
 
 /// After path `p`, taken with TNT bits `bits` (`left` of them) and
@@ -558,8 +575,8 @@ struct ToggleStep {
 }
 
 /// Block `l`, a conditional jump, took its last cached TNT bit to `to`,
-/// with a TIP.PGD/TIP.PGE pair at `pos` the look-ahead (`last_ip` before
-/// it): what the burst's pass over the pair does, as a chain takes it.
+/// with the TIP.PGD/TIP.PGE pair `pair` the look-ahead: what the burst's
+/// pass over the pair does, as a chain takes it.
 /// The blocks to the branch the disable binds to as the burst walks them
 /// (an instruction that is not a branch, and a direct jump or call that
 /// does not go to the disable's IP, run as usual; any other branch is
@@ -571,14 +588,11 @@ struct ToggleStep {
 #[inline(never)]
 fn plan_toggle(
     cache: &mut BlockCache,
-    lane: &TraceLane<'_>,
     data: &[u8],
     l: u32,
     mut to: u64,
-    pos: u64,
-    last_ip: LastIp,
+    pair: TogglePair,
 ) -> Option<ToggleStep> {
-    let pair = lane.toggle_pair(pos, last_ip)?;
     let pos = skip_pads(data, pair.after);
     let mut step = ToggleStep {
         walk: [NO_BLOCK; DISABLE_WALK],
