@@ -78,12 +78,20 @@ impl Counts {
     /// The counts, the pending block counted, before another run.
     #[inline(always)]
     fn before_run(&mut self, out: &mut impl RunSink) -> &mut Counted {
-        let c = self.counted.get_or_insert_with(|| out.take_counted());
+        let c = self.counted.get_or_insert_with(|| first_counted(out));
         if let Some((_, insns, offset)) = self.pending.take() {
             c.count_run(u64::from(insns), offset);
         }
         c
     }
+}
+
+/// The sink's counts, taken at a chain's first step: once per chain, so
+/// out of the steps' loop.
+#[cold]
+#[inline(never)]
+fn first_counted(out: &mut impl RunSink) -> Counted {
+    out.take_counted()
 }
 
 impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
