@@ -21,9 +21,9 @@ use std::path::Path;
 mod common;
 use common::qemu::{self, Scratch, record};
 use common::{hwtrace_in, libipt_flow_cases, shared};
-use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
+use hwtrace_flow::insn::InsnClass;
 use hwtrace_sim::{Consumer, IpRange, OutputTarget, PtConfig, PtEncoder, write_output};
-use hwtrace_types::{AddressSpace, Ip, PhysAddr, ReadMemory};
+use hwtrace_types::{Ip, PhysAddr};
 
 /// Sequential; two threads; two threads with one work unit per PSB.
 const JOBS: [&[&str]; 3] = [
@@ -204,7 +204,6 @@ fn counting_reports_endless_loops_and_errors_exactly() -> Result<()> {
 /// so code run on past a range's end is traced until the next branch.
 fn inside(execution: &hwtrace_sim::Execution, ranges: &[IpRange]) -> Result<Vec<u64>> {
     let in_range = |ip: u64| ranges.is_empty() || ranges.iter().any(|r| r.contains(Ip(ip)));
-    let mem = execution.memory();
     let mut traced = Vec::new();
     let (mut on, mut lands) = (false, true);
     for (i, ip) in execution.insns().iter().enumerate() {
@@ -214,12 +213,7 @@ fn inside(execution: &hwtrace_sim::Execution, ranges: &[IpRange]) -> Result<Vec<
         if on {
             traced.push(ip.0);
         }
-        let mut buf = [0u8; MAX_INSN_SIZE];
-        let n = mem
-            .read_memory(AddressSpace::UNKNOWN, *ip, &mut buf)
-            .map_err(|e| anyhow::anyhow!("{ip:?}: {e}"))?;
-        let d = classify(&buf[..n], ip.0, execution.mode_at(i))
-            .map_err(|e| anyhow::anyhow!("{ip:?}: {e:?}"))?;
+        let d = qemu::classified(execution, i)?;
         let next = execution.insns().get(i + 1).map(|n| n.0);
         lands = match d.class {
             InsnClass::Other | InsnClass::Ptwrite => false,

@@ -6,7 +6,7 @@
 //! `hwtrace coverage --json` says in the same terms.
 
 use anyhow::{Context, Result, ensure};
-use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
+use hwtrace_flow::insn::{Decoded, InsnClass, MAX_INSN_SIZE, classify};
 use hwtrace_sim::{Execution, Limits, Recording};
 use hwtrace_types::{AddressSpace, ReadMemory};
 use std::collections::BTreeMap;
@@ -92,12 +92,23 @@ pub struct Truth {
     pub edges: BTreeMap<(Key, Key), u64>,
 }
 
+/// The `i`th recorded instruction, classified (iced-x86) from the recorded
+/// code.
+pub fn classified(execution: &Execution, i: usize) -> Result<Decoded> {
+    let ip = *execution.insns().get(i).context("no such instruction")?;
+    let mut buf = [0u8; MAX_INSN_SIZE];
+    let n = execution
+        .memory()
+        .read_memory(AddressSpace::UNKNOWN, ip, &mut buf)
+        .map_err(|e| anyhow::anyhow!("{ip:?}: {e}"))?;
+    classify(&buf[..n], ip.0, execution.mode_at(i)).map_err(|e| anyhow::anyhow!("{ip:?}: {e:?}"))
+}
+
 /// The coverage of the recorded instructions, by the rule
 /// `hwtrace_report::coverage` documents: a block ends at every control
 /// transfer and wherever the next instruction is not the fall-through; an
 /// edge joins each block to the next one executed.
 pub fn truth(execution: &Execution) -> Result<Truth> {
-    let mem = execution.memory();
     let mut t = Truth::default();
     let mut open: Option<(u64, u64, u64)> = None;
     let mut prev: Option<Key> = None;
@@ -111,12 +122,7 @@ pub fn truth(execution: &Execution) -> Result<Truth> {
         }
     };
     for (i, ip) in execution.insns().iter().enumerate() {
-        let mut buf = [0u8; MAX_INSN_SIZE];
-        let n = mem
-            .read_memory(AddressSpace::UNKNOWN, *ip, &mut buf)
-            .map_err(|e| anyhow::anyhow!("{ip:?}: {e}"))?;
-        let d = classify(&buf[..n], ip.0, execution.mode_at(i))
-            .map_err(|e| anyhow::anyhow!("{ip:?}: {e:?}"))?;
+        let d = classified(execution, i)?;
         if open.is_some_and(|(_, end, _)| end != ip.0) {
             close(&mut open, &mut t);
         }
