@@ -127,7 +127,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             events: 0,
         };
         // TNT bits were loaded with a disable/enable pair after them, this
-        // one.
+        // one. The flag mirrors `pair.is_some()`: testing the Option
+        // instead moves the steps' loop's register allocation (callgrind:
+        // 3-9% more instructions on every trace).
         let mut pair_next = false;
         let mut pair = None;
         // As a burst, nothing more once the sink is full (not even a TNT
