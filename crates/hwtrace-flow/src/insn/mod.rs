@@ -22,4 +22,4 @@ pub use decoder::{Insn, InsnDecoder, MAX_UNTRACED_INSNS, Step, read_insn};
 pub use fast::{BlockRun, FastDecoder, FastStep};
 pub use retstack::{RETSTACK_SIZE, RetStack};
 pub use runs::{DEFAULT_RUN_CAPACITY, RunBuffer};
-pub use tally::{Counted, RunTally};
+pub use tally::{Counted, DEFAULT_TALLY_CAPACITY, RunTally};

@@ -87,6 +87,13 @@ impl Counted {
     }
 }
 
+/// How many runs a [`RunTally::new`] counts in a burst: more than a
+/// [`RunBuffer`] holds, as counting a run costs no copy, and a burst that
+/// fills up stops between a TNT packet's bits, leaving the next one a TNT
+/// path keyed mid-packet, which is rarely recorded (4,096 runs instead of
+/// 256: 10-16% fewer instructions counting real traces).
+pub const DEFAULT_TALLY_CAPACITY: usize = 4096;
+
 /// A burst of runs, counted; see the module documentation.
 #[derive(Clone, Debug)]
 pub struct RunTally {
@@ -111,11 +118,9 @@ impl Default for RunTally {
 }
 
 impl RunTally {
-    /// A tally of bursts of up to
-    /// [`DEFAULT_RUN_CAPACITY`](super::DEFAULT_RUN_CAPACITY) runs (the
-    /// bursts a [`RunBuffer::new`] would hold).
+    /// A tally of bursts of up to [`DEFAULT_TALLY_CAPACITY`] runs.
     pub fn new() -> Self {
-        Self::with_capacity(super::DEFAULT_RUN_CAPACITY)
+        Self::with_capacity(DEFAULT_TALLY_CAPACITY)
     }
 
     /// A tally of bursts of up to `cap` runs (at least one).
