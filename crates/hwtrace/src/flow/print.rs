@@ -64,12 +64,26 @@ impl Stats {
     }
 }
 
+/// An Intel-syntax formatter writing numbers as objdump and perf do: 0x1f,
+/// lower case.
+fn intel_formatter() -> IntelFormatter {
+    let mut formatter = IntelFormatter::new();
+    let options = formatter.options_mut();
+    options.set_uppercase_hex(false);
+    options.set_hex_prefix("0x");
+    options.set_hex_suffix("");
+    formatter
+}
+
 /// Writes items; reuses its buffers, so printing allocates nothing per
 /// instruction once warmed up.
 pub struct Printer {
     format: Format,
     disasm: bool,
-    formatter: IntelFormatter,
+    /// Made at the first instruction disassembled: making one runs ~5 M
+    /// instructions (its tables), as much as decoding 500 KB of trace,
+    /// which a count (`--quiet --stats`) would pay for nothing.
+    formatter: Option<IntelFormatter>,
     text: String,
     line: String,
 }
@@ -86,16 +100,10 @@ impl std::fmt::Debug for Printer {
 impl Printer {
     /// A printer in `format`, with disassembly when `disasm`.
     pub fn new(format: Format, disasm: bool) -> Self {
-        // objdump's and perf's way of writing numbers: 0x1f, lower case.
-        let mut formatter = IntelFormatter::new();
-        let options = formatter.options_mut();
-        options.set_uppercase_hex(false);
-        options.set_hex_prefix("0x");
-        options.set_hex_suffix("");
         Self {
             format,
             disasm,
-            formatter,
+            formatter: None,
             text: String::with_capacity(64),
             line: String::with_capacity(128),
         }
@@ -114,7 +122,8 @@ impl Printer {
         if instr.is_invalid() {
             self.text.push_str("(bad)");
         } else {
-            self.formatter.format(&instr, &mut self.text);
+            let formatter = self.formatter.get_or_insert_with(intel_formatter);
+            formatter.format(&instr, &mut self.text);
         }
     }
 
