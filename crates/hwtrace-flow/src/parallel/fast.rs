@@ -683,6 +683,20 @@ mod tests {
     use hwtrace_packet::{Packet, Tnt, TraceBuilder};
     use hwtrace_types::BytesAt;
 
+    #[test]
+    fn bursts_are_as_long_as_the_endless_loop_limit_lets_them() {
+        // The default limit: the longest bursts, a quarter of it at most.
+        assert_eq!(burst_runs(MAX_STALL), DEFAULT_TALLY_CAPACITY);
+        assert_eq!(burst_runs(u64::MAX), DEFAULT_TALLY_CAPACITY);
+        // A lower limit: shorter bursts, never below a run buffer's.
+        assert_eq!(burst_runs(1 << 21), 512);
+        assert_eq!(burst_runs(1000), DEFAULT_RUN_CAPACITY);
+        for max_stall in [1 << 20, 1 << 22, 3 << 21, MAX_STALL] {
+            let most = burst_runs(max_stall) as u64 * u64::from(MAX_CACHED_BLOCK_INSNS);
+            assert!(most <= max_stall / 4, "{max_stall}: {most}");
+        }
+    }
+
     /// `code` at 0x1000.
     fn code_at(bytes: &'static [u8]) -> BytesAt<'static> {
         BytesAt::new(Ip(0x1000), bytes)
