@@ -110,15 +110,8 @@ pub struct FastSource<'a, M> {
 /// as many as fit a quarter of it (a burst is only taken where no report
 /// can fall inside it, and each of its runs may be a cached block's
 /// [`MAX_CACHED_BLOCK_INSNS`]), from [`DEFAULT_RUN_CAPACITY`] to
-/// [`DEFAULT_TALLY_CAPACITY`] (4,096 with the default [`super::MAX_STALL`]).
-///
-/// Long bursts pay: a burst goes back to the driver when it is full, and
-/// a full burst stops between the bits of a TNT packet, so the next one
-/// starts on a TNT path keyed by the bits left, which is rarely recorded
-/// and so goes block by block. With 256 runs, a tenth of the counting
-/// chains on gzip's and Unzip's traces ended on such a path (callgrind,
-/// `flow --quiet --stats --jobs 1`: 4,096 runs take 10-16% fewer
-/// instructions).
+/// [`DEFAULT_TALLY_CAPACITY`] (4,096 with the default [`super::MAX_STALL`];
+/// why long bursts pay is said there).
 fn burst_runs(max_stall: u64) -> usize {
     let fit = max_stall / 4 / u64::from(MAX_CACHED_BLOCK_INSNS);
     usize::try_from(fit)
