@@ -78,12 +78,22 @@ impl Counted {
     pub(crate) fn count_runs(&mut self, runs: usize, first: u64, insns: u64, offset: TraceOffset) {
         self.runs += runs;
         // The first run is taken where the run before it ended, the
-        // others where the path's TNT packet leaves the trace.
+        // others where the path's TNT packet leaves the trace: what
+        // `add` for each leaves, without its branches.
+        let rest = insns.saturating_sub(first);
+        self.insns += first + rest;
         let at = self.end;
-        self.add(at, first, offset);
-        if insns > first {
-            self.add(offset, insns - first, offset);
+        if rest != 0 && offset != at {
+            (self.last_at, self.last_insns) = (offset, rest);
+        } else {
+            let before = if at == self.last_at {
+                self.last_insns
+            } else {
+                0
+            };
+            (self.last_at, self.last_insns) = (at, before + first + rest);
         }
+        self.end = offset;
     }
 }
 
@@ -378,6 +388,40 @@ mod tests {
             c.add(at, u64::from(r.insns), TraceOffset(*offset));
         }
         c
+    }
+
+    #[test]
+    fn runs_counted_at_once_count_as_added_one_by_one() {
+        // Every case `count_runs` tells apart: the last counted offset at
+        // the end or before it, instructions there or none, a path with
+        // one run's instructions or more, its offset new or the end's.
+        for (last_at, end) in [(5, 5), (3, 5)] {
+            for last_insns in [0, 7] {
+                for (first, insns) in [(4, 4), (4, 9), (0, 0)] {
+                    for offset in [5, 8] {
+                        let before = Counted {
+                            runs: 1,
+                            insns: 10,
+                            last_at: TraceOffset(last_at),
+                            last_insns,
+                            end: TraceOffset(end),
+                        };
+                        let mut at_once = before;
+                        at_once.count_runs(2, first, insns, TraceOffset(offset));
+                        let mut one_by_one = before;
+                        one_by_one.runs += 2;
+                        one_by_one.add(TraceOffset(end), first, TraceOffset(offset));
+                        if insns > first {
+                            one_by_one.add(TraceOffset(offset), insns - first, TraceOffset(offset));
+                        }
+                        assert_eq!(
+                            at_once, one_by_one,
+                            "{last_at} {end} {last_insns} {first} {insns} {offset}"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
