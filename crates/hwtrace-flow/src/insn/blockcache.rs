@@ -58,6 +58,25 @@ const MAX_PATHS: usize = 1 << 14;
 /// An empty slot of the path table.
 const NO_PATH: u32 = u32::MAX;
 
+/// The most blocks with a table of their own for the paths of a TNT-8
+/// packet's bits ([`BlockCache::tnt_path`]): 512 bytes each.
+const MAX_PATH_TABLES: usize = 1 << 10;
+
+/// The slots of a block's path table: one per key ([`tnt_key`]).
+const PATH_TABLE_SLOTS: usize = 128;
+
+/// The most TNT bits a path table's key holds: a TNT-8 packet's.
+const MAX_TABLE_BITS: u8 = 6;
+
+/// The key of TNT bits `bits` (`left` of them, at most
+/// [`MAX_TABLE_BITS`]) in a block's path table: a stop bit above them, as
+/// a TNT-8 packet writes them, so a packet's byte shifted right by one is
+/// the key of its bits.
+#[inline(always)]
+const fn tnt_key(bits: u64, left: u8) -> usize {
+    (1 << left) | (bits as usize & ((1 << left) - 1))
+}
+
 /// The most runs one TNT path holds.
 pub const MAX_PATH_LEN: u32 = 128;
 
@@ -271,7 +290,7 @@ pub struct TntPath {
     /// Where its return stack operations start in the path operation
     /// store, and how many.
     first_op: u32,
-    ops: u32,
+    pub(crate) ops: u32,
     /// How many instructions, all runs together.
     pub insns: u64,
     /// How many in the first run (a caller that counts takes it where
@@ -288,6 +307,9 @@ pub struct TntPath {
     pub last: u32,
     /// The block starting at `to`.
     pub next: u32,
+    /// Whether it is whole and that block ends with a conditional jump:
+    /// the next TNT packet's path starts there.
+    pub sprints_on: bool,
 }
 
 impl TntPath {
@@ -345,6 +367,7 @@ impl TntPath {
             to: Ip(0),
             last: NO_BLOCK,
             next: NO_BLOCK,
+            sprints_on: false,
         }
     }
 }
@@ -399,6 +422,14 @@ pub struct BlockCache {
     /// the lookup made at every TNT packet stays in the cache; allocated
     /// on first use.
     path_slots: Vec<u32>,
+    /// The paths of up to [`MAX_TABLE_BITS`] bits again, by block
+    /// ([`tnt_path`](Self::tnt_path)): [`PATH_TABLE_SLOTS`] indices into
+    /// `paths` per table, and each block's table by block index
+    /// (`NO_PATH`: none). Both made on first use; blocks past
+    /// [`MAX_PATH_TABLES`] have none, their paths are found in
+    /// `path_slots` only.
+    path_tables: Vec<u32>,
+    block_tables: Vec<u32>,
     /// The TNT paths recorded.
     paths: Vec<TntPath>,
     /// The runs of every path, each path's one after the other.
@@ -459,6 +490,8 @@ impl BlockCache {
 
     fn forget_paths(&mut self) {
         self.path_slots.iter_mut().for_each(|p| *p = NO_PATH);
+        self.path_tables.clear();
+        self.block_tables.clear();
         self.paths.clear();
         self.path_runs.clear();
         self.path_ops.clear();
@@ -482,6 +515,46 @@ impl BlockCache {
         let i = *self.path_slots.get(path_slot(start, bits, left))?;
         let p = self.paths.get(i as usize)?;
         (p.start == start && p.bits == bits && p.left == left).then_some(p)
+    }
+
+    /// The path from block `start` with the bits of a TNT-8 packet whose
+    /// key is `key` (its byte shifted right by one) when the block has a path table: a
+    /// lookup without hashing or comparing keys, for a caller that goes
+    /// from packet to packet.
+    #[inline(always)]
+    pub fn tnt_path(&self, start: u32, key: usize) -> Option<&TntPath> {
+        let t = *self.block_tables.get(start as usize)?;
+        self.table_path(t, key)
+    }
+
+    #[inline(always)]
+    fn table_path(&self, table: u32, key: usize) -> Option<&TntPath> {
+        let slot = (table as usize)
+            .wrapping_mul(PATH_TABLE_SLOTS)
+            .wrapping_add(key);
+        self.paths.get(*self.path_tables.get(slot)? as usize)
+    }
+
+    /// The slot of block `start`'s path table for `key`, the table made if
+    /// there is room for another.
+    fn table_slot(&mut self, start: u32, key: usize) -> Option<&mut u32> {
+        let at = start as usize;
+        if self.block_tables.len() <= at {
+            self.block_tables
+                .resize(self.blocks.len().max(at + 1), NO_PATH);
+        }
+        let t = &mut self.block_tables[at];
+        if *t == NO_PATH {
+            let made = self.path_tables.len() / PATH_TABLE_SLOTS;
+            if made >= MAX_PATH_TABLES {
+                return None;
+            }
+            *t = made as u32;
+            self.path_tables
+                .resize(self.path_tables.len() + PATH_TABLE_SLOTS, NO_PATH);
+        }
+        self.path_tables
+            .get_mut(*t as usize * PATH_TABLE_SLOTS + key)
     }
 
     /// What path `p` does to the return stack, in order: its direct
@@ -545,6 +618,15 @@ impl BlockCache {
         }
         let i = self.paths.len() as u32;
         let first_insns = self.path_runs.get(first as usize).map_or(0, |r| r.insns);
+        let sprints_on = end.used == key.left
+            && self
+                .get(end.next)
+                .is_some_and(|b| b.flow == BlockFlow::CondJump);
+        if (1..=MAX_TABLE_BITS).contains(&key.left)
+            && let Some(slot) = self.table_slot(key.start, tnt_key(key.bits, key.left))
+        {
+            *slot = i;
+        }
         if let Some(slot) = self
             .path_slots
             .get_mut(path_slot(key.start, key.bits, key.left))
@@ -565,6 +647,7 @@ impl BlockCache {
                 to: end.to,
                 last: end.last,
                 next: end.next,
+                sprints_on,
             });
         }
     }
@@ -1005,6 +1088,68 @@ mod tests {
         assert!(c.path(head, 0b10, 2).is_none());
         assert_eq!(c.paths(), 0);
         assert!(c.path_ops.is_empty());
+    }
+
+    #[test]
+    fn tnt_8_packets_find_their_paths_in_the_block_table() {
+        let (mut c, _, [head, tail]) = built([0x1000, 0x1004]);
+        let run = PathRun {
+            ip: Ip(0x1000),
+            end_ip: Ip(0x1002),
+            insns: 3,
+            class: InsnClass::CondJump,
+            end_size: 2,
+        };
+        let record = |c: &mut BlockCache, start, bits, left, used, next| {
+            let first = c.begin_path();
+            c.push_path_run(run);
+            c.finish_path(
+                first,
+                key(start, bits, left),
+                end(3, used, Ip(0x1004), head, next),
+            );
+        };
+        // Taken, not taken: the TNT-8 packet 0b1_10_0 (a stop bit above
+        // the bits, bit 0 clear); its byte shifted right is the key. Back
+        // to the loop's head, a conditional jump.
+        record(&mut c, head, 0b10, 2, 2, head);
+        assert_eq!(tnt_key(0b10, 2), 0b0000_1100 >> 1);
+        let p = c.tnt_path(head, tnt_key(0b10, 2)).expect("in the table");
+        assert_eq!(Some(p), c.path_record(head, 0b10, 2));
+        // Whole, to a block ending with a conditional jump: a sprint goes
+        // on from it.
+        assert!(p.sprints_on);
+        // Other bits have their own slot.
+        assert!(c.tnt_path(head, tnt_key(0b11, 2)).is_none());
+        assert!(c.tnt_path(head, tnt_key(0b10, 3)).is_none());
+        // Stopping before its last bit: in the table, but not on.
+        record(&mut c, head, 0b101, 3, 2, tail);
+        let p = c.tnt_path(head, tnt_key(0b101, 3)).expect("partial");
+        assert!(!p.is_whole() && !p.sprints_on);
+        // Whole, to a return (`tail`: nop; ret) or to no block: not on
+        // either.
+        assert_eq!(c.get(tail).map(|b| b.flow), Some(BlockFlow::Return));
+        record(&mut c, head, 0b1, 1, 1, tail);
+        assert!(!c.tnt_path(head, tnt_key(0b1, 1)).expect("whole").sprints_on);
+        record(&mut c, tail, 0b1, 1, 1, NO_BLOCK);
+        assert!(!c.tnt_path(tail, tnt_key(0b1, 1)).expect("whole").sprints_on);
+        // More bits than a TNT-8 packet holds (a TNT-64 packet's): only
+        // in the hashed slots.
+        record(&mut c, head, 0b101_0101, 7, 7, tail);
+        assert!(c.path_record(head, 0b101_0101, 7).is_some());
+        assert!((0..PATH_TABLE_SLOTS).all(|k| c.tnt_path(head, k).is_none_or(|p| p.left < 7)));
+        // Past the most tables (`head` and `tail` have two), blocks have
+        // none: their paths are still found by key.
+        let late = MAX_PATH_TABLES as u32;
+        for start in 2..=late {
+            record(&mut c, start, 0b1, 1, 1, tail);
+        }
+        assert!(c.tnt_path(late - 1, tnt_key(0b1, 1)).is_some());
+        assert!(c.tnt_path(late, tnt_key(0b1, 1)).is_none());
+        assert!(c.path_record(late, 0b1, 1).is_some());
+        // Forgotten with the rest.
+        c.clear();
+        assert!(c.tnt_path(head, tnt_key(0b10, 2)).is_none());
     }
 
     #[test]
