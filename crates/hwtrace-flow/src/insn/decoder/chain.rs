@@ -38,6 +38,9 @@ use crate::insn::classify::InsnClass;
 use crate::insn::tally::Counted;
 use hwtrace_packet::LastIp;
 use hwtrace_types::{ReadMemory, TraceOffset};
+use sprint::SprintAt;
+
+mod sprint;
 
 /// Where a burst is: the locals [`InsnDecoder::run_burst`] keeps, handed
 /// to a chain and back.
@@ -131,6 +134,8 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         // instead moves the steps' loop's register allocation (callgrind:
         // 3-9% more instructions on every trace).
         let mut pair_next = false;
+        // Where the last sprint stopped: the packet there is the steps'.
+        let mut no_sprint = u64::MAX;
         let mut pair = None;
         // As a burst, nothing more once the sink is full (not even a TNT
         // packet loaded).
@@ -154,6 +159,34 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         if left > 0 || flow == BlockFlow::CondJump =>
                     {
                         if left == 0 {
+                            if flow == BlockFlow::CondJump && pos != no_sprint {
+                                let mut s = SprintAt {
+                                    pos,
+                                    bits,
+                                    left,
+                                    offset,
+                                    icount,
+                                    last,
+                                    idx,
+                                    room,
+                                };
+                                let moved =
+                                    self.sprint(cache, data, until, &mut counts, out, &mut s);
+                                SprintAt {
+                                    pos,
+                                    bits,
+                                    left,
+                                    offset,
+                                    icount,
+                                    last,
+                                    idx,
+                                    room,
+                                } = s;
+                                no_sprint = pos;
+                                if moved {
+                                    continue;
+                                }
+                            }
                             // The block runs on the next TNT packet's first
                             // bit: loaded (as the burst would load it), its
                             // bits pick the path.
