@@ -73,7 +73,7 @@ const MAX_TABLE_BITS: u8 = 6;
 /// a TNT-8 packet writes them, so a packet's byte shifted right by one is
 /// the key of its bits.
 #[inline(always)]
-const fn tnt_key(bits: u64, left: u8) -> usize {
+pub(crate) const fn tnt_key(bits: u64, left: u8) -> usize {
     (1 << left) | (bits as usize & ((1 << left) - 1))
 }
 

@@ -38,7 +38,6 @@ use crate::insn::classify::InsnClass;
 use crate::insn::tally::Counted;
 use hwtrace_packet::LastIp;
 use hwtrace_types::{ReadMemory, TraceOffset};
-use sprint::SprintAt;
 
 mod sprint;
 
@@ -160,10 +159,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     {
                         if left == 0 {
                             if flow == BlockFlow::CondJump && pos != no_sprint {
-                                let mut s = SprintAt {
+                                let mut s = Spot {
                                     pos,
                                     bits,
                                     left,
+                                    last_ip,
                                     offset,
                                     icount,
                                     last,
@@ -172,10 +172,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                                 };
                                 let moved =
                                     self.sprint(cache, data, until, &mut counts, out, &mut s);
-                                SprintAt {
+                                Spot {
                                     pos,
                                     bits,
                                     left,
+                                    last_ip,
                                     offset,
                                     icount,
                                     last,

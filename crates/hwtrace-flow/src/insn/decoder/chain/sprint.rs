@@ -1,36 +1,32 @@
-//! A sprint: a counting chain's commonest step alone, in a loop of its
-//! own — a TNT-8 packet taking a whole recorded path from a conditional
-//! jump to the next one.
+//! A sprint: a counting chain's steps from TNT-8 packet to TNT-8 packet,
+//! in a loop of their own.
 //!
-//! On a compression loop (gzip's, Unzip's) most of a trace is such
-//! packets one after the other. The chain's steps' loop takes each
+//! On a compression loop (gzip's, Unzip's) most of a trace is TNT-8
+//! packets one after the other, each choosing a whole recorded path from
+//! one conditional jump to the next; elsewhere the paths are a return or
+//! an indirect branch apart. The chain's steps' loop takes each packet
 //! through everything a step may be (the block's flow, the bits left, a
-//! hashed path lookup with its key compared); a sprint looks the path up
-//! in the block's table by the packet's byte ([`BlockCache::tnt_path`])
-//! and knows from the path whether the next packet starts at a
-//! conditional jump again ([`TntPath::sprints_on`]). Each step is the
-//! steps' loop's own, with the same outcome; anything else ends the
-//! sprint before the step, and the steps' loop takes it.
+//! hashed path lookup with its key compared). A sprint starts at a
+//! conditional jump whose packet's path is in the block's table
+//! ([`BlockCache::tnt_path`], by the packet's byte), goes straight on
+//! when the path says the next packet's starts where it ends
+//! ([`TntPath::sprints_on`]), and else takes the steps between as the
+//! steps' loop does (a compressed return, a return or an indirect branch
+//! to a TIP's IP, a direct jump or call) until the next path. Each step
+//! is the steps' loop's own, with the same outcome; anything else (a
+//! path only in the hashed slots, a disable/enable pair, a miss) ends
+//! the sprint before the step, for the steps' loop.
+//!
+//! The steps between paths are written out here as in the steps' loop:
+//! shared through helper functions, both loops' code moved (callgrind:
+//! 3-7% more instructions on every benchmark trace).
 
-use super::{Counts, after_path};
-use crate::event::{plain_offset, skip_pads};
-use crate::insn::blockcache::{BlockCache, TntPath};
+use super::{Counts, Spot, after_path, taken_bit};
+use crate::event::{plain_offset, skip_pads, tip_at, tnt8};
+use crate::insn::blockcache::{BlockCache, BlockFlow, TntPath, tnt_key};
 use crate::insn::decoder::fast::RunSink;
 use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
 use hwtrace_types::{ReadMemory, TraceOffset};
-
-/// The chain's locals a sprint moves.
-#[derive(Clone, Copy)]
-pub(super) struct SprintAt {
-    pub(super) pos: u64,
-    pub(super) bits: u64,
-    pub(super) left: u8,
-    pub(super) offset: u64,
-    pub(super) icount: u64,
-    pub(super) last: u32,
-    pub(super) idx: u32,
-    pub(super) room: usize,
-}
 
 /// A sprint's step from block `idx` at trace position `pos`: the path
 /// the TNT-8 packet there takes from the block's table, the position
@@ -61,63 +57,182 @@ fn sprint_step<'c>(
 
 impl<M: ReadMemory> InsnDecoder<'_, M> {
     /// From a conditional jump with no TNT bits loaded (`s`): TNT-8
-    /// packets taking the paths in the block's table, one after the
-    /// other, for as long as each path ends at another conditional jump
-    /// and the packet after each is plain. `s` moved past them; whether
-    /// any was taken.
+    /// packets taking the paths in the blocks' tables, one after the
+    /// other, and between them the steps that lead from one path to the
+    /// next as the steps' loop takes them (a compressed return, a return
+    /// or an indirect branch to a TIP's IP, a direct jump or call), for as
+    /// long as the packet after each is plain. `s` moved past them;
+    /// whether any was taken.
     ///
-    /// Inlined: called as a function, its entry and exit cost more than
-    /// the steps it saves on traces whose sprints are short (callgrind,
-    /// 100 copies of foo's piece: 5% more instructions).
-    #[inline(always)]
+    /// Out of line: it takes most of the steps of a counted trace, and the
+    /// two loops keep their locals in registers better apart (inlined,
+    /// 1% more instructions on the benchmark traces).
+    #[inline(never)]
     pub(super) fn sprint(
         &mut self,
-        cache: &BlockCache,
+        cache: &mut BlockCache,
         data: &[u8],
         until: u64,
         counts: &mut Counts,
         out: &mut impl RunSink,
-        s: &mut SprintAt,
+        s: &mut Spot,
     ) -> bool {
         let Some(mut step) = sprint_step(cache, data, until, s.pos, s.idx, s.room)
             .filter(|(p, ..)| s.icount + p.insns <= MAX_UNTRACED_INSNS)
         else {
             return false;
         };
-        // Counted in a local, written back once.
-        let mut c = *counts.before_run(out);
-        let (mut icount, mut room) = (s.icount, s.room);
+        // The counts in a local, written back once.
+        let mut k = *counts;
+        let (mut last_ip, mut icount, mut room) = (s.last_ip, s.icount, s.room);
         let (mut pos, mut bits, mut left, mut offset, mut last, mut idx);
-        loop {
+        'paths: loop {
             let (p, after, o) = step;
             if p.ops != 0 {
                 self.replay_stack_ops(cache, p);
             }
-            c.count_path(p, TraceOffset(o));
+            k.before_run(out).count_path(p, TraceOffset(o));
             room -= p.runs as usize;
             (pos, offset) = (after, o);
             (last, idx) = (p.last, p.next);
-            if !p.sprints_on {
-                (bits, left, icount) = after_path(p, p.bits, p.left, icount);
-                break;
+            if p.sprints_on {
+                // A whole path, as `after_path` has it; the next one
+                // starts with no instructions since the trace was asked,
+                // so it is far below the endless-loop limit (a path holds
+                // at most `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
+                (bits, left, icount) = (0, 0, 0);
+                match sprint_step(cache, data, until, pos, idx, room) {
+                    Some(next) => {
+                        step = next;
+                        continue;
+                    }
+                    None => break,
+                }
             }
-            // A whole path, as `after_path` has it; the next one starts
-            // with no instructions since the trace was asked, so it is
-            // far below the endless-loop limit (a path holds at most
-            // `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
-            (bits, left, icount) = (0, 0, 0);
-            match sprint_step(cache, data, until, pos, idx, room) {
-                Some(next) => step = next,
-                None => break,
+            (bits, left, icount) = after_path(p, p.bits, p.left, icount);
+            // The blocks to the next path, each as the steps' loop runs it.
+            loop {
+                let Some(b) = cache.get(idx) else {
+                    break 'paths;
+                };
+                let (flow, n) = (b.flow, b.insns);
+                if room == 0 || icount + u64::from(n) > MAX_UNTRACED_INSNS {
+                    break 'paths;
+                }
+                let to = match flow {
+                    BlockFlow::CondJump if left == 0 => {
+                        match sprint_step(cache, data, until, pos, idx, room) {
+                            Some(next) => {
+                                step = next;
+                                continue 'paths;
+                            }
+                            None => break 'paths,
+                        }
+                    }
+                    BlockFlow::CondJump
+                    | BlockFlow::Jump
+                    | BlockFlow::Straight
+                    | BlockFlow::Call
+                        if left > 0 =>
+                    {
+                        match cache
+                            .tnt_path(idx, tnt_key(bits, left))
+                            .filter(|p| room >= p.runs as usize && offset < until)
+                        {
+                            Some(p) => {
+                                step = (p, pos, offset);
+                                continue 'paths;
+                            }
+                            None => break 'paths,
+                        }
+                    }
+                    BlockFlow::Return
+                        if left > 0 || data.get(pos as usize).and_then(|&b| tnt8(b)).is_some() =>
+                    {
+                        // A compressed return: a taken bit, to the last call.
+                        let Some(to) = self.retstack.peek() else {
+                            break 'paths;
+                        };
+                        let Some((np, nb, nl, no)) = taken_bit(data, pos, bits, left, offset)
+                        else {
+                            break 'paths;
+                        };
+                        if no >= until {
+                            break 'paths;
+                        }
+                        let Some(next) = cache.linked_or_recent(idx, to) else {
+                            break 'paths;
+                        };
+                        self.retstack.pop();
+                        (pos, bits, left, offset) = (np, nb, nl, no);
+                        k.block(out, idx, n, offset);
+                        room -= 1;
+                        icount = 0;
+                        (last, idx) = (idx, next);
+                        continue;
+                    }
+                    BlockFlow::Return | BlockFlow::IndirectJump | BlockFlow::IndirectCall => {
+                        if left > 0 {
+                            break 'paths;
+                        }
+                        // To a TIP's IP.
+                        let Some((payload, size)) = tip_at(data, pos) else {
+                            break 'paths;
+                        };
+                        let after = skip_pads(data, pos + u64::from(size));
+                        let Some(o) = plain_offset(data, after) else {
+                            break 'paths;
+                        };
+                        let mut ip = last_ip;
+                        ip.update(payload);
+                        let Ok(to) = ip.ip() else {
+                            break 'paths;
+                        };
+                        if o >= until {
+                            break 'paths;
+                        }
+                        let ret = b.end.0;
+                        let Some(next) = cache.linked_or_recent(idx, to) else {
+                            break 'paths;
+                        };
+                        if flow == BlockFlow::IndirectCall {
+                            self.retstack.push(ret);
+                        }
+                        (pos, last_ip, offset) = (after, ip, o);
+                        k.block(out, idx, n, offset);
+                        room -= 1;
+                        icount = 0;
+                        (last, idx) = (idx, next);
+                        continue;
+                    }
+                    BlockFlow::Jump | BlockFlow::Call => b.target,
+                    BlockFlow::Straight => b.end.0,
+                    BlockFlow::CondJump | BlockFlow::Slow => break 'paths,
+                };
+                // A direct jump, a call or straight code: nothing read.
+                if offset >= until {
+                    break 'paths;
+                }
+                // A call to the next instruction (PIC) pushes nothing.
+                let ret = (flow == BlockFlow::Call && b.target != b.end.0).then_some(b.end.0);
+                let Some(next) = cache.linked_or_recent(idx, to) else {
+                    break 'paths;
+                };
+                if let Some(ret) = ret {
+                    self.retstack.push(ret);
+                }
+                k.block(out, idx, n, offset);
+                room -= 1;
+                icount += u64::from(n);
+                (last, idx) = (idx, next);
             }
         }
-        if let Some(k) = counts.counted.as_mut() {
-            *k = c;
-        }
-        *s = SprintAt {
+        *counts = k;
+        *s = Spot {
             pos,
             bits,
             left,
+            last_ip,
             offset,
             icount,
             last,
