@@ -82,7 +82,15 @@ fn decode<M: ReadMemory>(
     resync: bool,
     cap: usize,
 ) -> (Vec<Item>, usize, Paths) {
-    let mut dec = FastDecoder::new(trace, config, mem);
+    decode_with(&mut FastDecoder::new(trace, config, mem), resync, cap)
+}
+
+/// [`decode`] with the decoder `dec`.
+fn decode_with<M: ReadMemory>(
+    dec: &mut FastDecoder<'_, M>,
+    resync: bool,
+    cap: usize,
+) -> (Vec<Item>, usize, Paths) {
     let mut buf = RunBuffer::with_capacity(cap.max(1));
     let (mut out, mut burst_runs) = (Vec::new(), 0);
     let mut progress = SyncProgress::new();
@@ -105,7 +113,7 @@ fn decode<M: ReadMemory>(
             if cap > 0 && dec.next_runs(&mut buf) > 0 {
                 let n = buf.len();
                 burst_runs += n;
-                out.extend(burst_items(&dec, &buf, before));
+                out.extend(burst_items(dec, &buf, before));
                 continue;
             }
             match dec.next() {
@@ -503,6 +511,36 @@ fn real_traces_burst_as_next_steps() {
             }
         }
     }
+}
+
+/// A decoder warmed from one that has decoded the trace
+/// ([`FastDecoder::warm_from`], as a parallel decode's pool does) decodes
+/// it as a cold one does, one run at a time and in bursts: its caches are
+/// only what it would have decoded itself.
+#[test]
+fn warmed_decoders_decode_as_cold_ones() {
+    for name in ["foo", "Unzip"] {
+        let (trace, pages) = real(name);
+        for cap in [0, 256] {
+            let mut cold = FastDecoder::new(&trace, Config::default(), &pages);
+            let (want, ..) = decode_with(&mut cold, true, cap);
+            let mut warmed = FastDecoder::new(&trace, Config::default(), &pages);
+            warmed.warm_from(&cold);
+            assert_eq!(warmed.cached_paths(), cold.cached_paths(), "{name}");
+            let (got, ..) = decode_with(&mut warmed, true, cap);
+            assert_eq!(got, want, "{name}, bursts of {cap}");
+        }
+    }
+    // One that has decoded keeps its own caches.
+    let ((foo, foo_pages), (unzip, unzip_pages)) = (real("foo"), real("Unzip"));
+    let mut a = FastDecoder::new(&foo, Config::default(), &foo_pages);
+    let mut b = FastDecoder::new(&unzip, Config::default(), &unzip_pages);
+    decode_with(&mut a, true, 256);
+    decode_with(&mut b, true, 256);
+    let paths = a.cached_paths();
+    assert_ne!(paths, b.cached_paths());
+    a.warm_from(&b);
+    assert_eq!(a.cached_paths(), paths);
 }
 
 /// A real execution (gzip's first 100,000 instructions), with and without

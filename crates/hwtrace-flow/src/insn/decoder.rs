@@ -164,6 +164,12 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.cache.clear();
     }
 
+    /// Takes `warm`'s decoded instructions (see
+    /// [`FastDecoder::warm_from`](crate::insn::FastDecoder::warm_from)).
+    pub(crate) fn warm_from(&mut self, warm: &Self) {
+        self.cache = warm.cache.clone();
+    }
+
     /// The offset of the packet being processed: that of the pending
     /// event, if one is waiting, else the query layer's position.
     pub fn offset(&self) -> TraceOffset {

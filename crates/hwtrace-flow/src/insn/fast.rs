@@ -170,6 +170,22 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         self.forget();
     }
 
+    /// Takes `warm`'s caches (decoded blocks and instructions, TNT paths)
+    /// if this decoder has decoded nothing yet: both read the same code
+    /// (a parallel decode's decoders, all made alike), so what one decoded
+    /// is what the other would. Nothing else of `warm` is taken.
+    pub fn warm_from(&mut self, warm: &Self) {
+        if !self.cache.is_empty() || warm.cache.is_empty() {
+            return;
+        }
+        self.cache = warm.cache.clone();
+        self.dec.warm_from(&warm.dec);
+        self.hint = NO_BLOCK;
+        self.from = NO_BLOCK;
+        self.space = AddressSpace::UNKNOWN;
+        self.space_id = self.cache.space_id(AddressSpace::UNKNOWN);
+    }
+
     fn forget(&mut self) {
         self.cache.clear();
         self.hint = NO_BLOCK;

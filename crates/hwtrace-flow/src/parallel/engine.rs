@@ -272,7 +272,7 @@ where
                         return;
                     }
                     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        let src = sources.take(make);
+                        let src = sources.take(make, S::warm_from);
                         work(at, job, next, src, make, new_sink, (max_stall, unit_items))
                     }));
                     // The receiver only goes away once all is merged.

@@ -447,6 +447,10 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
 }
 
 impl<M: ReadMemory> StepSource for FastSource<'_, M> {
+    fn warm_from(&mut self, warm: &Self) {
+        self.dec.warm_from(&warm.dec);
+    }
+
     fn sync_forward(&mut self) -> Result<Status, Error> {
         self.drop_run();
         self.dec.sync_forward()
