@@ -87,28 +87,31 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         let (mut last_ip, mut icount, mut room) = (s.last_ip, s.icount, s.room);
         let (mut pos, mut bits, mut left, mut offset, mut last, mut idx);
         'paths: loop {
-            let (p, after, o) = step;
-            if p.ops != 0 {
-                self.replay_stack_ops(cache, p);
-            }
-            k.before_run(out).count_path(p, TraceOffset(o));
-            room -= p.runs as usize;
-            (pos, offset) = (after, o);
-            (last, idx) = (p.last, p.next);
-            if p.sprints_on {
+            // Paths one after the other: counted with the counts taken
+            // once (the pending block counted), nothing else between.
+            let c = k.before_run(out);
+            let p = loop {
+                let (p, after, o) = step;
+                if p.ops != 0 {
+                    self.replay_stack_ops(cache, p);
+                }
+                c.count_path(p, TraceOffset(o));
+                room -= p.runs as usize;
+                (pos, offset) = (after, o);
+                (last, idx) = (p.last, p.next);
+                if !p.sprints_on {
+                    break p;
+                }
                 // A whole path, as `after_path` has it; the next one
                 // starts with no instructions since the trace was asked,
                 // so it is far below the endless-loop limit (a path holds
                 // at most `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
                 (bits, left, icount) = (0, 0, 0);
                 match sprint_step(cache, data, until, pos, idx, room) {
-                    Some(next) => {
-                        step = next;
-                        continue;
-                    }
-                    None => break,
+                    Some(next) => step = next,
+                    None => break 'paths,
                 }
-            }
+            };
             (bits, left, icount) = after_path(p, p.bits, p.left, icount);
             // The blocks to the next path, each as the steps' loop runs it.
             loop {
