@@ -1028,17 +1028,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn tnt_paths_are_kept_by_start_and_bits() {
-        let (mut c, _, [head, tail]) = built([0x1000, 0x1004]);
-        // Taken, then not taken: the loop once, then out to the tail.
-        let run = PathRun {
+    /// The run of the loop at 0x1000 ([`decode`]'s code: three
+    /// instructions to a conditional jump).
+    fn loop_run() -> PathRun {
+        PathRun {
             ip: Ip(0x1000),
             end_ip: Ip(0x1002),
             insns: 3,
             class: InsnClass::CondJump,
             end_size: 2,
-        };
+        }
+    }
+
+    #[test]
+    fn tnt_paths_are_kept_by_start_and_bits() {
+        let (mut c, _, [head, tail]) = built([0x1000, 0x1004]);
+        // Taken, then not taken: the loop once, then out to the tail.
+        let run = loop_run();
         let first = c.begin_path();
         c.push_path_run(run);
         c.push_path_op(StackOp::Push(0x2000));
@@ -1097,13 +1103,7 @@ mod tests {
     #[test]
     fn tnt_8_packets_find_their_paths_in_the_block_table() {
         let (mut c, _, [head, tail]) = built([0x1000, 0x1004]);
-        let run = PathRun {
-            ip: Ip(0x1000),
-            end_ip: Ip(0x1002),
-            insns: 3,
-            class: InsnClass::CondJump,
-            end_size: 2,
-        };
+        let run = loop_run();
         let record = |c: &mut BlockCache, start, bits, left, used, next| {
             let first = c.begin_path();
             c.push_path_run(run);
