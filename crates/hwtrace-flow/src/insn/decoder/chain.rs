@@ -133,6 +133,38 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         // instead moves the steps' loop's register allocation (callgrind:
         // 3-9% more instructions on every trace).
         let mut pair_next = false;
+        // The locals as a `Spot`, for the sprint and the cold steps, and
+        // back.
+        macro_rules! spot {
+            () => {
+                Spot {
+                    pos,
+                    bits,
+                    left,
+                    last_ip,
+                    offset,
+                    icount,
+                    last,
+                    idx,
+                    room,
+                }
+            };
+        }
+        macro_rules! set_spot {
+            ($s:expr) => {
+                Spot {
+                    pos,
+                    bits,
+                    left,
+                    last_ip,
+                    offset,
+                    icount,
+                    last,
+                    idx,
+                    room,
+                } = $s
+            };
+        }
         // Where the last sprint stopped: the packet there is the steps'.
         let mut no_sprint = u64::MAX;
         let mut pair = None;
@@ -159,30 +191,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                     {
                         if left == 0 {
                             if flow == BlockFlow::CondJump && pos != no_sprint {
-                                let mut s = Spot {
-                                    pos,
-                                    bits,
-                                    left,
-                                    last_ip,
-                                    offset,
-                                    icount,
-                                    last,
-                                    idx,
-                                    room,
-                                };
+                                let mut s = spot!();
                                 let moved =
                                     self.sprint(cache, data, until, &mut counts, out, &mut s);
-                                Spot {
-                                    pos,
-                                    bits,
-                                    left,
-                                    last_ip,
-                                    offset,
-                                    icount,
-                                    last,
-                                    idx,
-                                    room,
-                                } = s;
+                                set_spot!(s);
                                 no_sprint = pos;
                                 if moved {
                                     continue;
@@ -307,30 +319,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             pair_next = false;
             // Out of the steps' loop, whose locals stay in registers better
             // without it.
-            let spot = Spot {
-                pos,
-                bits,
-                left,
-                last_ip,
-                offset,
-                icount,
-                last,
-                idx,
-                room,
-            };
-            let (s, c, passed) = self.pass_toggle(cache, out, counts, data, until, spot, pair);
+            let (s, c, passed) = self.pass_toggle(cache, out, counts, data, until, spot!(), pair);
             counts = c;
-            Spot {
-                pos,
-                bits,
-                left,
-                last_ip,
-                offset,
-                icount,
-                last,
-                idx,
-                room,
-            } = s;
+            set_spot!(s);
             if !passed {
                 break;
             }
