@@ -26,6 +26,10 @@
 //! ([`InsnDecoder::pass_toggle`]), as the burst's `pass_toggles` would,
 //! when every block on the way is known and the packet after the pair is
 //! plain.
+//!
+//! Most steps are taken by a *sprint* ([`sprint`]): from a conditional
+//! jump, TNT-8 packet after TNT-8 packet through the blocks' path tables.
+//! The steps' loop here takes what it leaves.
 
 use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
