@@ -180,14 +180,17 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         }
         self.cache = warm.cache.clone();
         self.dec.warm_from(&warm.dec);
-        self.hint = NO_BLOCK;
-        self.from = NO_BLOCK;
-        self.space = AddressSpace::UNKNOWN;
-        self.space_id = self.cache.space_id(AddressSpace::UNKNOWN);
+        self.unhinted();
     }
 
     fn forget(&mut self) {
         self.cache.clear();
+        self.unhinted();
+    }
+
+    /// No block known for the current IP or the last one, the address
+    /// space unknown: after the cache was replaced.
+    fn unhinted(&mut self) {
         self.hint = NO_BLOCK;
         self.from = NO_BLOCK;
         self.space = AddressSpace::UNKNOWN;

@@ -42,10 +42,7 @@ fn sprint_step<'c>(
     room: usize,
 ) -> Option<(&'c TntPath, u64, u64)> {
     let b = *data.get(pos as usize)?;
-    // A TNT-8 packet: bit 0 clear, a stop bit above bit 1.
-    if b & 1 != 0 || b <= 0x02 {
-        return None;
-    }
+    tnt8(b)?;
     let after = skip_pads(data, pos + 1);
     let o = plain_offset(data, after)?;
     let p = cache.tnt_path(idx, usize::from(b >> 1))?;
