@@ -42,7 +42,9 @@ if [ ! -e "$PKGS/vmlinuz" ]; then
 fi
 
 # --- initramfs: busybox as /init, a few processes, then a ready marker ---------
-INITRD="$OUT/initrd.gz"
+# The file name changes with the init script below, so that an older cached
+# initramfs is not booted instead.
+INITRD="$OUT/initrd-2.gz"
 if [ ! -e "$INITRD" ]; then
     python3 - "$PKGS/root/bin/busybox" "$INITRD" <<'PY'
 import gzip, os, sys
@@ -53,7 +55,9 @@ init = b"""#!/bin/busybox sh
 /bin/busybox mount -t sysfs sys /sys
 /bin/busybox mount -t devtmpfs dev /dev 2>/dev/null
 /bin/busybox --install -s /bin
-for i in 1 2 3; do (while true; do sleep 1; done) & done
+# Three subshells, each waiting for a `sleep` that outlives the test: the
+# processes are all there whenever the guest is stopped.
+for i in 1 2 3; do (sleep 100000; echo never) & done
 dd if=/dev/zero of=/tmp/fill bs=1M count=8 2>/dev/null
 echo GUEST-READY
 exec sleep 100000
