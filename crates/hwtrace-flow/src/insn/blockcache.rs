@@ -324,6 +324,38 @@ impl TntPath {
     }
 }
 
+/// A [`BlockCache`]'s path tables as slices ([`BlockCache::tables`]): what
+/// [`BlockCache::tnt_path`] reads, without going through the cache's
+/// vectors at every packet.
+#[derive(Clone, Copy)]
+pub(crate) struct PathTables<'c> {
+    block_tables: &'c [u32],
+    path_tables: &'c [u32],
+    paths: &'c [TntPath],
+    path_ops: &'c [StackOp],
+}
+
+impl<'c> PathTables<'c> {
+    /// As [`BlockCache::tnt_path`].
+    #[inline(always)]
+    pub(crate) fn path(&self, start: u32, key: usize) -> Option<&'c TntPath> {
+        let t = *self.block_tables.get(start as usize)?;
+        let slot = (t as usize)
+            .wrapping_mul(PATH_TABLE_SLOTS)
+            .wrapping_add(key);
+        self.paths.get(*self.path_tables.get(slot)? as usize)
+    }
+
+    /// As [`BlockCache::path_ops`].
+    #[inline(always)]
+    pub(crate) fn ops(&self, p: &TntPath) -> &'c [StackOp] {
+        let first = p.first_op as usize;
+        self.path_ops
+            .get(first..first + p.ops as usize)
+            .unwrap_or(&[])
+    }
+}
+
 /// What a path is found by: its first block and the TNT bits left there.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PathKey {
@@ -527,16 +559,19 @@ impl BlockCache {
     /// from packet to packet.
     #[inline(always)]
     pub fn tnt_path(&self, start: u32, key: usize) -> Option<&TntPath> {
-        let t = *self.block_tables.get(start as usize)?;
-        self.table_path(t, key)
+        self.tables().path(start, key)
     }
 
+    /// The path tables, borrowed as plain slices for a loop that looks
+    /// paths up packet after packet ([`PathTables::path`]).
     #[inline(always)]
-    fn table_path(&self, table: u32, key: usize) -> Option<&TntPath> {
-        let slot = (table as usize)
-            .wrapping_mul(PATH_TABLE_SLOTS)
-            .wrapping_add(key);
-        self.paths.get(*self.path_tables.get(slot)? as usize)
+    pub(crate) fn tables(&self) -> PathTables<'_> {
+        PathTables {
+            block_tables: &self.block_tables,
+            path_tables: &self.path_tables,
+            paths: &self.paths,
+            path_ops: &self.path_ops,
+        }
     }
 
     /// The slot of block `start`'s path table for `key`, the table made if
@@ -566,10 +601,7 @@ impl BlockCache {
     /// the compressed returns to them.
     #[inline]
     pub fn path_ops(&self, p: &TntPath) -> &[StackOp] {
-        let first = p.first_op as usize;
-        self.path_ops
-            .get(first..first + p.ops as usize)
-            .unwrap_or(&[])
+        self.tables().ops(p)
     }
 
     /// How many TNT paths are kept (some may be unreachable, replaced in

@@ -95,6 +95,25 @@ impl Counted {
         }
         self.end = offset;
     }
+
+    /// Counts a stretch of paths, `runs` runs of `insns` instructions,
+    /// each path taken at a trace offset past the one before and with
+    /// instructions after its first run, the last path's `rest` of them
+    /// taken at `offset`: what [`count_runs`](Self::count_runs) for each
+    /// path leaves, as only the last path's offset and runs after the
+    /// first decide where the last instructions were taken.
+    #[inline(always)]
+    pub(crate) fn count_stretch(
+        &mut self,
+        runs: usize,
+        insns: u64,
+        rest: u64,
+        offset: TraceOffset,
+    ) {
+        self.runs += runs;
+        self.insns += insns;
+        (self.last_at, self.last_insns, self.end) = (offset, rest, offset);
+    }
 }
 
 /// How many runs a [`RunTally::new`] counts in a burst: more than a
@@ -420,6 +439,35 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn stretches_count_as_their_paths_one_by_one() {
+        // Paths at rising offsets, each with instructions after its first
+        // run (what a sprint's stretch holds), from ends before and at the
+        // last counted offset.
+        let paths = [(3, 4, 9), (5, 1, 2), (2, 6, 30), (4, 0, 5)];
+        for (last_at, end) in [(5, 5), (3, 5)] {
+            for n in 1..=paths.len() {
+                let before = Counted {
+                    runs: 1,
+                    insns: 10,
+                    last_at: TraceOffset(last_at),
+                    last_insns: 7,
+                    end: TraceOffset(end),
+                };
+                let mut one_by_one = before;
+                let (mut runs, mut insns) = (0, 0);
+                for (i, &(r, first, all)) in paths[..n].iter().enumerate() {
+                    one_by_one.count_runs(r, first, all, TraceOffset(8 + i as u64));
+                    (runs, insns) = (runs + r, insns + all);
+                }
+                let (_, first, all) = paths[n - 1];
+                let mut at_once = before;
+                at_once.count_stretch(runs, insns, all - first, TraceOffset(7 + n as u64));
+                assert_eq!(at_once, one_by_one, "{last_at} {end} {n}");
             }
         }
     }

@@ -22,6 +22,7 @@ use crate::insn::blockcache::{
 use crate::insn::cache::Cached;
 use crate::insn::classify::InsnClass;
 use crate::insn::decoder::Insn;
+use crate::insn::retstack::RetStack;
 use crate::insn::tally::Counted;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
@@ -753,14 +754,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// What TNT path `p`'s blocks do to the return stack, done.
     #[inline(always)]
     pub(super) fn replay_stack_ops(&mut self, cache: &BlockCache, p: &TntPath) {
-        for op in cache.path_ops(p) {
-            match *op {
-                StackOp::Push(ret) => self.retstack.push(ret),
-                StackOp::Pop => {
-                    self.retstack.pop();
-                }
-            }
-        }
+        replay_ops(&mut self.retstack, cache.path_ops(p));
     }
 
     /// The block starting at `to`, where execution went after block
@@ -957,5 +951,19 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     #[inline]
     pub(in crate::insn) fn plain_status(&self) -> Status {
         self.insn_status(false)
+    }
+}
+
+/// A TNT path's return stack operations ([`BlockCache::path_ops`]), done
+/// to `stack`.
+#[inline(always)]
+pub(super) fn replay_ops(stack: &mut RetStack, ops: &[StackOp]) {
+    for op in ops {
+        match *op {
+            StackOp::Push(ret) => stack.push(ret),
+            StackOp::Pop => {
+                stack.pop();
+            }
+        }
     }
 }
