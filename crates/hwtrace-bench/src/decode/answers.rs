@@ -7,7 +7,7 @@
 //! answers from a raw PT trace, so the ratio that matters is the answer's
 //! time over the decode's. Outputs go to /dev/null.
 
-use super::{Bench, Input, Options, Row, mib, open, parse_stats};
+use super::{Bench, Input, Options, Spec, mib, open};
 use anyhow::{Result, ensure};
 use std::process::Command;
 
@@ -33,25 +33,21 @@ const ANSWERS: [(&str, &[&str]); 5] = [
 
 impl Bench {
     /// `hwtrace ANSWER TRACE --pages DIR --quiet ARGS...`.
-    fn answer_row(&self, answer: &str, args: &[&str], input: Input) -> Result<Row> {
-        let trace = self.trace(input).to_path_buf();
+    fn answer_spec(&self, answer: &str, args: &[&str], input: Input) -> Spec {
         let command = answer.split(' ').next().unwrap_or(answer);
-        self.measure(
-            &format!("hwtrace {answer}"),
-            input,
-            || {
-                let mut cmd = Command::new(&self.hwtrace);
-                cmd.arg(command)
-                    .arg(&trace)
-                    .arg("--pages")
-                    .arg(self.corpus.pages_dir())
-                    .arg("--quiet")
-                    .args(args);
-                cmd
-            },
-            &[0, 2],
-            |_, _| {},
-        )
+        let mut cmd = Command::new(&self.hwtrace);
+        cmd.arg(command)
+            .arg(self.trace(input))
+            .arg("--pages")
+            .arg(self.corpus.pages_dir())
+            .arg("--quiet")
+            .args(args);
+        Spec {
+            name: format!("hwtrace {answer}"),
+            cmd,
+            ok_codes: &[0, 2],
+            parse: |_, _| {},
+        }
     }
 }
 
@@ -64,25 +60,14 @@ pub fn run(opts: &Options) -> Result<()> {
         "| trace | command | wall (median) | MB/s | M insns/s | peak RSS | × decode time |\n|---|---|---:|---:|---:|---:|---:|"
     );
     for (input, what) in [(Input::Prefix, "corpus"), (Input::Real, "real traces")] {
-        let decode = bench.measure(
-            "hwtrace flow --jobs 1",
-            input,
-            || {
-                let mut cmd = bench.hwtrace_cmd(bench.trace(input), 1);
-                cmd.args(["--quiet", "--stats"]);
-                cmd
-            },
-            &[0, 2],
-            |l, c| {
-                parse_stats(l, c);
-            },
-        )?;
-        let insns = decode.counts.insns;
-        ensure!(insns.is_some(), "hwtrace flow printed no instruction count");
-        let mut rows = vec![decode];
+        // The decode and every answer on it, their runs in turn.
+        let mut specs = vec![bench.hwtrace_spec("hwtrace flow --jobs 1", input, 1)];
         for (answer, args) in ANSWERS {
-            rows.push(bench.answer_row(answer, args, input)?);
+            specs.push(bench.answer_spec(answer, args, input));
         }
+        let rows = bench.in_turn(input, &specs)?;
+        let insns = rows.first().and_then(|decode| decode.counts.insns);
+        ensure!(insns.is_some(), "hwtrace flow printed no instruction count");
         let base = rows[0].wall.as_secs_f64();
         let label = format!("{what} ({:.0} MiB)", mib(bench.bytes(input)?));
         for r in &rows {

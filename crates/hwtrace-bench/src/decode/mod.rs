@@ -16,10 +16,12 @@ mod iphash;
 mod peers;
 mod perf;
 mod proc;
+mod series;
 
 use anyhow::{Context, Result, bail, ensure};
 use corpus::{Corpus, Layout};
 use iphash::IpHash;
+use series::Series;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,6 +96,15 @@ impl Row {
     }
 }
 
+/// A row to measure: its name, the command each run runs, the exit codes
+/// that are a success and what reads the command's output lines.
+struct Spec {
+    name: String,
+    cmd: Command,
+    ok_codes: &'static [i32],
+    parse: fn(&[u8], &mut child::Counts),
+}
+
 struct Bench {
     corpus: Corpus,
     corpus_dir: PathBuf,
@@ -154,55 +165,17 @@ impl Bench {
         cmd
     }
 
-    /// Runs `cmd` `runs` times; `parse` reads each run's output lines.
-    fn measure(
-        &self,
-        name: &str,
-        input: Input,
-        mut make: impl FnMut() -> Command,
-        ok_codes: &[i32],
-        parse: fn(&[u8], &mut child::Counts),
-    ) -> Result<Row> {
-        let mut runs = Vec::new();
-        let mut last: Option<child::Counts> = None;
-        // As many runs on the RSS comparison's trace as on the full one:
-        // peak RSS is the highest of the runs, and with threads it varies
-        // from run to run (units in flight), so one run against three
-        // would not compare like with like. Long rows stop early rather
-        // than overrun the benchmark's time (the table shows the runs).
-        let want = self.runs.max(1);
-        let mut spent = Duration::ZERO;
-        while runs.len() < want && (runs.is_empty() || spent < self.row_budget) {
-            let mut counts = child::Counts::default();
-            let run = proc::run(&make(), ok_codes, |l| parse(l, &mut counts))
-                .with_context(|| name.to_owned())?;
-            if let Some(prev) = &last {
-                ensure!(
-                    (prev.insns, prev.packets, prev.errors)
-                        == (counts.insns, counts.packets, counts.errors),
-                    "{name}: two runs on the same trace counted differently: {} and {}",
-                    prev.to_line(),
-                    counts.to_line()
-                );
-            }
-            spent += run.wall;
-            runs.push(run);
-            last = Some(counts);
-        }
-        let last = last.unwrap_or_default();
-        let mut walls: Vec<Duration> = runs.iter().map(|r| r.wall).collect();
-        let peak = runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0);
-        runs.sort_by_key(|r| r.wall);
-        walls.sort();
-        let median = runs[runs.len() / 2];
+    /// A measured row from its runs, reported on standard error.
+    fn row(&self, series: Series, input: Input) -> Result<Row> {
+        let (name, median, peak, walls, counts) = series.finish();
         let row = Row {
-            name: name.to_owned(),
+            name,
             input,
             bytes: self.bytes(input)?,
             wall: median.wall,
             max_rss_kib: peak,
             walls,
-            counts: last,
+            counts,
         };
         eprintln!(
             "  {:<40} {:>8.1} MB/s  {:>7.2} s  {:>8} KiB  {}",
@@ -215,21 +188,66 @@ impl Bench {
         Ok(row)
     }
 
-    fn hwtrace_row(&self, name: &str, input: Input, jobs: usize) -> Result<Row> {
-        let trace = self.trace(input).to_path_buf();
-        self.measure(
-            name,
-            input,
-            || {
-                let mut cmd = self.hwtrace_cmd(&trace, jobs);
-                cmd.args(["--quiet", "--stats"]);
-                cmd
-            },
-            &[0, 2],
-            |l, c| {
+    /// The rows of `specs` on `input`, their runs taken in turn
+    /// ([`series`]): rows compared with each other (more threads with one,
+    /// hwtrace with libipt) are measured in the same minutes. Each row
+    /// has `runs` runs (the median is kept), as many on the RSS
+    /// comparison's trace as on the full one: peak RSS is the highest of
+    /// the runs, and with threads it varies from run to run (units in
+    /// flight), so one run against three would not compare like with
+    /// like. A row stops early when its runs took the row budget, rather
+    /// than overrun the benchmark's time (the table shows the runs).
+    fn in_turn(&self, input: Input, specs: &[Spec]) -> Result<Vec<Row>> {
+        let mut series: Vec<Series> = specs.iter().map(|s| Series::new(&s.name)).collect();
+        while series.iter().any(|s| s.wants(self.runs, self.row_budget)) {
+            for (s, spec) in series.iter_mut().zip(specs) {
+                if s.wants(self.runs, self.row_budget) {
+                    s.take(&spec.cmd, spec.ok_codes, spec.parse)?;
+                }
+            }
+        }
+        series.into_iter().map(|s| self.row(s, input)).collect()
+    }
+
+    /// `hwtrace flow --quiet --stats` on `input` with `--jobs jobs`.
+    fn hwtrace_spec(&self, name: &str, input: Input, jobs: usize) -> Spec {
+        let mut cmd = self.hwtrace_cmd(self.trace(input), jobs);
+        cmd.args(["--quiet", "--stats"]);
+        Spec {
+            name: name.to_owned(),
+            cmd,
+            ok_codes: &[0, 2],
+            parse: |l, c| {
                 parse_stats(l, c);
             },
-        )
+        }
+    }
+
+    /// This binary's child decoder `decoder` on `input`.
+    fn child_spec(&self, label: &str, decoder: &str, input: Input) -> Spec {
+        Spec {
+            name: label.to_owned(),
+            cmd: self.child_cmd(decoder, self.trace(input)),
+            ok_codes: &[0],
+            parse: |l, c| {
+                if let Ok(parsed) = child::Counts::parse(&String::from_utf8_lossy(l)) {
+                    *c = parsed;
+                }
+            },
+        }
+    }
+
+    fn hwtrace_row(&self, name: &str, input: Input, jobs: usize) -> Result<Row> {
+        self.one_row(input, self.hwtrace_spec(name, input, jobs))
+    }
+
+    fn child_row(&self, label: &str, decoder: &str, input: Input) -> Result<Row> {
+        self.one_row(input, self.child_spec(label, decoder, input))
+    }
+
+    fn one_row(&self, input: Input, spec: Spec) -> Result<Row> {
+        let mut rows = self.in_turn(input, &[spec])?;
+        rows.pop().context("no row measured")
     }
 
     /// `n` single-thread decodes of the same trace at the same time: what
@@ -290,34 +308,19 @@ impl Bench {
         Ok(row)
     }
 
-    fn child_row(&self, label: &str, decoder: &str, input: Input) -> Result<Row> {
-        let trace = self.trace(input).to_path_buf();
-        self.measure(
-            label,
-            input,
-            || self.child_cmd(decoder, &trace),
-            &[0],
-            |l, c| {
-                if let Ok(parsed) = child::Counts::parse(&String::from_utf8_lossy(l)) {
-                    *c = parsed;
-                }
-            },
-        )
-    }
-
     fn perf_row(&self, data: &Path) -> Result<Row> {
-        self.measure(
-            "perf script --itrace=i0ns",
-            Input::Perf,
-            || perf::script_command(data),
-            &[0],
-            |l, c| {
+        let spec = Spec {
+            name: "perf script --itrace=i0ns".to_owned(),
+            cmd: perf::script_command(data),
+            ok_codes: &[0],
+            parse: |l, c| {
                 let mut h = IpHash::default();
                 if h.add_line(l) {
                     *c.insns.get_or_insert(0) += 1;
                 }
             },
-        )
+        };
+        self.one_row(Input::Perf, spec)
     }
 
     /// The instruction addresses of `trace` as hwtrace prints them.
@@ -616,14 +619,18 @@ pub fn run(opts: &Options) -> Result<()> {
     eprintln!("timing (median of {} runs each):", bench.runs);
     let mut rows = Vec::new();
     let one = "hwtrace flow --jobs 1";
-    // The prefixes first (every decoder), the full trace last.
-    rows.push(bench.hwtrace_row(one, Input::Prefix, 1)?);
-    rows.push(bench.child_row(
-        "hwtrace-flow FastDecoder (library)",
-        "hwtrace-fast",
+    // The prefixes first (every decoder), the full trace last. hwtrace
+    // and libipt's block decoder, which the goal compares, in turn.
+    let library = "hwtrace-flow FastDecoder (library)";
+    let block = "libipt pt_blk_next";
+    rows.extend(bench.in_turn(
         Input::Prefix,
+        &[
+            bench.hwtrace_spec(one, Input::Prefix, 1),
+            bench.child_spec(library, "hwtrace-fast", Input::Prefix),
+            bench.child_spec(block, "libipt-block", Input::Prefix),
+        ],
     )?);
-    rows.push(bench.child_row("libipt pt_blk_next", "libipt-block", Input::Prefix)?);
     rows.push(bench.child_row("libipt pt_insn_next", "libipt-insn", Input::Prefix)?);
     rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Prefix)?);
     rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Prefix)?);
@@ -638,26 +645,31 @@ pub fn run(opts: &Options) -> Result<()> {
         Input::Prefix,
     )?);
     rows.push(bench.child_row("iptr-decoder (packets only)", "iptr-packet", Input::Prefix)?);
-    rows.push(bench.hwtrace_row(one, Input::Real, 1)?);
-    rows.push(bench.child_row(
-        "hwtrace-flow FastDecoder (library)",
-        "hwtrace-fast",
+    rows.extend(bench.in_turn(
         Input::Real,
+        &[
+            bench.hwtrace_spec(one, Input::Real, 1),
+            bench.child_spec(library, "hwtrace-fast", Input::Real),
+            bench.child_spec(block, "libipt-block", Input::Real),
+        ],
     )?);
-    rows.push(bench.child_row("libipt pt_blk_next", "libipt-block", Input::Real)?);
     rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Real)?);
     rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Real)?);
     rows.push(bench.hwtrace_row(one, Input::Perf, 1)?);
     rows.push(bench.perf_row(&perf_data)?);
-    rows.push(bench.hwtrace_row(one, Input::Rss, 1)?);
+    // One thread and all of them, their runs in turn.
+    let threads = |input| {
+        let mut specs = vec![bench.hwtrace_spec(one, input, 1)];
+        if let Some(n) = bench.jobs {
+            specs.push(bench.hwtrace_spec(&format!("hwtrace flow --jobs {n}"), input, n));
+        }
+        specs
+    };
+    rows.extend(bench.in_turn(Input::Rss, &threads(Input::Rss))?);
     if let Some(n) = bench.jobs {
-        rows.push(bench.hwtrace_row(&format!("hwtrace flow --jobs {n}"), Input::Rss, n)?);
         rows.push(bench.ceiling_row(n, Input::Rss)?);
     }
-    rows.push(bench.hwtrace_row(one, Input::Full, 1)?);
-    if let Some(n) = bench.jobs {
-        rows.push(bench.hwtrace_row(&format!("hwtrace flow --jobs {n}"), Input::Full, n)?);
-    }
+    rows.extend(bench.in_turn(Input::Full, &threads(Input::Full))?);
 
     report(&bench, &rows, &unit)
 }

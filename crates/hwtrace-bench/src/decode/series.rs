@@ -1,0 +1,122 @@
+//! The runs of one row, taken one at a time, so that two rows can take
+//! theirs in turn.
+//!
+//! These machines' speed drifts: a 2-core VM's single-thread decode of the
+//! same trace took 14 s, 16 s and 14 s in three runs a minute apart, where
+//! a quiet minute earlier it took 11 s. Rows measured one after the other
+//! then compare a fast minute with a slow one, and a ratio between them
+//! (`--jobs 2` over `--jobs 1`) moves by more than the change it measures.
+//! Taking the two rows' runs in turn (one, the other, one, ...) puts each
+//! pair of runs in the same minute.
+
+use super::child::Counts;
+use super::proc::{self, Run};
+use anyhow::{Context, Result, ensure};
+use std::process::Command;
+use std::time::Duration;
+
+/// A row's runs so far.
+pub struct Series {
+    name: String,
+    runs: Vec<Run>,
+    counts: Option<Counts>,
+    spent: Duration,
+}
+
+impl Series {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_owned(),
+            runs: Vec::new(),
+            counts: None,
+            spent: Duration::ZERO,
+        }
+    }
+
+    /// Whether it wants another run: fewer than `want`, and (past the
+    /// first) its runs took less than `budget` so far.
+    pub fn wants(&self, want: usize, budget: Duration) -> bool {
+        self.runs.len() < want.max(1) && (self.runs.is_empty() || self.spent < budget)
+    }
+
+    /// One more run of `cmd`; `parse` reads its output lines. Every run
+    /// must count what the first counted.
+    pub fn take(
+        &mut self,
+        cmd: &Command,
+        ok_codes: &[i32],
+        parse: fn(&[u8], &mut Counts),
+    ) -> Result<()> {
+        let mut counts = Counts::default();
+        let run = proc::run(cmd, ok_codes, |l| parse(l, &mut counts))
+            .with_context(|| self.name.clone())?;
+        if let Some(prev) = &self.counts {
+            ensure!(
+                (prev.insns, prev.packets, prev.errors)
+                    == (counts.insns, counts.packets, counts.errors),
+                "{}: two runs on the same trace counted differently: {} and {}",
+                self.name,
+                prev.to_line(),
+                counts.to_line()
+            );
+        }
+        self.spent += run.wall;
+        self.runs.push(run);
+        self.counts = Some(counts);
+        Ok(())
+    }
+
+    /// Its name, the median run, the highest peak RSS of all, every wall
+    /// time (sorted) and what the runs counted.
+    pub fn finish(self) -> (String, Run, u64, Vec<Duration>, Counts) {
+        let mut runs = self.runs;
+        let peak = runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0);
+        runs.sort_by_key(|r| r.wall);
+        let median = runs.get(runs.len() / 2).copied().unwrap_or(Run {
+            wall: Duration::ZERO,
+            max_rss_kib: 0,
+        });
+        let walls = runs.iter().map(|r| r.wall).collect();
+        (
+            self.name,
+            median,
+            peak,
+            walls,
+            self.counts.unwrap_or_default(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_series_wants_its_runs_then_stops_at_its_budget() {
+        let mut s = Series::new("x");
+        assert!(s.wants(3, Duration::from_secs(1)));
+        s.runs.push(Run {
+            wall: Duration::from_millis(600),
+            max_rss_kib: 5,
+        });
+        s.spent += Duration::from_millis(600);
+        assert!(s.wants(3, Duration::from_secs(1)));
+        s.runs.push(Run {
+            wall: Duration::from_millis(500),
+            max_rss_kib: 9,
+        });
+        s.spent += Duration::from_millis(500);
+        // Over the budget after two of three runs.
+        assert!(!s.wants(3, Duration::from_secs(1)));
+        assert!(s.wants(3, Duration::from_secs(10)));
+        let (name, median, peak, walls, _) = s.finish();
+        assert_eq!(name, "x");
+        // Of two runs, the slower is the median (index len / 2).
+        assert_eq!(median.wall, Duration::from_millis(600));
+        assert_eq!(peak, 9);
+        assert_eq!(
+            walls,
+            vec![Duration::from_millis(500), Duration::from_millis(600)]
+        );
+    }
+}
