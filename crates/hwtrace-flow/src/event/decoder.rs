@@ -211,10 +211,15 @@ impl<'a> EventDecoder<'a> {
     /// Whether a [`TraceLane`](super::TraceLane) may read on from here:
     /// TNT, TIP and PAD packets would do nothing but hand out their
     /// answers (tracing enabled, nothing queued, deferred or waiting for a
-    /// FUP or CFE, no PEBS block open). An error reading the packet after
-    /// the look-ahead is no obstacle: the lane hands the trace back there.
+    /// FUP or CFE, no PEBS block open), and the packet after the
+    /// look-ahead was read. After an error reading it (or the end of the
+    /// trace) the offset is the packet decoder's, past the bytes it could
+    /// not read: a lane reading on from there would pass over the error
+    /// the layered path reports, and read packets the layered path never
+    /// gets to (the fuzzer found both: testdata/fuzz/fast_decode/).
     pub(super) fn lane_ready(&self) -> bool {
-        self.enabled
+        self.packet.is_some()
+            && self.enabled
             && self.evq.is_empty(Binding::Tip)
             && self.evq.is_empty(Binding::Fup)
             && self.evq.is_empty(Binding::Psbend)
