@@ -11,13 +11,9 @@ use std::path::Path;
 #[path = "../../../fuzz/fuzz_targets/fast_compare.rs"]
 mod fast_compare;
 
-/// The fuzz target's code (`fuzz/fuzz_targets/branchy_image.rs`, which
-/// builds an `hwtrace-mem` image of it): every kind of branch, at 0x1000
-/// and at a kernel-looking copy.
-const CODE: &[u8] = &[
-    0x74, 0x05, 0xe8, 0x09, 0x00, 0x00, 0x00, 0xff, 0xe0, 0x0f, 0x05, 0xeb, 0xf3, 0x90, 0x90, 0x90,
-    0x48, 0x01, 0xc8, 0x75, 0xfb, 0xff, 0xd0, 0xc3, 0xcf,
-];
+#[path = "../../../fuzz/fuzz_targets/branchy_code.rs"]
+mod branchy_code;
+use branchy_code::{BASES, CODE};
 
 /// The code at both of its addresses.
 struct Image([BytesAt<'static>; 2]);
@@ -37,10 +33,7 @@ impl ReadMemory for Image {
 
 #[test]
 fn every_saved_fuzz_input_passes() {
-    let image = Image([
-        BytesAt::new(Ip(0x1000), CODE),
-        BytesAt::new(Ip(0xffff_ffff_8000_1000), CODE),
-    ]);
+    let image = Image(BASES.map(|base| BytesAt::new(Ip(base), CODE)));
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/fuzz/fast_decode");
     let mut seen = 0;
     for entry in std::fs::read_dir(&dir).expect("testdata/fuzz/fast_decode is there") {

@@ -167,16 +167,7 @@ impl Bench {
 
     /// A measured row from its runs, reported on standard error.
     fn row(&self, series: Series, input: Input) -> Result<Row> {
-        let (name, median, peak, walls, counts) = series.finish();
-        let row = Row {
-            name,
-            input,
-            bytes: self.bytes(input)?,
-            wall: median.wall,
-            max_rss_kib: peak,
-            walls,
-            counts,
-        };
+        let row = series.into_row(input, self.bytes(input)?);
         eprintln!(
             "  {:<40} {:>8.1} MB/s  {:>7.2} s  {:>8} KiB  {}",
             row.name,

@@ -11,6 +11,7 @@
 
 use super::child::Counts;
 use super::proc::{self, Run};
+use super::{Input, Row};
 use anyhow::{Context, Result, ensure};
 use std::process::Command;
 use std::time::Duration;
@@ -66,24 +67,23 @@ impl Series {
         Ok(())
     }
 
-    /// Its name, the median run, the highest peak RSS of all, every wall
-    /// time (sorted) and what the runs counted.
-    pub fn finish(self) -> (String, Run, u64, Vec<Duration>, Counts) {
+    /// The measured row on `input` (`bytes` long): the median run's wall
+    /// time, the highest peak RSS of all runs, every wall time (sorted)
+    /// and what the runs counted.
+    pub fn into_row(self, input: Input, bytes: u64) -> Row {
         let mut runs = self.runs;
-        let peak = runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0);
+        let max_rss_kib = runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0);
         runs.sort_by_key(|r| r.wall);
-        let median = runs.get(runs.len() / 2).copied().unwrap_or(Run {
-            wall: Duration::ZERO,
-            max_rss_kib: 0,
-        });
-        let walls = runs.iter().map(|r| r.wall).collect();
-        (
-            self.name,
-            median,
-            peak,
-            walls,
-            self.counts.unwrap_or_default(),
-        )
+        let wall = runs.get(runs.len() / 2).map_or(Duration::ZERO, |r| r.wall);
+        Row {
+            name: self.name,
+            input,
+            bytes,
+            wall,
+            max_rss_kib,
+            walls: runs.iter().map(|r| r.wall).collect(),
+            counts: self.counts.unwrap_or_default(),
+        }
     }
 }
 
@@ -109,13 +109,13 @@ mod tests {
         // Over the budget after two of three runs.
         assert!(!s.wants(3, Duration::from_secs(1)));
         assert!(s.wants(3, Duration::from_secs(10)));
-        let (name, median, peak, walls, _) = s.finish();
-        assert_eq!(name, "x");
+        let row = s.into_row(Input::Full, 1);
+        assert_eq!(row.name, "x");
         // Of two runs, the slower is the median (index len / 2).
-        assert_eq!(median.wall, Duration::from_millis(600));
-        assert_eq!(peak, 9);
+        assert_eq!(row.wall, Duration::from_millis(600));
+        assert_eq!(row.max_rss_kib, 9);
         assert_eq!(
-            walls,
+            row.walls,
             vec![Duration::from_millis(500), Duration::from_millis(600)]
         );
     }
