@@ -26,6 +26,7 @@
 
 use super::cache::Cached;
 use super::classify::{Decoded, InsnClass, Special};
+use super::pairmemo::PairMemo;
 use crate::error::ErrorKind;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::hash::BuildIntHasher;
@@ -474,6 +475,8 @@ pub struct BlockCache {
     /// the other, and where the path being recorded starts there.
     path_ops: Vec<StackOp>,
     ops_mark: u32,
+    /// Passes over disable/enable pairs, remembered by counting chains.
+    pairs: PairMemo,
 }
 
 impl BlockCache {
@@ -489,6 +492,7 @@ impl BlockCache {
         self.lasts.clear();
         self.index.clear();
         self.forget_paths();
+        self.pairs.clear();
         self.spaces.clear();
     }
 
@@ -602,6 +606,18 @@ impl BlockCache {
     #[inline]
     pub fn path_ops(&self, p: &TntPath) -> &[StackOp] {
         self.tables().ops(p)
+    }
+
+    /// The passes over disable/enable pairs remembered
+    /// ([`PairMemo`]); forgotten with the blocks.
+    #[inline(always)]
+    pub(crate) fn pairs(&self) -> &PairMemo {
+        &self.pairs
+    }
+
+    /// [`pairs`](Self::pairs), to remember one.
+    pub(crate) fn pairs_mut(&mut self) -> &mut PairMemo {
+        &mut self.pairs
     }
 
     /// How many TNT paths are kept (some may be unreachable, replaced in

@@ -23,9 +23,10 @@
 //! A TNT packet followed by a TIP.PGD/TIP.PGE pair (tracing left the
 //! filtered range at a branch and came back elsewhere: ~700 per 29 KB of a
 //! real fuzzing trace) is passed over by a cold step out of the loop
-//! ([`InsnDecoder::pass_toggle`]), as the burst's `pass_toggles` would,
-//! when every block on the way is known and the packet after the pair is
-//! plain.
+//! ([`InsnDecoder::pass_toggle`], in [`toggle`]), as the burst's
+//! `pass_toggles` would, when every block on the way is known and the
+//! packet after the pair is plain; what a pass does is remembered by the
+//! bits and the pair's IPs, and replayed when they come again.
 //!
 //! Most steps are taken by a *sprint* ([`sprint`]): from a conditional
 //! jump, TNT-8 packet after TNT-8 packet through the blocks' path tables.
@@ -33,17 +34,17 @@
 
 use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
-use super::fast::{DISABLE_WALK, RunSink, WalkStep, disable_walk_step};
-use crate::event::{
-    LaneAt, TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_at, tnt8,
-};
-use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, TntPath};
-use crate::insn::classify::InsnClass;
+use super::fast::RunSink;
+use crate::event::{LaneAt, TraceLane, low_bits, plain_offset, skip_pads, tip_at, tnt8};
+use crate::insn::blockcache::{BlockCache, BlockFlow, TntPath};
 use crate::insn::tally::Counted;
 use hwtrace_packet::LastIp;
 use hwtrace_types::{ReadMemory, TraceOffset};
 
 mod sprint;
+mod toggle;
+
+use toggle::pair_at;
 
 /// Where a burst is: the locals [`InsnDecoder::run_burst`] keeps, handed
 /// to a chain and back.
@@ -377,138 +378,6 @@ struct Spot {
     room: usize,
 }
 
-impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
-    /// At block `s.idx`, a TNT packet's bits just loaded with the
-    /// TIP.PGD/TIP.PGE pair `pair` as the look-ahead after them (`s.offset`
-    /// the TIP.PGE's): what the burst does then, as a chain. Paths that stop
-    /// before a block with bits left for it are taken as usual; then the
-    /// blocks but the last that the bits lead to run as they would one by
-    /// one (a prefix of a whole path, or none with a single bit left for
-    /// a conditional jump), then that jump on the last bit, and the pair
-    /// is passed over if the burst would pass it ([`plan_toggle`]). The
-    /// spot and counts after, and whether the pair was passed (else the
-    /// chain ends there, as the burst would have left it).
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the chain's own state, passed down to its cold path"
-    )]
-    #[cold]
-    #[inline(never)]
-    fn pass_toggle(
-        &mut self,
-        cache: &mut BlockCache,
-        out: &mut impl RunSink,
-        mut counts: Counts,
-        data: &[u8],
-        until: u64,
-        mut s: Spot,
-        pair: TogglePair,
-    ) -> (Spot, Counts, bool) {
-        if s.offset >= until {
-            return (s, counts, false);
-        }
-        let flow = loop {
-            let Some(b) = cache.get(s.idx) else {
-                return (s, counts, false);
-            };
-            let flow = b.flow;
-            match cache.path_record(s.idx, s.bits, s.left) {
-                Some(p) if !p.is_whole() => {
-                    let runs = p.runs as usize;
-                    if s.room < runs || s.icount + p.insns > MAX_UNTRACED_INSNS {
-                        return (s, counts, false);
-                    }
-                    self.replay_stack_ops(cache, p);
-                    counts.before_run(out).count_path(p, TraceOffset(s.offset));
-                    s.room -= runs;
-                    (s.bits, s.left, s.icount) = after_path(p, s.bits, s.left, s.icount);
-                    (s.last, s.idx) = (p.last, p.next);
-                }
-                _ => break flow,
-            }
-        };
-        if s.icount + u64::from(cache.get(s.idx).map_or(0, |b| b.insns)) > MAX_UNTRACED_INSNS {
-            return (s, counts, false);
-        }
-        let pre = path_prefix(cache, s.idx, s.bits, s.left, s.room)
-            .filter(|pre| s.icount + pre.insns <= MAX_UNTRACED_INSNS);
-        let (l, at_l, runs) = match &pre {
-            Some(pre) => (
-                pre.path.last,
-                pre.tail_insns.unwrap_or(s.icount + pre.insns),
-                pre.runs,
-            ),
-            None if s.left == 1 && flow == BlockFlow::CondJump => (s.idx, s.icount, 0),
-            None => return (s, counts, false),
-        };
-        let step = cache
-            .get(l)
-            .copied()
-            .filter(|lb| at_l + u64::from(lb.insns) <= MAX_UNTRACED_INSNS)
-            .filter(|_| s.room - runs > 1 + DISABLE_WALK)
-            .and_then(|lb| {
-                let to = if s.bits & 1 != 0 { lb.target } else { lb.end.0 };
-                plan_toggle(cache, data, l, to, pair).map(|step| (lb, step))
-            });
-        if let Some(pre) = &pre {
-            self.replay_stack_ops(cache, &pre.path);
-            counts.before_run(out).count_runs(
-                pre.runs,
-                u64::from(pre.path.first_insns),
-                pre.insns,
-                TraceOffset(s.offset),
-            );
-            s.room -= pre.runs;
-        }
-        let Some((lb, step)) = step else {
-            if pre.is_some() {
-                (s.bits, s.left, s.icount) = (low_bits(s.bits, 1), 1, at_l);
-                (s.last, s.idx) = (NO_BLOCK, l);
-            }
-            return (s, counts, false);
-        };
-        // The jump and the blocks to the branch the disable binds to, all
-        // taken at the enable's offset; the calls before that branch push
-        // their return address, the branch is not executed.
-        counts.block(out, l, lb.insns, s.offset);
-        s.room -= 1;
-        let walk = &step.walk[..step.len];
-        for (i, &w) in walk.iter().enumerate() {
-            let Some(wb) = cache.get(w) else {
-                continue;
-            };
-            if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
-                self.retstack.push(wb.end.0);
-            }
-            counts.block(out, w, wb.insns, s.offset);
-            s.room -= 1;
-        }
-        // The two events; the next run is taken after the pair.
-        counts.before_run(out).end = TraceOffset(step.offset);
-        counts.events += 2;
-        (s.bits, s.left, s.pos, s.last_ip, s.offset) =
-            (0, 0, step.pos, step.pair.last_ip, step.offset);
-        s.icount = 0;
-        (s.last, s.idx) = (from_last(&step), step.next);
-        (s, counts, true)
-    }
-}
-
-/// The TIP.PGD/TIP.PGE pair at `pos` (as [`TraceLane::toggle_pair`]) into
-/// `slot`, and the trace offset the lane reports there. Out of the
-/// steps' loop, whose locals stay in registers better without it.
-#[cold]
-#[inline(never)]
-fn pair_at(
-    lane: &TraceLane<'_>,
-    pos: u64,
-    last_ip: LastIp,
-    slot: &mut Option<TogglePair>,
-) -> Option<u64> {
-    *slot = lane.toggle_pair(pos, last_ip);
-    slot.map(|p| p.on_at)
-}
-
 /// After path `p`, taken with TNT bits `bits` (`left` of them) and
 /// `icount` instructions since the trace was last asked: the bits left,
 /// how many, and the instructions since.
@@ -551,120 +420,4 @@ fn taken_bit(
     }
     bits &= !(1u64 << left);
     Some((pos, bits, left, offset))
-}
-
-/// A whole TNT path but its last block ([`path_prefix`]).
-struct Prefix {
-    path: TntPath,
-    /// Its runs but the last, and their instructions.
-    runs: usize,
-    insns: u64,
-    /// The instructions after the last of them that used a TNT bit
-    /// (`None`: none did).
-    tail_insns: Option<u64>,
-}
-
-/// The path from block `idx` on `bits` (`left` of them, a TNT packet's),
-/// when it uses them all and its last block is a conditional jump: the
-/// runs before that block, if there are any and `room` holds them. What
-/// the blocks do, run one by one, when the bits come with an event after
-/// them: the last bit's answer brings it, the others are plain.
-#[inline(never)]
-fn path_prefix(cache: &BlockCache, idx: u32, bits: u64, left: u8, room: usize) -> Option<Prefix> {
-    let (p, runs) = cache.path(idx, bits, left)?;
-    let (last, before) = runs.split_last()?;
-    if !p.is_whole()
-        || before.is_empty()
-        || room < before.len()
-        || cache.get(p.last)?.flow != BlockFlow::CondJump
-    {
-        return None;
-    }
-    let mut tail = 0;
-    let mut tail_insns = None;
-    for r in before.iter().rev() {
-        // Conditional jumps and (compressed) returns take a bit.
-        if matches!(r.class, InsnClass::CondJump | InsnClass::Return) {
-            tail_insns = Some(tail);
-            break;
-        }
-        tail += u64::from(r.insns);
-    }
-    Some(Prefix {
-        path: *p,
-        runs: before.len(),
-        insns: p.insns - u64::from(last.insns),
-        tail_insns,
-    })
-}
-
-/// A disable/enable pair a chain passes over ([`plan_toggle`]).
-struct ToggleStep {
-    /// The blocks from where the conditional jump went to the branch the
-    /// disable binds to (that one last).
-    walk: [u32; DISABLE_WALK],
-    len: usize,
-    pair: TogglePair,
-    /// The look-ahead after the pair (PADs skipped), and the trace offset
-    /// the lane reports there.
-    pos: u64,
-    offset: u64,
-    /// The block at the TIP.PGE's IP.
-    next: u32,
-}
-
-/// Block `l`, a conditional jump, took its last cached TNT bit to `to`,
-/// with the TIP.PGD/TIP.PGE pair `pair` the look-ahead: what the burst's
-/// pass over the pair does, as a chain takes it.
-/// The blocks to the branch the disable binds to as the burst walks them
-/// (an instruction that is not a branch, and a direct jump or call that
-/// does not go to the disable's IP, run as usual; any other branch is
-/// the one tracing stopped at), each plain and known without looking
-/// further ([`BlockCache::linked_or_recent`], which links what it finds);
-/// after the pair a packet with nothing pending; the block at the
-/// enable's IP known so too.
-/// `None`: the burst takes it (it may build blocks, or stop there).
-#[inline(never)]
-fn plan_toggle(
-    cache: &mut BlockCache,
-    data: &[u8],
-    l: u32,
-    mut to: u64,
-    pair: TogglePair,
-) -> Option<ToggleStep> {
-    let pos = skip_pads(data, pair.after);
-    let mut step = ToggleStep {
-        walk: [NO_BLOCK; DISABLE_WALK],
-        len: 0,
-        pair,
-        pos,
-        offset: plain_offset(data, pos)?,
-        next: NO_BLOCK,
-    };
-    let (mut from, mut insns) = (l, 0u64);
-    loop {
-        if step.len == DISABLE_WALK {
-            return None;
-        }
-        let w = cache.linked_or_recent(from, to)?;
-        let b = cache.get(w)?;
-        insns += u64::from(b.insns);
-        if !b.plain || insns > MAX_UNTRACED_INSNS {
-            return None;
-        }
-        step.walk[step.len] = w;
-        step.len += 1;
-        to = match disable_walk_step(b, pair.off)? {
-            WalkStep::On(to) => to,
-            WalkStep::Binds => break,
-        };
-        from = w;
-    }
-    step.next = cache.linked_or_recent(from_last(&step), pair.on)?;
-    Some(step)
-}
-
-/// The last block of a walk ([`ToggleStep::walk`], never empty).
-fn from_last(step: &ToggleStep) -> u32 {
-    step.walk[step.len - 1]
 }

@@ -1,0 +1,454 @@
+//! A counting chain's passes over disable/enable pairs (a TIP.PGD right
+//! followed by a TIP.PGE: the code left the traced range at a branch and
+//! came back elsewhere), out of the steps' loop.
+//!
+//! A pair right after a TNT packet is passed over as the burst's
+//! `pass_toggles` would: the TNT bits followed through the path tables to
+//! the conditional jump that takes the last one, the walk from there to
+//! the branch the disable binds to, then the block at the enable's IP.
+//! What that does depends only on where the bits start, the bits and the
+//! pair's IPs, so the first pass is planned ([`plan_pass`]) and kept in
+//! the cache's [`PairMemo`](crate::insn::pairmemo::PairMemo), and the
+//! same pair after the same bits again is counted from there.
+
+use super::{Counts, Spot, after_path};
+use crate::event::{TogglePair, TraceLane, low_bits, plain_offset, skip_pads};
+use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, StackOp, TntPath};
+use crate::insn::classify::InsnClass;
+use crate::insn::decoder::fast::{DISABLE_WALK, RunSink, WalkStep, disable_walk_step, replay_ops};
+use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
+use crate::insn::pairmemo::{PairKey, PairPass};
+use hwtrace_packet::LastIp;
+use hwtrace_types::{ReadMemory, TraceOffset};
+
+impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
+    /// At block `s.idx`, a TNT packet's bits just loaded with the
+    /// TIP.PGD/TIP.PGE pair `pair` as the look-ahead after them (`s.offset`
+    /// the TIP.PGE's): what the burst does then, as a chain. Paths that stop
+    /// before a block with bits left for it are taken as usual; then the
+    /// blocks but the last that the bits lead to run as they would one by
+    /// one (a prefix of a whole path, or none with a single bit left for
+    /// a conditional jump), then that jump on the last bit, and the pair
+    /// is passed over if the burst would pass it ([`plan_toggle`]). The
+    /// spot and counts after, and whether the pair was passed (else the
+    /// chain ends there, as the burst would have left it).
+    ///
+    /// A pass made before from the same block with the same bits over a
+    /// pair with the same IPs is replayed from the cache's memo when the
+    /// spot meets what it asked ([`plan_pass`]); on the real fuzzing
+    /// traces that is nine pairs in ten, at ~230 instructions where
+    /// planning and taking one took ~620 (callgrind).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the chain's own state, passed down to its cold path"
+    )]
+    #[cold]
+    #[inline(never)]
+    pub(super) fn pass_toggle(
+        &mut self,
+        cache: &mut BlockCache,
+        out: &mut impl RunSink,
+        mut counts: Counts,
+        data: &[u8],
+        until: u64,
+        mut s: Spot,
+        pair: TogglePair,
+    ) -> (Spot, Counts, bool) {
+        if s.offset >= until {
+            return (s, counts, false);
+        }
+        let key = PairKey {
+            idx: s.idx,
+            left: s.left,
+            bits: s.bits,
+            off: pair.off,
+            on: pair.on,
+        };
+        let pass = match cache.pairs().get(&key) {
+            Some(pass) => Some(pass),
+            None => plan_pass(cache, data, key, pair),
+        };
+        if let Some(pass) = pass
+            && s.room >= pass.room
+            && s.icount <= pass.icount_max
+        {
+            let pos = skip_pads(data, pair.after);
+            if let Some(offset) = plain_offset(data, pos) {
+                replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
+                let c = counts.before_run(out);
+                c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(s.offset));
+                c.end = TraceOffset(offset);
+                counts.events += 2;
+                s.room -= pass.runs;
+                (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, pos, pair.last_ip, offset);
+                s.icount = 0;
+                (s.last, s.idx) = (pass.last, pass.next);
+                return (s, counts, true);
+            }
+        }
+        let flow = loop {
+            let Some(b) = cache.get(s.idx) else {
+                return (s, counts, false);
+            };
+            let flow = b.flow;
+            match cache.path_record(s.idx, s.bits, s.left) {
+                Some(p) if !p.is_whole() => {
+                    let runs = p.runs as usize;
+                    if s.room < runs || s.icount + p.insns > MAX_UNTRACED_INSNS {
+                        return (s, counts, false);
+                    }
+                    self.replay_stack_ops(cache, p);
+                    counts.before_run(out).count_path(p, TraceOffset(s.offset));
+                    s.room -= runs;
+                    (s.bits, s.left, s.icount) = after_path(p, s.bits, s.left, s.icount);
+                    (s.last, s.idx) = (p.last, p.next);
+                }
+                _ => break flow,
+            }
+        };
+        if s.icount + u64::from(cache.get(s.idx).map_or(0, |b| b.insns)) > MAX_UNTRACED_INSNS {
+            return (s, counts, false);
+        }
+        let pre = path_prefix(cache, s.idx, s.bits, s.left, s.room)
+            .filter(|pre| s.icount + pre.insns <= MAX_UNTRACED_INSNS);
+        let (l, at_l, runs) = match &pre {
+            Some(pre) => (
+                pre.path.last,
+                pre.tail_insns.unwrap_or(s.icount + pre.insns),
+                pre.runs,
+            ),
+            None if s.left == 1 && flow == BlockFlow::CondJump => (s.idx, s.icount, 0),
+            None => return (s, counts, false),
+        };
+        let step = cache
+            .get(l)
+            .copied()
+            .filter(|lb| at_l + u64::from(lb.insns) <= MAX_UNTRACED_INSNS)
+            .filter(|_| s.room - runs > 1 + DISABLE_WALK)
+            .and_then(|lb| {
+                let to = if s.bits & 1 != 0 { lb.target } else { lb.end.0 };
+                plan_toggle(cache, data, l, to, pair).map(|step| (lb, step))
+            });
+        if let Some(pre) = &pre {
+            self.replay_stack_ops(cache, &pre.path);
+            counts.before_run(out).count_runs(
+                pre.runs,
+                u64::from(pre.path.first_insns),
+                pre.insns,
+                TraceOffset(s.offset),
+            );
+            s.room -= pre.runs;
+        }
+        let Some((lb, step)) = step else {
+            if pre.is_some() {
+                (s.bits, s.left, s.icount) = (low_bits(s.bits, 1), 1, at_l);
+                (s.last, s.idx) = (NO_BLOCK, l);
+            }
+            return (s, counts, false);
+        };
+        // The jump and the blocks to the branch the disable binds to, all
+        // taken at the enable's offset; the calls before that branch push
+        // their return address, the branch is not executed.
+        counts.block(out, l, lb.insns, s.offset);
+        s.room -= 1;
+        let walk = &step.walk[..step.len];
+        for (i, &w) in walk.iter().enumerate() {
+            let Some(wb) = cache.get(w) else {
+                continue;
+            };
+            if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
+                self.retstack.push(wb.end.0);
+            }
+            counts.block(out, w, wb.insns, s.offset);
+            s.room -= 1;
+        }
+        // The two events; the next run is taken after the pair.
+        counts.before_run(out).end = TraceOffset(step.offset);
+        counts.events += 2;
+        (s.bits, s.left, s.pos, s.last_ip, s.offset) =
+            (0, 0, step.pos, step.pair.last_ip, step.offset);
+        s.icount = 0;
+        (s.last, s.idx) = (from_last(&step), step.next);
+        (s, counts, true)
+    }
+}
+
+/// The instructions since the trace was last asked, as a pass over a pair
+/// ([`plan_pass`]) follows them: the spot's and `acc`, or `acc` alone once
+/// a TNT bit was used.
+#[derive(Clone, Copy)]
+struct Since {
+    acc: u64,
+    from_spot: bool,
+}
+
+/// What a pass over a pair asks of the spot it is taken from, gathered
+/// check by check ([`plan_pass`]).
+struct Needs {
+    /// The least room for runs.
+    room: usize,
+    /// The most instructions since the trace was last asked.
+    icount_max: u64,
+}
+
+impl Needs {
+    /// The check that `since` and `insns` more stay within
+    /// [`MAX_UNTRACED_INSNS`]: `None` if they do not whatever the spot,
+    /// else what it asks of the spot.
+    fn fits(&mut self, since: Since, insns: u64) -> Option<()> {
+        let total = since.acc.checked_add(insns)?;
+        let slack = MAX_UNTRACED_INSNS.checked_sub(total)?;
+        if since.from_spot {
+            self.icount_max = self.icount_max.min(slack);
+        }
+        Some(())
+    }
+
+    /// The check that `runs` runs fit.
+    fn room(&mut self, runs: usize) {
+        self.room = self.room.max(runs);
+    }
+}
+
+/// What [`InsnDecoder::pass_toggle`] does when it passes the pair `pair`
+/// over from block `key.idx` with the TNT bits `key.bits` (`key.left` of
+/// them) loaded, wherever in the trace that is: the same steps, taken
+/// with every check that depends on the spot (its room for runs, its
+/// instructions since the trace was asked) noted rather than made, and
+/// remembered in the cache's [`PairMemo`](crate::insn::pairmemo::PairMemo).
+/// `None` where a check fails whatever the spot, or the pass would stop
+/// part way: `pass_toggle` takes those steps itself.
+#[cold]
+#[inline(never)]
+fn plan_pass(
+    cache: &mut BlockCache,
+    data: &[u8],
+    key: PairKey,
+    pair: TogglePair,
+) -> Option<PairPass> {
+    let mut needs = Needs {
+        room: 0,
+        icount_max: MAX_UNTRACED_INSNS,
+    };
+    let mut since = Since {
+        acc: 0,
+        from_spot: true,
+    };
+    let mut ops: Vec<StackOp> = Vec::new();
+    let (mut idx, mut bits, mut left) = (key.idx, key.bits, key.left);
+    let (mut runs, mut first, mut insns) = (0usize, None, 0u64);
+    // Paths that stop before a block with bits left for it.
+    let flow = loop {
+        let flow = cache.get(idx)?.flow;
+        match cache.path_record(idx, bits, left) {
+            Some(p) if !p.is_whole() => {
+                let p = *p;
+                needs.room(runs + p.runs as usize);
+                needs.fits(since, p.insns)?;
+                ops.extend_from_slice(cache.path_ops(&p));
+                first.get_or_insert(u64::from(p.first_insns));
+                (runs, insns) = (runs + p.runs as usize, insns + p.insns);
+                // As `after_path`.
+                left -= p.used;
+                bits = low_bits(bits, left);
+                since = if p.used > 0 {
+                    Since {
+                        acc: u64::from(p.tail_insns),
+                        from_spot: false,
+                    }
+                } else {
+                    Since {
+                        acc: since.acc + p.insns,
+                        ..since
+                    }
+                };
+                idx = p.next;
+            }
+            _ => break flow,
+        }
+    };
+    needs.fits(since, u64::from(cache.get(idx).map_or(0, |b| b.insns)))?;
+    let pre = path_prefix(cache, idx, bits, left, usize::MAX);
+    let (l, at_l, pre_runs) = match &pre {
+        Some(pre) => {
+            needs.room(runs + pre.runs);
+            needs.fits(since, pre.insns)?;
+            let at_l = match pre.tail_insns {
+                Some(tail) => Since {
+                    acc: tail,
+                    from_spot: false,
+                },
+                None => Since {
+                    acc: since.acc + pre.insns,
+                    ..since
+                },
+            };
+            (pre.path.last, at_l, pre.runs)
+        }
+        None if left == 1 && flow == BlockFlow::CondJump => (idx, since, 0),
+        None => return None,
+    };
+    let lb = *cache.get(l)?;
+    needs.fits(at_l, u64::from(lb.insns))?;
+    needs.room(runs + pre_runs + 2 + DISABLE_WALK);
+    let to = if bits & 1 != 0 { lb.target } else { lb.end.0 };
+    let step = plan_toggle(cache, data, l, to, pair)?;
+    if let Some(pre) = &pre {
+        ops.extend_from_slice(cache.path_ops(&pre.path));
+        first.get_or_insert(u64::from(pre.path.first_insns));
+        (runs, insns) = (runs + pre.runs, insns + pre.insns);
+    }
+    let first = *first.get_or_insert(u64::from(lb.insns));
+    (runs, insns) = (runs + 1, insns + u64::from(lb.insns));
+    let walk = &step.walk[..step.len];
+    for (i, &w) in walk.iter().enumerate() {
+        let Some(wb) = cache.get(w) else {
+            continue;
+        };
+        if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
+            ops.push(StackOp::Push(wb.end.0));
+        }
+        (runs, insns) = (runs + 1, insns + u64::from(wb.insns));
+    }
+    let pass = PairPass::new(
+        runs,
+        first,
+        insns,
+        from_last(&step),
+        step.next,
+        needs.room,
+        needs.icount_max,
+    );
+    Some(cache.pairs_mut().insert(key, pass, &ops))
+}
+
+/// The TIP.PGD/TIP.PGE pair at `pos` (as [`TraceLane::toggle_pair`]) into
+/// `slot`, and the trace offset the lane reports there. Out of the
+/// steps' loop, whose locals stay in registers better without it.
+#[cold]
+#[inline(never)]
+pub(super) fn pair_at(
+    lane: &TraceLane<'_>,
+    pos: u64,
+    last_ip: LastIp,
+    slot: &mut Option<TogglePair>,
+) -> Option<u64> {
+    *slot = lane.toggle_pair(pos, last_ip);
+    slot.map(|p| p.on_at)
+}
+
+/// A whole TNT path but its last block ([`path_prefix`]).
+struct Prefix {
+    path: TntPath,
+    /// Its runs but the last, and their instructions.
+    runs: usize,
+    insns: u64,
+    /// The instructions after the last of them that used a TNT bit
+    /// (`None`: none did).
+    tail_insns: Option<u64>,
+}
+
+/// The path from block `idx` on `bits` (`left` of them, a TNT packet's),
+/// when it uses them all and its last block is a conditional jump: the
+/// runs before that block, if there are any and `room` holds them. What
+/// the blocks do, run one by one, when the bits come with an event after
+/// them: the last bit's answer brings it, the others are plain.
+#[inline(never)]
+fn path_prefix(cache: &BlockCache, idx: u32, bits: u64, left: u8, room: usize) -> Option<Prefix> {
+    let (p, runs) = cache.path(idx, bits, left)?;
+    let (last, before) = runs.split_last()?;
+    if !p.is_whole()
+        || before.is_empty()
+        || room < before.len()
+        || cache.get(p.last)?.flow != BlockFlow::CondJump
+    {
+        return None;
+    }
+    let mut tail = 0;
+    let mut tail_insns = None;
+    for r in before.iter().rev() {
+        // Conditional jumps and (compressed) returns take a bit.
+        if matches!(r.class, InsnClass::CondJump | InsnClass::Return) {
+            tail_insns = Some(tail);
+            break;
+        }
+        tail += u64::from(r.insns);
+    }
+    Some(Prefix {
+        path: *p,
+        runs: before.len(),
+        insns: p.insns - u64::from(last.insns),
+        tail_insns,
+    })
+}
+
+/// A disable/enable pair a chain passes over ([`plan_toggle`]).
+struct ToggleStep {
+    /// The blocks from where the conditional jump went to the branch the
+    /// disable binds to (that one last).
+    walk: [u32; DISABLE_WALK],
+    len: usize,
+    pair: TogglePair,
+    /// The look-ahead after the pair (PADs skipped), and the trace offset
+    /// the lane reports there.
+    pos: u64,
+    offset: u64,
+    /// The block at the TIP.PGE's IP.
+    next: u32,
+}
+
+/// Block `l`, a conditional jump, took its last cached TNT bit to `to`,
+/// with the TIP.PGD/TIP.PGE pair `pair` the look-ahead: what the burst's
+/// pass over the pair does, as a chain takes it.
+/// The blocks to the branch the disable binds to as the burst walks them
+/// (an instruction that is not a branch, and a direct jump or call that
+/// does not go to the disable's IP, run as usual; any other branch is
+/// the one tracing stopped at), each plain and known without looking
+/// further ([`BlockCache::linked_or_recent`], which links what it finds);
+/// after the pair a packet with nothing pending; the block at the
+/// enable's IP known so too.
+/// `None`: the burst takes it (it may build blocks, or stop there).
+#[inline(never)]
+fn plan_toggle(
+    cache: &mut BlockCache,
+    data: &[u8],
+    l: u32,
+    mut to: u64,
+    pair: TogglePair,
+) -> Option<ToggleStep> {
+    let pos = skip_pads(data, pair.after);
+    let mut step = ToggleStep {
+        walk: [NO_BLOCK; DISABLE_WALK],
+        len: 0,
+        pair,
+        pos,
+        offset: plain_offset(data, pos)?,
+        next: NO_BLOCK,
+    };
+    let (mut from, mut insns) = (l, 0u64);
+    loop {
+        if step.len == DISABLE_WALK {
+            return None;
+        }
+        let w = cache.linked_or_recent(from, to)?;
+        let b = cache.get(w)?;
+        insns += u64::from(b.insns);
+        if !b.plain || insns > MAX_UNTRACED_INSNS {
+            return None;
+        }
+        step.walk[step.len] = w;
+        step.len += 1;
+        to = match disable_walk_step(b, pair.off)? {
+            WalkStep::On(to) => to,
+            WalkStep::Binds => break,
+        };
+        from = w;
+    }
+    step.next = cache.linked_or_recent(from_last(&step), pair.on)?;
+    Some(step)
+}
+
+/// The last block of a walk ([`ToggleStep::walk`], never empty).
+fn from_last(step: &ToggleStep) -> u32 {
+    step.walk[step.len - 1]
+}

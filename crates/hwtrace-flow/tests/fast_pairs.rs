@@ -1,0 +1,97 @@
+//! Disable/enable pairs (TIP.PGD right followed by TIP.PGE: the code
+//! called out of the traced range and came back) passed over by counting
+//! chains, the first time and then from the chains' memo of passes
+//! (`insn/pairmemo.rs`), which replays what the first pass did to the
+//! return stack. Each trace is checked as the `fast_decode` fuzz target
+//! checks its inputs (`fuzz/fuzz_targets/fast_compare.rs`): the
+//! instruction decoder, the block-cached decoder's runs, its counted runs
+//! and its visited runs agreeing item for item.
+
+use hwtrace_packet::{IpPayload, Packet, Tnt, TraceBuilder};
+use hwtrace_types::{BytesAt, Ip};
+
+#[path = "../../../fuzz/fuzz_targets/fast_compare.rs"]
+mod fast_compare;
+
+const BASE: u64 = 0x1000;
+/// Outside the code: where the call out of the range goes.
+const OUT: u64 = 0x10_0000;
+
+/// A loop that calls out of the traced range from a function it calls:
+///
+/// ```text
+/// 1000: test eax, eax
+/// 1002: jne 1010          ; a TNT bit before each pair
+/// 1004: ret               ; (the loop's exit)
+/// 1010: call 1020         ; pushes 1015 as the pair is passed over
+/// 1015: jmp 1000
+/// 1020: call 100000       ; out of the range: TIP.PGD 100000
+/// 1025: ret               ; back: TIP.PGE 1025; a compressed return to 1015
+/// ```
+fn code() -> Vec<u8> {
+    let mut c = vec![0x90u8; 0x26];
+    c[0x00..0x05].copy_from_slice(&[0x85, 0xc0, 0x75, 0x0c, 0xc3]);
+    c[0x10..0x17].copy_from_slice(&[0xe8, 0x0b, 0x00, 0x00, 0x00, 0xeb, 0xe9]);
+    let rel = (OUT - (BASE + 0x25)) as u32;
+    c[0x20] = 0xe8;
+    c[0x21..0x25].copy_from_slice(&rel.to_le_bytes());
+    c[0x25] = 0xc3;
+    c
+}
+
+fn tnt(t: &mut TraceBuilder, bits: u64, len: u8) {
+    t.push(Packet::Tnt(Tnt {
+        bits,
+        len,
+        long: false,
+    }))
+    .expect("a TNT-8 packet");
+}
+
+fn pair(t: &mut TraceBuilder, pads: usize) {
+    t.push(Packet::TipPgd(IpPayload::full(OUT)))
+        .expect("a TIP.PGD");
+    for _ in 0..pads {
+        t.push(Packet::Pad).expect("a PAD");
+    }
+    t.push(Packet::TipPge(IpPayload::full(BASE + 0x25)))
+        .expect("a TIP.PGE");
+}
+
+/// `rounds` times round the loop, the return after each pair in a TNT
+/// packet of its own (`split`) or sharing one with the next round's jump.
+fn trace(rounds: usize, split: bool, pads: usize) -> Vec<u8> {
+    let mut t = TraceBuilder::new();
+    t.psb_plus_64(BASE).expect("a PSB+");
+    // The first round's jump.
+    tnt(&mut t, 1, 1);
+    pair(&mut t, pads);
+    for _ in 1..rounds {
+        if split {
+            // The return, then the jump with the pair after it.
+            tnt(&mut t, 1, 1);
+            tnt(&mut t, 1, 1);
+        } else {
+            tnt(&mut t, 0b11, 2);
+        }
+        pair(&mut t, pads);
+    }
+    // The return, then out of the loop: the trace ends at its `ret`.
+    tnt(&mut t, 0b10, 2);
+    t.finish()
+}
+
+#[test]
+fn pairs_passed_over_again_and_again_count_as_the_instruction_decoder() {
+    let code = code();
+    let image = BytesAt::new(Ip(BASE), &code);
+    for rounds in [1, 2, 3, 40, 700] {
+        for split in [true, false] {
+            for pads in [0, 3] {
+                let data = trace(rounds, split, pads);
+                let name = format!("{rounds} rounds, split {split}, {pads} PADs");
+                fast_compare::check(&name, &data, image);
+            }
+        }
+    }
+}
