@@ -1,6 +1,7 @@
 //! Disable/enable pairs (TIP.PGD right followed by TIP.PGE: the code
-//! called out of the traced range and came back) passed over by counting
-//! chains, the first time and then from the chains' memo of passes
+//! called out of the traced range and came back), after a TNT packet or
+//! after a TIP, passed over by counting chains, the first time and then
+//! from the chains' memo of passes
 //! (`insn/pairmemo.rs`), which replays what the first pass did to the
 //! return stack. Each trace is checked as the `fast_decode` fuzz target
 //! checks its inputs (`fuzz/fuzz_targets/fast_compare.rs`): the
@@ -48,13 +49,13 @@ fn tnt(t: &mut TraceBuilder, bits: u64, len: u8) {
     .expect("a TNT-8 packet");
 }
 
-fn pair(t: &mut TraceBuilder, pads: usize) {
+fn pair(t: &mut TraceBuilder, pads: usize, back: u64) {
     t.push(Packet::TipPgd(IpPayload::full(OUT)))
         .expect("a TIP.PGD");
     for _ in 0..pads {
         t.push(Packet::Pad).expect("a PAD");
     }
-    t.push(Packet::TipPge(IpPayload::full(BASE + 0x25)))
+    t.push(Packet::TipPge(IpPayload::full(back)))
         .expect("a TIP.PGE");
 }
 
@@ -65,7 +66,7 @@ fn trace(rounds: usize, split: bool, pads: usize) -> Vec<u8> {
     t.psb_plus_64(BASE).expect("a PSB+");
     // The first round's jump.
     tnt(&mut t, 1, 1);
-    pair(&mut t, pads);
+    pair(&mut t, pads, BASE + 0x25);
     for _ in 1..rounds {
         if split {
             // The return, then the jump with the pair after it.
@@ -74,11 +75,69 @@ fn trace(rounds: usize, split: bool, pads: usize) -> Vec<u8> {
         } else {
             tnt(&mut t, 0b11, 2);
         }
-        pair(&mut t, pads);
+        pair(&mut t, pads, BASE + 0x25);
     }
     // The return, then out of the loop: the trace ends at its `ret`.
     tnt(&mut t, 0b10, 2);
     t.finish()
+}
+
+/// A loop whose function calls out of the range from a function it calls
+/// through a register, the pair right after that call's TIP:
+///
+/// ```text
+/// 1000: test eax, eax
+/// 1002: jne 1010          ; a TNT bit
+/// 1004: ret               ; (the loop's exit)
+/// 1010: call 1020         ; pushes 1015
+/// 1015: jmp 1000
+/// 1020: call rax          ; TIP 1030; pushes 1022 as the pair is passed over
+/// 1022: ret               ; a compressed return to 1015
+/// 1030: call 100000       ; out of the range: TIP.PGD 100000
+/// 1035: ret               ; back: TIP.PGE 1035; a compressed return to 1022
+/// ```
+fn code_through_a_register() -> Vec<u8> {
+    let mut c = vec![0x90u8; 0x36];
+    c[0x00..0x05].copy_from_slice(&[0x85, 0xc0, 0x75, 0x0c, 0xc3]);
+    c[0x10..0x17].copy_from_slice(&[0xe8, 0x0b, 0x00, 0x00, 0x00, 0xeb, 0xe9]);
+    c[0x20..0x23].copy_from_slice(&[0xff, 0xd0, 0xc3]);
+    let rel = (OUT - (BASE + 0x35)) as u32;
+    c[0x30] = 0xe8;
+    c[0x31..0x35].copy_from_slice(&rel.to_le_bytes());
+    c[0x35] = 0xc3;
+    c
+}
+
+/// `rounds` times round [`code_through_a_register`]'s loop.
+fn trace_through_a_register(rounds: usize, pads: usize) -> Vec<u8> {
+    let mut t = TraceBuilder::new();
+    t.psb_plus_64(BASE).expect("a PSB+");
+    for round in 0..rounds {
+        if round == 0 {
+            tnt(&mut t, 1, 1);
+        } else {
+            // The two returns, then the jump.
+            tnt(&mut t, 0b111, 3);
+        }
+        t.ip(Packet::Tip, BASE + 0x30).expect("a TIP");
+        pair(&mut t, pads, BASE + 0x35);
+    }
+    // The two returns, then out of the loop: the trace ends at its `ret`.
+    tnt(&mut t, 0b110, 3);
+    t.finish()
+}
+
+#[test]
+fn pairs_after_a_tip_count_as_the_instruction_decoder() {
+    let code = code_through_a_register();
+    let image = BytesAt::new(Ip(BASE), &code);
+    for rounds in [1, 2, 3, 40, 700] {
+        for pads in [0, 2] {
+            let data = trace_through_a_register(rounds, pads);
+            let name = format!("through a register: {rounds} rounds, {pads} PADs");
+            fast_compare::check(&name, &data, image);
+        }
+    }
 }
 
 #[test]

@@ -138,6 +138,8 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         // instead moves the steps' loop's register allocation (callgrind:
         // 3-9% more instructions on every trace).
         let mut pair_next = false;
+        // A TIP was next with something else than a plain packet after it.
+        let mut tip_pair = false;
         // The locals as a `Spot`, for the sprint and the cold steps, and
         // back.
         macro_rules! spot {
@@ -275,6 +277,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         };
                         let after = skip_pads(data, pos + u64::from(size));
                         let Some(o) = plain_offset(data, after) else {
+                            // Perhaps a disable/enable pair after the
+                            // TIP: tried out of the loop.
+                            tip_pair = true;
                             break;
                         };
                         let mut ip = last_ip;
@@ -318,13 +323,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                 icount += u64::from(n);
                 (last, idx) = (idx, next);
             }
-            let (true, Some(pair)) = (pair_next, pair.take()) else {
+            // Out of the steps' loop, whose locals stay in registers better
+            // without them.
+            let (s, c, passed) = if let (true, Some(pair)) = (pair_next, pair.take()) {
+                pair_next = false;
+                self.pass_toggle(cache, out, counts, data, until, spot!(), pair)
+            } else if tip_pair {
+                tip_pair = false;
+                self.pass_tip_toggle(cache, lane, out, counts, until, spot!())
+            } else {
                 break;
             };
-            pair_next = false;
-            // Out of the steps' loop, whose locals stay in registers better
-            // without it.
-            let (s, c, passed) = self.pass_toggle(cache, out, counts, data, until, spot!(), pair);
             counts = c;
             set_spot!(s);
             if !passed {

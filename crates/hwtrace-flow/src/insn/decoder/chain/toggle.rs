@@ -12,8 +12,8 @@
 //! same pair after the same bits again is counted from there.
 
 use super::{Counts, Spot, after_path};
-use crate::event::{TogglePair, TraceLane, low_bits, plain_offset, skip_pads};
-use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, StackOp, TntPath};
+use crate::event::{TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_at};
+use crate::insn::blockcache::{BlockCache, BlockFlow, CachedBlock, NO_BLOCK, StackOp, TntPath};
 use crate::insn::classify::InsnClass;
 use crate::insn::decoder::fast::{DISABLE_WALK, RunSink, WalkStep, disable_walk_step, replay_ops};
 use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
@@ -69,22 +69,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             None => plan_pass(cache, data, key, pair),
         };
         if let Some(pass) = pass
-            && s.room >= pass.room
-            && s.icount <= pass.icount_max
+            && self.replay_pass(cache, out, &mut counts, data, &mut s, pass, pair)
         {
-            let pos = skip_pads(data, pair.after);
-            if let Some(offset) = plain_offset(data, pos) {
-                replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
-                let c = counts.before_run(out);
-                c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(s.offset));
-                c.end = TraceOffset(offset);
-                counts.events += 2;
-                s.room -= pass.runs;
-                (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, pos, pair.last_ip, offset);
-                s.icount = 0;
-                (s.last, s.idx) = (pass.last, pass.next);
-                return (s, counts, true);
-            }
+            return (s, counts, true);
         }
         let flow = loop {
             let Some(b) = cache.get(s.idx) else {
@@ -171,6 +158,164 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         (s.last, s.idx) = (from_last(&step), step.next);
         (s, counts, true)
     }
+}
+
+impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
+    /// At block `s.idx`, a return or an indirect branch with no TNT bits
+    /// left, and a TIP at `s.pos` that is not followed by a plain packet:
+    /// when a disable/enable pair follows it, what the burst does then
+    /// (its `pass_toggles` after the TIP's answer), as a chain. The block
+    /// goes to the TIP's IP, the blocks from there run to the branch the
+    /// disable binds to ([`plan_toggle`]), all taken at the enable's
+    /// offset, and the pair is passed over. The spot and counts after, and
+    /// whether the pair was passed (else nothing was done: the chain ends
+    /// before the block, for the burst).
+    ///
+    /// Remembered and replayed as passes after TNT bits are, keyed by the
+    /// TIP's IP ([`plan_tip_pass`]). On the real fuzzing traces one pair
+    /// in ten comes after a TIP.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the chain's own state, passed down to its cold path"
+    )]
+    #[cold]
+    #[inline(never)]
+    pub(super) fn pass_tip_toggle(
+        &mut self,
+        cache: &mut BlockCache,
+        lane: &TraceLane<'a>,
+        out: &mut impl RunSink,
+        mut counts: Counts,
+        until: u64,
+        mut s: Spot,
+    ) -> (Spot, Counts, bool) {
+        let data = lane.data();
+        let Some(b) = cache.get(s.idx).copied() else {
+            return (s, counts, false);
+        };
+        let Some((payload, size)) = tip_at(data, s.pos) else {
+            return (s, counts, false);
+        };
+        let mut ip = s.last_ip;
+        ip.update(payload);
+        let Ok(to) = ip.ip() else {
+            return (s, counts, false);
+        };
+        let after = skip_pads(data, s.pos + u64::from(size));
+        let Some(pair) = lane.toggle_pair(after, ip) else {
+            return (s, counts, false);
+        };
+        // As the burst: the enable's offset before `until`, room for the
+        // block and a walk.
+        if pair.on_at >= until || s.room <= 1 + DISABLE_WALK {
+            return (s, counts, false);
+        }
+        // Keyed by the TIP's IP in place of TNT bits.
+        let key = PairKey {
+            idx: s.idx,
+            left: TIP_KEY,
+            bits: to,
+            off: pair.off,
+            on: pair.on,
+        };
+        let pass = match cache.pairs().get(&key) {
+            Some(pass) => Some(pass),
+            None => plan_tip_pass(cache, data, key, &b, pair),
+        };
+        let passed = pass.is_some_and(|pass| {
+            self.replay_pass(cache, out, &mut counts, data, &mut s, pass, pair)
+        });
+        (s, counts, passed)
+    }
+
+    /// Replays `pass` (remembered for the pair `pair`) from spot `s`, if
+    /// the spot meets what it asks and the packet after the pair is
+    /// plain: the runs counted at the enable's offset (`pair.on_at`), the
+    /// return stack operations replayed, the two events counted, the spot
+    /// moved past the pair. Whether it was.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the chain's own state, passed down to its cold path"
+    )]
+    #[inline(always)]
+    fn replay_pass(
+        &mut self,
+        cache: &BlockCache,
+        out: &mut impl RunSink,
+        counts: &mut Counts,
+        data: &[u8],
+        s: &mut Spot,
+        pass: PairPass,
+        pair: TogglePair,
+    ) -> bool {
+        if s.room < pass.room || s.icount > pass.icount_max {
+            return false;
+        }
+        let pos = skip_pads(data, pair.after);
+        let Some(offset) = plain_offset(data, pos) else {
+            return false;
+        };
+        replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
+        let c = counts.before_run(out);
+        c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(pair.on_at));
+        c.end = TraceOffset(offset);
+        counts.events += 2;
+        s.room -= pass.runs;
+        (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, pos, pair.last_ip, offset);
+        s.icount = 0;
+        (s.last, s.idx) = (pass.last, pass.next);
+        true
+    }
+}
+
+/// [`PairKey::left`] for a pair after a TIP ([`plan_tip_pass`]), whose
+/// key holds the TIP's IP where a TNT packet's bits would be: more bits
+/// than a TNT packet has.
+const TIP_KEY: u8 = u8::MAX;
+
+/// What [`InsnDecoder::pass_tip_toggle`] does when block `key.idx` (`b`)
+/// goes to the TIP's IP `key.bits` with the pair `pair` after the TIP:
+/// the block and the walk to the branch the disable binds to, all taken
+/// at the enable's offset; a return address pushed if `b` is an indirect
+/// call. Remembered in the cache's memo. `None` if the walk is not known
+/// ([`plan_toggle`]).
+#[cold]
+#[inline(never)]
+fn plan_tip_pass(
+    cache: &mut BlockCache,
+    data: &[u8],
+    key: PairKey,
+    b: &CachedBlock,
+    pair: TogglePair,
+) -> Option<PairPass> {
+    let step = plan_toggle(cache, data, key.idx, key.bits, pair)?;
+    let mut ops = Vec::new();
+    if b.flow == BlockFlow::IndirectCall {
+        ops.push(StackOp::Push(b.end.0));
+    }
+    let (mut runs, mut insns) = (1usize, u64::from(b.insns));
+    let walk = &step.walk[..step.len];
+    for (i, &w) in walk.iter().enumerate() {
+        let Some(wb) = cache.get(w) else {
+            continue;
+        };
+        if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
+            ops.push(StackOp::Push(wb.end.0));
+        }
+        (runs, insns) = (runs + 1, insns + u64::from(wb.insns));
+    }
+    // The room the caller made sure of; the walk counts its instructions
+    // from none, as the burst's does.
+    let pass = PairPass::new(
+        runs,
+        u64::from(b.insns),
+        insns,
+        from_last(&step),
+        step.next,
+        2 + DISABLE_WALK,
+        MAX_UNTRACED_INSNS,
+    );
+    Some(cache.pairs_mut().insert(key, pass, &ops))
 }
 
 /// The instructions since the trace was last asked, as a pass over a pair
