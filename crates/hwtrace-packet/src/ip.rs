@@ -232,6 +232,47 @@ impl LastIp {
         self.suppressed = false;
     }
 
+    /// [`update`](Self::update) for a decoder reading IP packets straight
+    /// from trace bytes in a hot loop: the IP packet whose header byte is
+    /// `header`, its payload the low bytes of `raw` (little-endian; bytes
+    /// past the payload are ignored, so eight can be loaded at once).
+    /// Returns the IP it leaves and the packet's size (header included),
+    /// or `None`, the state untouched, when its IP is suppressed or its
+    /// IPBytes reserved. The same arithmetic as `update`, from tables
+    /// instead of a branch per compression.
+    #[inline(always)]
+    pub fn update_raw(&mut self, header: u8, raw: u64) -> Option<(u64, u8)> {
+        /// By IPBytes: the packet's size, the last IP's bits kept, the
+        /// payload's bits taken (SDM 33.4.2.2).
+        const SIZE: [u8; 8] = [0, 3, 5, 7, 7, 0, 9, 0];
+        const KEEP: [u64; 8] = [0, !0xffff, !0xffff_ffff, 0, !0xffff_ffff_ffff, 0, 0, 0];
+        const TAKE: [u64; 8] = [
+            0,
+            0xffff,
+            0xffff_ffff,
+            0xffff_ffff_ffff,
+            0xffff_ffff_ffff,
+            0,
+            u64::MAX,
+            0,
+        ];
+        let c = usize::from(header >> 5);
+        let size = SIZE[c];
+        if size == 0 {
+            return None;
+        }
+        let mut ip = (self.ip & KEEP[c]) | (raw & TAKE[c]);
+        if c == 3 {
+            ip = sext48(ip);
+        }
+        *self = Self {
+            ip,
+            have_ip: true,
+            suppressed: false,
+        };
+        Some((ip, size))
+    }
+
     /// The current full IP.
     #[inline]
     pub fn ip(&self) -> Result<u64, LastIpError> {
@@ -259,6 +300,60 @@ mod tests {
         IpPayload {
             compression: c,
             raw,
+        }
+    }
+
+    #[test]
+    fn update_raw_is_update_for_every_header() {
+        let raws = [
+            0,
+            0x1234,
+            0xdead_beef_cafe_f00d,
+            0x0000_8000_0000_1000,
+            0x0000_7fff_ffff_ffff,
+            u64::MAX,
+        ];
+        let starts = [
+            LastIp::new(),
+            {
+                let mut l = LastIp::new();
+                l.update(p(IpCompression::Full, 0xffff_8000_1234_5678));
+                l
+            },
+            {
+                let mut l = LastIp::new();
+                l.update(p(IpCompression::Full, 0x7f00_0000_4000));
+                l.update(IpPayload::SUPPRESSED);
+                l
+            },
+        ];
+        for start in starts {
+            for bits in 0u8..8 {
+                for raw in raws {
+                    // Low five bits: any packet kind's, ignored.
+                    let header = (bits << 5) | 0x0d;
+                    let mut fast = start;
+                    let got = fast.update_raw(header, raw);
+                    match IpCompression::from_bits(bits) {
+                        Some(c) if c != IpCompression::Suppressed => {
+                            let n = c.payload_len();
+                            let masked = if n == 8 {
+                                raw
+                            } else {
+                                raw & ((1u64 << (8 * n)) - 1)
+                            };
+                            let mut slow = start;
+                            slow.update(p(c, masked));
+                            assert_eq!(fast, slow, "IPBytes {bits}, raw {raw:#x}");
+                            assert_eq!(got, Some((slow.ip().unwrap(), n as u8 + 1)));
+                        }
+                        _ => {
+                            assert_eq!(got, None, "IPBytes {bits}");
+                            assert_eq!(fast, start);
+                        }
+                    }
+                }
+            }
         }
     }
 

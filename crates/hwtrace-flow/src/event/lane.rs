@@ -521,25 +521,24 @@ impl<'a> TraceLane<'a> {
         if !self.toggles {
             return None;
         }
-        let Next::Toggle {
-            pgd,
-            pge_at,
-            pge_size,
-            pge,
-            ..
-        } = toggle_at(self.data, pos)?
-        else {
+        // As `toggle_at` reads the pair, the IPs read straight from the
+        // bytes: one pair every ~55 bytes of a filtered trace.
+        let data = self.data;
+        if data.get(usize::try_from(pos).ok()?)? & 0x1f != TIP_PGD {
             return None;
-        };
-        last_ip.update(pgd);
-        let off = last_ip.ip().ok()?;
-        last_ip.update(pge);
+        }
+        let (off, end) = ip_of(data, pos, &mut last_ip)?;
+        let pge_at = skip_pads(data, end);
+        if data.get(usize::try_from(pge_at).ok()?)? & 0x1f != TIP_PGE {
+            return None;
+        }
+        let (on, after) = ip_of(data, pge_at, &mut last_ip)?;
         Some(TogglePair {
             off,
-            on: last_ip.ip().ok()?,
+            on,
             last_ip,
             on_at: pge_at,
-            after: pge_at + u64::from(pge_size),
+            after,
         })
     }
 
@@ -586,14 +585,50 @@ pub(crate) fn tnt8(b: u8) -> Option<(u64, u8)> {
     Some((u64::from(payload) & ((1u64 << len) - 1), len))
 }
 
-/// The TIP with an IP at `pos`, its bytes all there: its payload and size.
+/// The TIP with an IP at `pos`, its bytes all there, applied to
+/// `last_ip` (updated): the IP it gives and the trace position after it.
+/// A counted trace has a TIP every ~20 bytes.
 #[inline(always)]
-pub(crate) fn tip_at(data: &[u8], pos: u64) -> Option<(IpPayload, u8)> {
-    let &b = data.get(usize::try_from(pos).ok()?)?;
-    if b & 0x1f != TIP {
+pub(crate) fn tip_ip(data: &[u8], pos: u64, last_ip: &mut LastIp) -> Option<(u64, u64)> {
+    if *data.get(usize::try_from(pos).ok()?)? & 0x1f != TIP {
         return None;
     }
-    ip_packet(data, pos)
+    ip_of(data, pos, last_ip)
+}
+
+/// The IP packet (TIP, TIP.PGE, TIP.PGD, FUP) at `pos`, its IP not
+/// suppressed and its bytes all there, applied to `last_ip` (updated):
+/// the IP it gives and the trace position after it. What
+/// [`LastIp::update`] gives with the packet's payload, read with one load
+/// of eight bytes and [`LastIp::update_raw`]'s tables.
+#[inline(always)]
+fn ip_of(data: &[u8], pos: u64, last_ip: &mut LastIp) -> Option<(u64, u64)> {
+    let at = usize::try_from(pos).ok()?;
+    let &b = data.get(at)?;
+    let raw = match data.get(at + 1..at + 9) {
+        Some(eight) => u64::from_le_bytes(eight.try_into().ok()?),
+        None => tail_bytes(data, at + 1),
+    };
+    let mut ip = *last_ip;
+    let (to, size) = ip.update_raw(b, raw)?;
+    if data.len() - at < usize::from(size) {
+        return None;
+    }
+    *last_ip = ip;
+    Some((to, pos + u64::from(size)))
+}
+
+/// The bytes from `at` to the end of `data` (fewer than eight), as the
+/// low bytes of a little-endian word: out of the hot loops, for the last
+/// packet of a trace.
+#[cold]
+#[inline(never)]
+fn tail_bytes(data: &[u8], at: usize) -> u64 {
+    let rest = data.get(at..).unwrap_or(&[]);
+    let mut raw = [0u8; 8];
+    let n = rest.len().min(8);
+    raw[..n].copy_from_slice(&rest[..n]);
+    u64::from_le_bytes(raw)
 }
 
 /// With the packet at `pos` (PADs skipped) as a lane's look-ahead: the

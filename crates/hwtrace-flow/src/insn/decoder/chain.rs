@@ -35,7 +35,7 @@
 use super::InsnDecoder;
 use super::MAX_UNTRACED_INSNS;
 use super::fast::RunSink;
-use crate::event::{LaneAt, TraceLane, low_bits, plain_offset, skip_pads, tip_at, tnt8};
+use crate::event::{LaneAt, TraceLane, low_bits, plain_offset, skip_pads, tip_ip, tnt8};
 use crate::insn::blockcache::{BlockCache, BlockFlow, TntPath};
 use crate::insn::tally::Counted;
 use hwtrace_packet::LastIp;
@@ -272,19 +272,15 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         if left > 0 {
                             break;
                         }
-                        let Some((payload, size)) = tip_at(data, pos) else {
+                        let mut ip = last_ip;
+                        let Some((to, end)) = tip_ip(data, pos, &mut ip) else {
                             break;
                         };
-                        let after = skip_pads(data, pos + u64::from(size));
+                        let after = skip_pads(data, end);
                         let Some(o) = plain_offset(data, after) else {
                             // Perhaps a disable/enable pair after the
                             // TIP: tried out of the loop.
                             tip_pair = true;
-                            break;
-                        };
-                        let mut ip = last_ip;
-                        ip.update(payload);
-                        let Ok(to) = ip.ip() else {
                             break;
                         };
                         if o >= until {

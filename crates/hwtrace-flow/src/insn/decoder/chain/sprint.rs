@@ -25,7 +25,7 @@
 //! 3-7% more instructions on every benchmark trace).
 
 use super::{Counts, Spot, after_path, taken_bit};
-use crate::event::{plain_offset, skip_pads, tip_at, tnt8};
+use crate::event::{plain_offset, skip_pads, tip_ip, tnt8};
 use crate::insn::blockcache::{BlockCache, BlockFlow, PathTables, TntPath, tnt_key};
 use crate::insn::decoder::fast::{RunSink, replay_ops};
 use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
@@ -278,16 +278,12 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                             break 'paths;
                         }
                         // To a TIP's IP.
-                        let Some((payload, size)) = tip_at(data, pos) else {
-                            break 'paths;
-                        };
-                        let after = skip_pads(data, pos + u64::from(size));
-                        let Some(o) = plain_offset(data, after) else {
-                            break 'paths;
-                        };
                         let mut ip = last_ip;
-                        ip.update(payload);
-                        let Ok(to) = ip.ip() else {
+                        let Some((to, end)) = tip_ip(data, pos, &mut ip) else {
+                            break 'paths;
+                        };
+                        let after = skip_pads(data, end);
+                        let Some(o) = plain_offset(data, after) else {
                             break 'paths;
                         };
                         if o >= until {

@@ -12,7 +12,7 @@
 //! same pair after the same bits again is counted from there.
 
 use super::{Counts, Spot, after_path};
-use crate::event::{TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_at};
+use crate::event::{TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_ip};
 use crate::insn::blockcache::{BlockCache, BlockFlow, CachedBlock, NO_BLOCK, StackOp, TntPath};
 use crate::insn::classify::InsnClass;
 use crate::insn::decoder::fast::{DISABLE_WALK, RunSink, WalkStep, disable_walk_step, replay_ops};
@@ -193,15 +193,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         let Some(b) = cache.get(s.idx).copied() else {
             return (s, counts, false);
         };
-        let Some((payload, size)) = tip_at(data, s.pos) else {
-            return (s, counts, false);
-        };
         let mut ip = s.last_ip;
-        ip.update(payload);
-        let Ok(to) = ip.ip() else {
+        let Some((to, end)) = tip_ip(data, s.pos, &mut ip) else {
             return (s, counts, false);
         };
-        let after = skip_pads(data, s.pos + u64::from(size));
+        let after = skip_pads(data, end);
         let Some(pair) = lane.toggle_pair(after, ip) else {
             return (s, counts, false);
         };
