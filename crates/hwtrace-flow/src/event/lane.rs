@@ -219,13 +219,18 @@ impl<'a> TraceLane<'a> {
         let data = self.data;
         let at = skip_pads(data, pos);
         if let Some((bits, len)) = data.get(at as usize).and_then(|&b| tnt8(b)) {
-            self.next = Next::Tnt {
-                bits,
-                len,
-                at: Some(at),
-                after: skip_pads(data, at + 1),
-            };
-            return;
+            let after = skip_pads(data, at + 1);
+            if after_tnt(data, after) {
+                self.next = Next::Tnt {
+                    bits,
+                    len,
+                    at: Some(at),
+                    after,
+                };
+                return;
+            }
+            // The layered path's offset after it is past what follows.
+            return self.hand_back(query, at);
         }
         self.read_other(query, at);
     }
@@ -635,12 +640,18 @@ fn tail_bytes(data: &[u8], at: usize) -> u64 {
 /// trace offset the lane then reports ([`TraceLane::offset`]: after a
 /// TNT packet and the PADs after it, on a TIP), if it is a packet the
 /// lane reads with nothing pending (a TNT-8 packet, a TIP with an IP).
+///
+/// A TNT packet only when what follows it is a packet the lane reads too
+/// ([`after_tnt`]): the layered path reads on past the packets it takes
+/// in passing (timing packets, MODE, PIP, ...), so its offset is beyond
+/// them.
 #[inline(always)]
 pub(crate) fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
     let at = usize::try_from(pos).ok()?;
     let &b = data.get(at)?;
     if tnt8(b).is_some() {
-        return Some(skip_pads(data, pos + 1));
+        let after = skip_pads(data, pos + 1);
+        return after_tnt(data, after).then_some(after);
     }
     if b & 0x1f != TIP {
         return None;
@@ -650,6 +661,40 @@ pub(crate) fn plain_offset(data: &[u8], pos: u64) -> Option<u64> {
         return None;
     }
     Some(pos)
+}
+
+/// Whether the byte `b` starts a packet that may follow a TNT packet the
+/// lane reads: a TNT-8, a TIP or a TIP.PGD, each where the layered path
+/// stops to answer (with a TNT packet as its look-ahead it has looked
+/// past it, and past whatever it takes in passing after it: a timing
+/// packet, MODE, PIP, ...; a lane offset there would be short of the
+/// layered path's). By table: the straight TNT-8 loop asks it of every
+/// packet.
+#[inline(always)]
+pub(crate) fn lane_reads(b: u8) -> bool {
+    AFTER_TNT[usize::from(b)]
+}
+
+/// [`lane_reads`] by byte.
+static AFTER_TNT: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let v = b as u8;
+        t[b] = (v & 1 == 0 && v > 0x02) || v & 0x1f == TIP || v & 0x1f == TIP_PGD;
+        b += 1;
+    }
+    t
+};
+
+/// Whether a lane may read a TNT packet that `pos` (PADs skipped) is
+/// right after: the end of the trace, or a packet [`lane_reads`].
+#[inline(always)]
+pub(crate) fn after_tnt(data: &[u8], pos: u64) -> bool {
+    match data.get(pos as usize) {
+        Some(&b) => lane_reads(b),
+        None => true,
+    }
 }
 
 /// The TIP.PGD with an IP at `at` right followed (PADs aside) by a

@@ -21,7 +21,7 @@ pub mod trace;
 
 pub use decoder::EventDecoder;
 pub use lane::TraceLane;
-pub(crate) use lane::{LaneAt, TogglePair, plain_offset, skip_pads, tip_ip, tnt8};
+pub(crate) use lane::{LaneAt, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
 pub use query::{QueryDecoder, Status};
 pub use queue::{Binding, EventQueue};
 pub use tnt::TntCache;

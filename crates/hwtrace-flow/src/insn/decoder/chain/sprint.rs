@@ -25,7 +25,7 @@
 //! 3-7% more instructions on every benchmark trace).
 
 use super::{Counts, Spot, after_path, taken_bit};
-use crate::event::{plain_offset, skip_pads, tip_ip, tnt8};
+use crate::event::{lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
 use crate::insn::blockcache::{BlockCache, BlockFlow, PathTables, TntPath, tnt_key};
 use crate::insn::decoder::fast::{RunSink, replay_ops};
 use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
@@ -104,7 +104,7 @@ fn straight<'c>(
     // Each window: a TNT-8 packet's byte, the next packet's, the one after.
     for w in from.windows(3) {
         let (b, next, after) = (w[0], w[1], w[2]);
-        if tnt8(next).is_none() || after == 0 {
+        if tnt8(next).is_none() || !lane_reads(after) {
             break;
         }
         let Some(p) = tables.path(idx, usize::from(b >> 1)) else {
