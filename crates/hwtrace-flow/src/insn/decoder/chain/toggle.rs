@@ -64,10 +64,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             off: pair.off,
             on: pair.on,
         };
-        let pass = match cache.pairs().get(&key) {
-            Some(pass) => Some(pass),
-            None => plan_pass(cache, data, key, pair),
-        };
+        let pass = remembered(cache, key, |cache| plan_pass(cache, data, key, pair));
         if let Some(pass) = pass
             && self.replay_pass(cache, out, &mut counts, data, &mut s, pass, pair)
         {
@@ -158,9 +155,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         (s.last, s.idx) = (from_last(&step), step.next);
         (s, counts, true)
     }
-}
 
-impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// At block `s.idx`, a return or an indirect branch with no TNT bits
     /// left, and a TIP at `s.pos` that is not followed by a plain packet:
     /// when a disable/enable pair follows it, what the burst does then
@@ -214,10 +209,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             off: pair.off,
             on: pair.on,
         };
-        let pass = match cache.pairs().get(&key) {
-            Some(pass) => Some(pass),
-            None => plan_tip_pass(cache, data, key, &b, pair),
-        };
+        let pass = remembered(cache, key, |cache| {
+            plan_tip_pass(cache, data, key, &b, pair)
+        });
         let passed = pass.is_some_and(|pass| {
             self.replay_pass(cache, out, &mut counts, data, &mut s, pass, pair)
         });
@@ -264,6 +258,38 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     }
 }
 
+/// The pass remembered for `key` in the cache's memo, else the one `plan`
+/// makes (and remembers).
+#[inline(always)]
+fn remembered(
+    cache: &mut BlockCache,
+    key: PairKey,
+    plan: impl FnOnce(&mut BlockCache) -> Option<PairPass>,
+) -> Option<PairPass> {
+    match cache.pairs().get(&key) {
+        Some(pass) => Some(pass),
+        None => plan(cache),
+    }
+}
+
+/// What the blocks of `step`'s walk do, as a pass counts them: their runs
+/// and instructions, and the return addresses the calls before the last
+/// push (into `ops`; the branch the disable binds to is not executed).
+fn walk_effects(cache: &BlockCache, step: &ToggleStep, ops: &mut Vec<StackOp>) -> (usize, u64) {
+    let (mut runs, mut insns) = (0, 0);
+    let walk = &step.walk[..step.len];
+    for (i, &w) in walk.iter().enumerate() {
+        let Some(wb) = cache.get(w) else {
+            continue;
+        };
+        if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
+            ops.push(StackOp::Push(wb.end.0));
+        }
+        (runs, insns) = (runs + 1, insns + u64::from(wb.insns));
+    }
+    (runs, insns)
+}
+
 /// [`PairKey::left`] for a pair after a TIP ([`plan_tip_pass`]), whose
 /// key holds the TIP's IP where a TNT packet's bits would be: more bits
 /// than a TNT packet has.
@@ -290,16 +316,8 @@ fn plan_tip_pass(
         ops.push(StackOp::Push(b.end.0));
     }
     let (mut runs, mut insns) = (1usize, u64::from(b.insns));
-    let walk = &step.walk[..step.len];
-    for (i, &w) in walk.iter().enumerate() {
-        let Some(wb) = cache.get(w) else {
-            continue;
-        };
-        if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
-            ops.push(StackOp::Push(wb.end.0));
-        }
-        (runs, insns) = (runs + 1, insns + u64::from(wb.insns));
-    }
+    let (walk_runs, walk_insns) = walk_effects(cache, &step, &mut ops);
+    (runs, insns) = (runs + walk_runs, insns + walk_insns);
     // The room the caller made sure of; the walk counts its instructions
     // from none, as the burst's does.
     let pass = PairPass::new(
@@ -441,16 +459,8 @@ fn plan_pass(
     }
     let first = *first.get_or_insert(u64::from(lb.insns));
     (runs, insns) = (runs + 1, insns + u64::from(lb.insns));
-    let walk = &step.walk[..step.len];
-    for (i, &w) in walk.iter().enumerate() {
-        let Some(wb) = cache.get(w) else {
-            continue;
-        };
-        if i + 1 < walk.len() && wb.flow == BlockFlow::Call && wb.target != wb.end.0 {
-            ops.push(StackOp::Push(wb.end.0));
-        }
-        (runs, insns) = (runs + 1, insns + u64::from(wb.insns));
-    }
+    let (walk_runs, walk_insns) = walk_effects(cache, &step, &mut ops);
+    (runs, insns) = (runs + walk_runs, insns + walk_insns);
     let pass = PairPass::new(
         runs,
         first,
