@@ -44,7 +44,7 @@ impl Bench {
             .args(args);
         Spec {
             name: format!("hwtrace {answer}"),
-            cmd,
+            cmds: vec![cmd],
             ok_codes: &[0, 2],
             parse: |_, _| {},
         }

@@ -96,11 +96,12 @@ impl Row {
     }
 }
 
-/// A row to measure: its name, the command each run runs, the exit codes
-/// that are a success and what reads the command's output lines.
+/// A row to measure: its name, the commands each run runs (one, or several
+/// at once: the row then stands for all their bytes and instructions), the
+/// exit codes that are a success and what reads the commands' output lines.
 struct Spec {
     name: String,
-    cmd: Command,
+    cmds: Vec<Command>,
     ok_codes: &'static [i32],
     parse: fn(&[u8], &mut child::Counts),
 }
@@ -165,9 +166,10 @@ impl Bench {
         cmd
     }
 
-    /// A measured row from its runs, reported on standard error.
-    fn row(&self, series: Series, input: Input) -> Result<Row> {
-        let row = series.into_row(input, self.bytes(input)?);
+    /// A measured row from its runs (each of `copies` decodes of `input`
+    /// at once), reported on standard error.
+    fn row(&self, series: Series, input: Input, copies: u64) -> Result<Row> {
+        let row = series.into_row(input, self.bytes(input)? * copies);
         eprintln!(
             "  {:<40} {:>8.1} MB/s  {:>7.2} s  {:>8} KiB  {}",
             row.name,
@@ -193,11 +195,15 @@ impl Bench {
         while series.iter().any(|s| s.wants(self.runs, self.row_budget)) {
             for (s, spec) in series.iter_mut().zip(specs) {
                 if s.wants(self.runs, self.row_budget) {
-                    s.take(&spec.cmd, spec.ok_codes, spec.parse)?;
+                    s.take(&spec.cmds, spec.ok_codes, spec.parse)?;
                 }
             }
         }
-        series.into_iter().map(|s| self.row(s, input)).collect()
+        series
+            .into_iter()
+            .zip(specs)
+            .map(|(s, spec)| self.row(s, input, spec.cmds.len() as u64))
+            .collect()
     }
 
     /// `hwtrace flow --quiet --stats` on `input` with `--jobs jobs`.
@@ -206,7 +212,7 @@ impl Bench {
         cmd.args(["--quiet", "--stats"]);
         Spec {
             name: name.to_owned(),
-            cmd,
+            cmds: vec![cmd],
             ok_codes: &[0, 2],
             parse: |l, c| {
                 parse_stats(l, c);
@@ -218,7 +224,7 @@ impl Bench {
     fn child_spec(&self, label: &str, decoder: &str, input: Input) -> Spec {
         Spec {
             name: label.to_owned(),
-            cmd: self.child_cmd(decoder, self.trace(input)),
+            cmds: vec![self.child_cmd(decoder, self.trace(input))],
             ok_codes: &[0],
             parse: |l, c| {
                 if let Ok(parsed) = child::Counts::parse(&String::from_utf8_lossy(l)) {
@@ -244,65 +250,24 @@ impl Bench {
     /// `n` single-thread decodes of the same trace at the same time: what
     /// this machine gives `n` threads that share nothing but the hardware
     /// (cores that may be hyperthreads of one, caches, memory bandwidth),
-    /// so the ceiling for `--jobs n`. One run.
-    fn ceiling_row(&self, n: usize, input: Input) -> Result<Row> {
-        let trace = self.trace(input).to_path_buf();
-        let name = format!("{n} x hwtrace flow --jobs 1 at once");
-        let cmds: Vec<Command> = (0..n)
+    /// so the ceiling for `--jobs n`. Its runs are taken in turn with the
+    /// rows it is compared with.
+    fn ceiling_spec(&self, n: usize, input: Input) -> Spec {
+        let mut spec = self.hwtrace_spec(&format!("{n} x hwtrace flow --jobs 1 at once"), input, 1);
+        spec.cmds = (0..n)
             .map(|_| {
-                let mut cmd = self.hwtrace_cmd(&trace, 1);
+                let mut cmd = self.hwtrace_cmd(self.trace(input), 1);
                 cmd.args(["--quiet", "--stats"]);
                 cmd
             })
             .collect();
-        let counts: Vec<std::sync::Mutex<child::Counts>> =
-            (0..n).map(|_| Default::default()).collect();
-        let (wall, runs) = proc::run_together(&cmds, &[0, 2], |i, l| {
-            if let Ok(mut c) = counts[i].lock() {
-                parse_stats(l, &mut c);
-            }
-        })
-        .with_context(|| name.clone())?;
-        let counts: Vec<child::Counts> = counts
-            .into_iter()
-            .map(|c| c.into_inner().unwrap_or_default())
-            .collect();
-        let first = counts.first().context("no decode ran")?;
-        for c in &counts {
-            ensure!(
-                (c.insns, c.errors) == (first.insns, first.errors) && c.insns.is_some(),
-                "{name}: the decodes counted differently: {} and {}",
-                first.to_line(),
-                c.to_line()
-            );
-        }
-        let row = Row {
-            name,
-            input,
-            bytes: self.bytes(input)? * n as u64,
-            wall,
-            max_rss_kib: runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0),
-            walls: vec![wall],
-            // The instructions of all `n` decodes, each checked above.
-            counts: child::Counts {
-                insns: first.insns.map(|i| i * n as u64),
-                errors: first.errors * n as u64,
-                ..child::Counts::default()
-            },
-        };
-        eprintln!(
-            "  {:<40} {:>8.1} MB/s  {:>7.2} s (all {n})",
-            row.name,
-            row.mb_s(),
-            row.wall.as_secs_f64(),
-        );
-        Ok(row)
+        spec
     }
 
     fn perf_row(&self, data: &Path) -> Result<Row> {
         let spec = Spec {
             name: "perf script --itrace=i0ns".to_owned(),
-            cmd: perf::script_command(data),
+            cmds: vec![perf::script_command(data)],
             ok_codes: &[0],
             parse: |l, c| {
                 let mut h = IpHash::default();
@@ -656,10 +621,11 @@ pub fn run(opts: &Options) -> Result<()> {
         }
         specs
     };
-    rows.extend(bench.in_turn(Input::Rss, &threads(Input::Rss))?);
+    let mut rss = threads(Input::Rss);
     if let Some(n) = bench.jobs {
-        rows.push(bench.ceiling_row(n, Input::Rss)?);
+        rss.push(bench.ceiling_spec(n, Input::Rss));
     }
+    rows.extend(bench.in_turn(Input::Rss, &rss)?);
     rows.extend(bench.in_turn(Input::Full, &threads(Input::Full))?);
 
     report(&bench, &rows, &unit)

@@ -14,6 +14,7 @@ use super::proc::{self, Run};
 use super::{Input, Row};
 use anyhow::{Context, Result, ensure};
 use std::process::Command;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// A row's runs so far.
@@ -40,17 +41,26 @@ impl Series {
         self.runs.len() < want.max(1) && (self.runs.is_empty() || self.spent < budget)
     }
 
-    /// One more run of `cmd`; `parse` reads its output lines. Every run
-    /// must count what the first counted.
+    /// One more run of `cmds` (one command, or several at once: the run
+    /// lasts until the last one exits, its peak RSS is the highest, and
+    /// its counts are all of theirs, each command counting the same);
+    /// `parse` reads their output lines. Every run must count what the
+    /// first counted.
     pub fn take(
         &mut self,
-        cmd: &Command,
+        cmds: &[Command],
         ok_codes: &[i32],
         parse: fn(&[u8], &mut Counts),
     ) -> Result<()> {
-        let mut counts = Counts::default();
-        let run = proc::run(cmd, ok_codes, |l| parse(l, &mut counts))
-            .with_context(|| self.name.clone())?;
+        let (run, counts) = match cmds {
+            [cmd] => {
+                let mut counts = Counts::default();
+                let run = proc::run(cmd, ok_codes, |l| parse(l, &mut counts))
+                    .with_context(|| self.name.clone())?;
+                (run, counts)
+            }
+            _ => self.take_together(cmds, ok_codes, parse)?,
+        };
         if let Some(prev) = &self.counts {
             ensure!(
                 (prev.insns, prev.packets, prev.errors)
@@ -65,6 +75,47 @@ impl Series {
         self.runs.push(run);
         self.counts = Some(counts);
         Ok(())
+    }
+
+    /// A run of several commands at once ([`take`](Self::take)).
+    fn take_together(
+        &self,
+        cmds: &[Command],
+        ok_codes: &[i32],
+        parse: fn(&[u8], &mut Counts),
+    ) -> Result<(Run, Counts)> {
+        let each: Vec<Mutex<Counts>> = cmds.iter().map(|_| Mutex::default()).collect();
+        let (wall, runs) = proc::run_together(cmds, ok_codes, |i, l| {
+            if let Some(Ok(mut c)) = each.get(i).map(Mutex::lock) {
+                parse(l, &mut c);
+            }
+        })
+        .with_context(|| self.name.clone())?;
+        let each: Vec<Counts> = each
+            .into_iter()
+            .map(|c| c.into_inner().unwrap_or_default())
+            .collect();
+        let first = each.first().context("no command to run")?;
+        for c in &each {
+            ensure!(
+                (c.insns, c.errors) == (first.insns, first.errors) && c.insns.is_some(),
+                "{}: the decodes counted differently: {} and {}",
+                self.name,
+                first.to_line(),
+                c.to_line()
+            );
+        }
+        let n = each.len() as u64;
+        let run = Run {
+            wall,
+            max_rss_kib: runs.iter().map(|r| r.max_rss_kib).max().unwrap_or(0),
+        };
+        let counts = Counts {
+            insns: first.insns.map(|i| i * n),
+            errors: first.errors * n,
+            ..Counts::default()
+        };
+        Ok((run, counts))
     }
 
     /// The measured row on `input` (`bytes` long): the median run's wall
@@ -90,6 +141,33 @@ impl Series {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("sh");
+        c.args(["-c", script]);
+        c
+    }
+
+    fn count_x(l: &[u8], c: &mut Counts) {
+        if l == b"x" {
+            *c.insns.get_or_insert(0) += 1;
+        }
+    }
+
+    #[test]
+    fn commands_run_at_once_count_for_all_of_them_and_must_agree() {
+        let mut s = Series::new("two at once");
+        s.take(&[sh("echo x; echo x"), sh("echo x; echo x")], &[0], count_x)
+            .unwrap();
+        let row = s.into_row(Input::Rss, 2);
+        assert_eq!(row.counts.insns, Some(4));
+        assert_eq!(row.walls.len(), 1);
+        let mut s = Series::new("disagreeing");
+        let e = s
+            .take(&[sh("echo x"), sh("echo x; echo x")], &[0], count_x)
+            .unwrap_err();
+        assert!(format!("{e:#}").contains("counted differently"), "{e:#}");
+    }
 
     #[test]
     fn a_series_wants_its_runs_then_stops_at_its_budget() {
