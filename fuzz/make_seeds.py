@@ -9,6 +9,11 @@ cr3_scan:      8 bytes of parameters (flags, MAXPHYADDR, reference page, pages t
                kernel half into, region split, hole, table limit, PCID bits) followed by
                pages holding a top-level table whose kernel half points into the dump,
                so the fuzzer starts from scans that find tables and walk their user halves.
+fast_decode:   the libipt corpus's traces under 8 KiB, and traces over the targets' code image
+               (fuzz_targets/branchy_code.rs) that reach the block-cached decoder's bursts:
+               TNT-8 packets round the backward loop at 0x1010, and that loop calling out of
+               the traced range through `call rax` round and round (a TIP.PGD/TIP.PGE pair
+               after a TNT packet each time, the pair the counting chains remember).
 perf_data:     the perf.data fixtures of testdata/perf (Debian perf's file and pipe
                format, hwtrace's Intel PT file) and, where `perf` can record here,
                fresh `perf record` files: cpu-clock samples, --switch-events, pipe
@@ -91,6 +96,43 @@ def cr3_scan_seeds():
             f.write(params + bytes(mem))
 
 
+PSB = bytes([0x02, 0x82] * 8)
+PSBEND = bytes([0x02, 0x23])
+MODE_EXEC_64 = bytes([0x99, 0x01])
+
+
+def ip_packet(kind, ip):
+    """An IP packet (TIP 0x0d, TIP.PGE 0x11, TIP.PGD 0x01, FUP 0x1d) with a full 8-byte IP."""
+    return bytes([(6 << 5) | kind]) + struct.pack("<Q", ip)
+
+
+def tnt8(bits):
+    """A TNT-8 packet of `bits` ('1' taken, '0' not; oldest first)."""
+    return bytes([(1 << (len(bits) + 1)) | (int(bits, 2) << 1)])
+
+
+def fast_decode_seeds():
+    out = os.path.join(OUT, "fast_decode")
+    os.makedirs(out, exist_ok=True)
+    for path in glob.glob(os.path.join(CORPUS, "libipt", "*", "*.pt")):
+        if os.path.getsize(path) < 8192:
+            name = os.path.basename(os.path.dirname(path)) + "-" + os.path.basename(path)
+            shutil.copy(path, os.path.join(out, name))
+    start = PSB + MODE_EXEC_64 + ip_packet(0x1D, 0x1010) + PSBEND
+    # The loop at 0x1010 (add; jne 0x1010): TNT-8 packets one after the other.
+    for n, bits in ((40, "111111"), (40, "11111"), (200, "111111")):
+        with open(os.path.join(out, "tnt8-loop-%s-x%d.pt" % (bits, n)), "wb") as f:
+            f.write(start + tnt8(bits) * n + tnt8("0"))
+    # The loop leaves at 0x1015 (call rax) for 0x5000, outside the traced range, and comes
+    # back at 0x1017 (ret, to 0x1007: jmp rax, back to 0x1010).
+    pair = ip_packet(0x01, 0x5000) + ip_packet(0x11, 0x1017)
+    back = ip_packet(0x0D, 0x1007) + ip_packet(0x0D, 0x1010)
+    for n, pads in ((3, 0), (50, 0), (50, 3)):
+        rounds = (tnt8("110") + pair + bytes(pads) + back) * n
+        with open(os.path.join(out, "pair-loop-x%d-pads%d.pt" % (n, pads)), "wb") as f:
+            f.write(start + rounds)
+
+
 def perf_seeds():
     out = os.path.join(OUT, "perf_data")
     os.makedirs(out, exist_ok=True)
@@ -139,4 +181,5 @@ if __name__ == "__main__":
     packet_seeds()
     page_walk_seeds()
     cr3_scan_seeds()
+    fast_decode_seeds()
     perf_seeds()
