@@ -14,7 +14,9 @@ pub fn image() -> &'static Image {
     IMAGE.get_or_init(|| {
         let mut image = Image::new();
         for base in BASES {
-            image.add_bytes(None, Ip(base), CODE.to_vec(), "fuzz-code").expect("fixed image loads");
+            image
+                .add_bytes(None, Ip(base), CODE.to_vec(), "fuzz-code")
+                .expect("fixed image loads");
         }
         image
     })

@@ -580,14 +580,14 @@ pub(crate) struct TogglePair {
 /// The TNT-8 packet whose byte is `b` (PADs skipped before it): its bits
 /// (the next one highest) and how many.
 #[inline(always)]
-pub(crate) fn tnt8(b: u8) -> Option<(u64, u8)> {
+pub(crate) const fn tnt8(b: u8) -> Option<(u64, u8)> {
     if b & 1 != 0 || b <= 0x02 {
         return None;
     }
     // The stop bit above the bits.
     let payload = b >> 1;
     let len = 7 - payload.leading_zeros() as u8;
-    Some((u64::from(payload) & ((1u64 << len) - 1), len))
+    Some((payload as u64 & ((1u64 << len) - 1), len))
 }
 
 /// The TIP with an IP at `pos`, its bytes all there, applied to
@@ -681,7 +681,7 @@ static AFTER_TNT: [bool; 256] = {
     let mut b = 0;
     while b < 256 {
         let v = b as u8;
-        t[b] = (v & 1 == 0 && v > 0x02) || v & 0x1f == TIP || v & 0x1f == TIP_PGD;
+        t[b] = tnt8(v).is_some() || v & 0x1f == TIP || v & 0x1f == TIP_PGD;
         b += 1;
     }
     t
@@ -733,20 +733,22 @@ fn ip_packet(data: &[u8], at: u64) -> Option<(IpPayload, u8)> {
     }
     let n = compression.payload_len();
     let from = at as usize + 1;
-    let bytes = data.get(from..from + n)?;
+    if data.len() < from + n {
+        return None;
+    }
     // Eight bytes at once where the trace has them (a copy of a variable
     // length is a call to memmove), masked to the payload's.
-    let raw = match data
+    let eight = match data
         .get(from..from + 8)
         .and_then(|b| <[u8; 8]>::try_from(b).ok())
     {
-        Some(eight) if n < 8 => u64::from_le_bytes(eight) & ((1u64 << (8 * n)) - 1),
         Some(eight) => u64::from_le_bytes(eight),
-        None => {
-            let mut raw = [0u8; 8];
-            raw[..n].copy_from_slice(bytes);
-            u64::from_le_bytes(raw)
-        }
+        None => tail_bytes(data, from),
+    };
+    let raw = if n < 8 {
+        eight & ((1u64 << (8 * n)) - 1)
+    } else {
+        eight
     };
     let payload = IpPayload { compression, raw };
     Some((payload, n as u8 + 1))
