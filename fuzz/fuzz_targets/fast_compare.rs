@@ -4,7 +4,8 @@
 //! a code image decoded four ways that must agree item for item — the
 //! instruction decoder, the block-cached `FastDecoder` with its runs
 //! expanded into instructions, the `FastDecoder` counting whole runs and
-//! bursts (`Flow::skip_runs`, what `hwtrace flow --quiet` does), and the
+//! bursts (`Flow::skip_runs`, what `hwtrace flow --quiet` does, passing
+//! over disables, enables and status updates with tracing off), and the
 //! `FastDecoder` handing whole runs to a visitor (`Flow::visit_runs`, what
 //! the answers do), each run standing for exactly the instruction
 //! decoder's instructions there. Inputs of odd length decode with
@@ -12,7 +13,7 @@
 //! hwtrace-flow API is used, so both crates build it.
 
 use hwtrace_flow::Config;
-use hwtrace_flow::event::EventKind;
+use hwtrace_flow::event::{EventKind, passes_over};
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, PassedRun, StepSource};
@@ -91,6 +92,10 @@ pub fn check<M: ReadMemory + Copy>(name: &str, data: &[u8], image: M) {
                     fast.toggles, reference.toggles,
                     "{name}: counted whole runs (stall limit {stall}): disables and enables differ"
                 );
+                assert_eq!(
+                    fast.statuses, reference.statuses,
+                    "{name}: counted whole runs (stall limit {stall}): status updates tracing off differ"
+                );
             }
         }
     }
@@ -132,6 +137,9 @@ struct Counted {
     insns: u64,
     /// The disables and enables, passed over or not.
     toggles: u64,
+    /// The status updates of PSB+ written while tracing was off
+    /// (`hwtrace_flow::event::passes_over`), passed over or not.
+    statuses: u64,
 }
 
 /// `flow` counted ([`Counted`]), passing whole runs over with
@@ -139,12 +147,14 @@ struct Counted {
 fn counted<S: StepSource>(mut flow: Flow<S>, skip: bool) -> Option<Counted> {
     let mut insns = 0u64;
     let mut toggles = 0u64;
+    let mut statuses = 0u64;
     let mut others = Vec::new();
     for _ in 0..MAX_ITEMS {
         if skip {
             let skipped = flow.skip_runs(TraceOffset(u64::MAX));
             insns += skipped.insns;
             toggles += skipped.events;
+            statuses += skipped.status_updates;
         }
         match flow.next() {
             Some(FlowItem::Insn { .. }) => insns += 1,
@@ -157,12 +167,14 @@ fn counted<S: StepSource>(mut flow: Flow<S>, skip: bool) -> Option<Counted> {
             {
                 toggles += 1;
             }
+            Some(FlowItem::Event { event, .. }) if passes_over(&event) => statuses += 1,
             Some(other) => others.push((insns, other)),
             None => {
                 return Some(Counted {
                     others,
                     insns,
                     toggles,
+                    statuses,
                 });
             }
         }

@@ -8,7 +8,10 @@ use crate::time::{Time, TimeCal, TimeError};
 use hwtrace_packet::{DecodedPacket, IpPayload, LastIp, LastIpError, Packet, PacketDecoder, Tnt};
 use hwtrace_types::{TraceOffset, Tsc};
 
+mod filtered_psb;
 mod overflow;
+
+pub use filtered_psb::{StatusPass, passes_over};
 
 /// What a packet handler did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

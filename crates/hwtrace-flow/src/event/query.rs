@@ -1,6 +1,6 @@
 //! [`QueryDecoder`]: what the instruction layer asks of the trace.
 
-use super::decoder::EventDecoder;
+use super::decoder::{EventDecoder, StatusPass, passes_over};
 use super::lane::LaneStart;
 use super::tnt::TntCache;
 use super::{Event, EventKind};
@@ -40,6 +40,16 @@ pub struct QueryDecoder<'a> {
     tnt: TntCache,
     /// The time at the last event, TIP or TNT handed out.
     last_time: Time,
+    /// Whether the next [`event`](Self::event) may pass over the PSB+
+    /// written while tracing is off that follow the event it hands out
+    /// ([`set_passing`](Self::set_passing)).
+    passing: bool,
+    /// The PSB+ passed over between the last event handed out and
+    /// `event`.
+    ahead: StatusPass,
+    /// Those between the event last handed out and the one before it
+    /// ([`take_passed`](Self::take_passed)).
+    handed: StatusPass,
 }
 
 const fn is_user_event(ev: &Event) -> bool {
@@ -55,6 +65,9 @@ impl<'a> QueryDecoder<'a> {
             next_tnt: None,
             tnt: TntCache::new(),
             last_time: Time::new(),
+            passing: false,
+            ahead: StatusPass::default(),
+            handed: StatusPass::default(),
         }
     }
 
@@ -83,6 +96,8 @@ impl<'a> QueryDecoder<'a> {
         self.next_tnt = None;
         self.tnt.clear();
         self.last_time = Time::new();
+        self.ahead = StatusPass::default();
+        self.handed = StatusPass::default();
     }
 
     #[inline]
@@ -507,12 +522,53 @@ impl<'a> QueryDecoder<'a> {
         if !self.tnt.is_empty() {
             return Err(ErrorKind::BadQuery);
         }
+        if !self.ahead.is_empty() {
+            self.handed = core::mem::take(&mut self.ahead);
+        }
         let ev = self.pending()?;
         if !is_user_event(&ev) {
             return Err(ErrorKind::BadQuery);
         }
         self.last_time = self.evdec.time().clone();
+        if self.passing && passes_over(&ev) {
+            self.evdec.pass_disabled_psbs(&mut self.ahead);
+        }
         self.fetch_event();
         Ok((ev, self.status()))
+    }
+
+    /// Lets [`event`](Self::event), when the event it hands out is a
+    /// status report a counting caller passes over with tracing off
+    /// ([`passes_over`]), also pass over the plain PSB+ written while
+    /// tracing is off that come right after it
+    /// ([`EventDecoder::pass_disabled_psbs`]): their events are then
+    /// never handed out, and [`take_passed`](Self::take_passed) says
+    /// what they were as the event after them is handed out. Only for a
+    /// caller that will take the event handed out with tracing off and
+    /// then ask for the next one.
+    pub(crate) fn set_passing(&mut self, passing: bool) {
+        self.passing = passing;
+    }
+
+    /// The PSB+ passed over right before the event
+    /// [`event`](Self::event) last handed out (or before the error it
+    /// returned), to be applied before that event.
+    pub(crate) fn take_passed(&mut self) -> Option<StatusPass> {
+        if self.handed.is_empty() {
+            None
+        } else {
+            Some(core::mem::take(&mut self.handed))
+        }
+    }
+
+    /// The PSB+ passed over after the event [`event`](Self::event) last
+    /// handed out, when no event is to be handed out after them (the
+    /// trace ends there): the caller applies them after that event.
+    pub(crate) fn take_ahead(&mut self) -> Option<StatusPass> {
+        if self.ahead.is_empty() {
+            None
+        } else {
+            Some(core::mem::take(&mut self.ahead))
+        }
     }
 }

@@ -19,6 +19,7 @@ use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
 
 mod chain;
 mod fast;
+mod passed_status;
 mod resync;
 
 pub(in crate::insn) use fast::{BurstEnd, RunSink};

@@ -288,6 +288,33 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         Ok(self.restart(status))
     }
 
+    /// Takes the pending events, as many [`next`](Self::next) would hand
+    /// out one by one, while they are status reports of PSB+ written while
+    /// tracing is off (the PSB+ of an IP-filtered trace between a TIP.PGD
+    /// and the next TIP.PGE), without handing them out: for callers that
+    /// only count events. `None` when the pending event is no such report
+    /// (nothing was done); otherwise how many `next` would have handed
+    /// out, then, where `next` would have failed, the error it would have
+    /// returned after them.
+    pub fn pass_status_events(&mut self) -> Option<(u64, Option<Error>)> {
+        if self.pending.is_some()
+            || self.done
+            || !self.last.event_pending
+            || !self.dec.status_passable()
+        {
+            return None;
+        }
+        self.hint = NO_BLOCK;
+        self.from = NO_BLOCK;
+        match self.dec.pass_status_events() {
+            Ok((n, status)) => {
+                self.last = status;
+                Some((n, None))
+            }
+            Err((n, e)) => Some((n, Some(e))),
+        }
+    }
+
     /// The next run of instructions or event, in execution order;
     /// `Ok(None)` at the end of the trace. After an error, call
     /// [`sync_forward`](Self::sync_forward) (or [`resync`](Self::resync))

@@ -13,9 +13,15 @@ use hwtrace_types::{Ip, TraceOffset};
 pub struct Skipped {
     /// Instructions.
     pub insns: u64,
-    /// Events between them, none a status update (only a source made
-    /// with [`FastSource::counting`](super::FastSource::counting) passes over events).
+    /// Events between them, none a status update: disables and enables
+    /// of tracing (only a source made with
+    /// [`FastSource::counting`](super::FastSource::counting) passes over
+    /// events).
     pub events: u64,
+    /// Status updates (events with `status_update` set): those of PSB+
+    /// written while tracing was off (only a counting source passes over
+    /// them, [`StepSource::pass_status_events`]).
+    pub status_updates: u64,
 }
 
 /// One thing the trace says happened, in trace order.
@@ -236,12 +242,14 @@ impl<S: StepSource> Flow<S> {
         n
     }
 
-    /// Passes over whole runs of instructions ([`StepSource::take_runs`])
-    /// while nothing but instructions come and the source is before trace
-    /// offset `until`, then over the middle of the next run
+    /// Passes over pending status updates of PSB+ written while tracing
+    /// is off ([`StepSource::pass_status_events`]), then over whole runs
+    /// of instructions ([`StepSource::take_runs`]) while nothing but
+    /// instructions come and the source is before trace offset `until`,
+    /// then over the middle of the next run
     /// ([`skip_insns`](Self::skip_insns)): counting them as executed
     /// without making an item of each, for callers that only count.
-    /// Returns how many. The items that follow are those
+    /// Returns how many of each. The items that follow are those
     /// [`Iterator::next`] would have made after them: an event, an error
     /// (after the instruction it follows, which stays an item), or the
     /// last instruction of a run that ends at or after `until` (so a
@@ -250,9 +258,35 @@ impl<S: StepSource> Flow<S> {
     /// reach the endless-loop limit is left to be handed out one by one,
     /// so [`FlowItem::Stuck`] names the exact instruction.
     pub fn skip_runs(&mut self, until: TraceOffset) -> Skipped {
+        let status_updates = self.pass_status_events();
         let mut skipped = self.pass_runs(until, None);
+        skipped.status_updates = status_updates;
         skipped.insns += self.skip_insns();
         skipped
+    }
+
+    /// Passes over pending status events of PSB+ written while tracing is
+    /// off ([`StepSource::pass_status_events`]), counting them; an error
+    /// met after them is queued as the item [`Iterator::next`] would
+    /// have made of it.
+    fn pass_status_events(&mut self) -> u64 {
+        let State::Run(status) = self.state else {
+            return 0;
+        };
+        if self.queued.is_some() || !status.event_pending {
+            return 0;
+        }
+        match self.src.pass_status_events() {
+            None => 0,
+            Some((n, Ok(status))) => {
+                self.state = State::Run(status);
+                n
+            }
+            Some((n, Err(e))) => {
+                self.queued = Some(self.fail(e));
+                n
+            }
+        }
     }
 
     /// Passes over whole runs of instructions as
@@ -266,7 +300,7 @@ impl<S: StepSource> Flow<S> {
         let passed = self.pass_runs(until, Some(visit));
         // A source that passes over events only counts: events are items
         // for a caller that keeps runs.
-        debug_assert_eq!(passed.events, 0);
+        debug_assert_eq!((passed.events, passed.status_updates), (0, 0));
         passed.insns
     }
 
@@ -290,6 +324,7 @@ impl<S: StepSource> Flow<S> {
             taken = Skipped {
                 insns: t.insns,
                 events: t.events,
+                status_updates: 0,
             };
         }
         taken

@@ -147,9 +147,10 @@ pub trait Sink: Send {
 /// only counts them or keeps runs: whole runs while the source is before
 /// `until` (where the caller looks for a seam, or stops), so the caller
 /// still sees the end of every run from there on ([`Flow::skip_runs`],
-/// [`Flow::visit_runs`]). Also returns how many runs went into `sink`:
-/// runs kept are visited at most [`RUN_REACH`] bytes of trace at a time,
-/// so a caller batching them by count bounds what a batch holds.
+/// [`Flow::visit_runs`]). Also returns how many runs went into `sink`
+/// (what was passed over counts as one): runs kept are visited at most
+/// [`RUN_REACH`] bytes of trace at a time, so a caller batching them by
+/// count bounds what a batch holds.
 fn next_into<S: StepSource, K: Sink>(
     flow: &mut Flow<S>,
     sink: &mut K,
@@ -160,6 +161,9 @@ fn next_into<S: StepSource, K: Sink>(
         let skipped = flow.skip_runs(until);
         if skipped != Skipped::default() {
             sink.push_skipped(flow.source().offset(), skipped);
+            // Counted like a run kept: a batch holding nothing but what
+            // was passed over is still handed out.
+            runs += 1;
         }
     } else if sink.keeps_runs() {
         let reach = TraceOffset(flow.source().offset().0.saturating_add(RUN_REACH));

@@ -39,7 +39,10 @@
 //! a TIP.PGD right followed by a TIP.PGE (code outside the traced ranges
 //! ran in between: a library call), counting the two events
 //! ([`Skipped::events`](super::Skipped::events)) instead of handing them
-//! out; a caller that only counts sees the same totals.
+//! out, and past the status updates of the PSB+ written while tracing is
+//! off between them ([`Skipped::status_updates`](super::Skipped::status_updates),
+//! [`FastDecoder::pass_status_events`]); a caller that only counts sees
+//! the same totals.
 //!
 //! Seams are only taken between runs handed out, never inside a run or
 //! with runs of a burst still to come ([`StepSource::seam_ready`]): the
@@ -133,7 +136,8 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
     /// TIP.PGE (tracing off at a branch and on again elsewhere: code
     /// outside the traced ranges ran), counting them
     /// ([`Skipped::events`](super::Skipped::events)) instead of making
-    /// an item of each.
+    /// an item of each, and so it does with the status events of PSB+
+    /// written while tracing is off ([`FastDecoder::pass_status_events`]).
     pub fn counting(dec: FastDecoder<'a, M>, max_stall: u64) -> Self {
         let mut s = Self::with_mode(dec, false, max_stall);
         s.tally.set_passes_toggles(true);
@@ -487,6 +491,26 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                 kind: ErrorKind::Internal,
             }),
         }
+    }
+
+    fn pass_status_events(&mut self) -> Option<(u64, Result<Status, Error>)> {
+        // Only a counting source passes over events.
+        if !self.tally.passes_toggles()
+            || self.left > 0
+            || self.failed.is_some()
+            || self.queued_runs()
+        {
+            return None;
+        }
+        let (n, failed) = self.dec.pass_status_events()?;
+        self.drop_run();
+        Some((
+            n,
+            match failed {
+                Some(e) => Err(e),
+                None => self.dec.step_result(),
+            },
+        ))
     }
 
     fn next_insn(&mut self, insn: &mut Insn) -> Result<Status, Error> {

@@ -170,6 +170,16 @@ pub trait StepSource {
         None
     }
 
+    /// Takes the pending events while they are status reports of PSB+
+    /// written while tracing is off, as [`event`](Self::event) would one
+    /// after the other, without making them: for callers that only count
+    /// ([`Flow::skip_runs`]). Returns how many `event` would have handed
+    /// out and the status after the last, or the error `event` would then
+    /// have returned; `None` when nothing was taken (the default).
+    fn pass_status_events(&mut self) -> Option<(u64, Result<Status, Error>)> {
+        None
+    }
+
     /// Takes the caches of `warm` (a source of the same code that has
     /// decoded before), if this one has decoded nothing yet: a parallel
     /// decode's sources each start cold, and warming up (decoding the hot

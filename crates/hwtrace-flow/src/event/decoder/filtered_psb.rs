@@ -1,0 +1,271 @@
+//! PSB+ written while tracing is filtered out, passed over for callers
+//! that only count events.
+//!
+//! With IP or CR3 filtering, the hardware still writes a PSB+ every few
+//! KiB of trace while execution is outside the traced ranges: a status
+//! snapshot (MODE.TSX, PIP, VMCS, CBR, TSC, TMA) without a FUP, so tracing
+//! is off. Real traces have runs of them between a TIP.PGD and the next
+//! TIP.PGE, and each one is five status events through every layer of
+//! the decoder, for a caller that only counts them. Here a PSB+ of that
+//! plain kind is read straight from the bytes, its effects on the event
+//! decoder applied exactly as [`EventDecoder::next_event`] would have
+//! (the last IP forgotten, the clock moved, the events it would have
+//! queued counted into a [`StatusPass`]), and anything less plain (a FUP,
+//! MODE.Exec, MNT, an OVF, a packet libipt's quirks look at again, a bad
+//! packet, a timing error) is left to `next_event`, untouched.
+
+use super::{Binding, Clock, EventDecoder};
+use crate::error::ErrorKind;
+use crate::event::quirks::tma_reserved;
+use crate::event::{Event, EventKind};
+use hwtrace_packet::{DecodedPacket, PSB, Packet, decode_packet, is_psb_at, pad_run};
+use hwtrace_types::TraceOffset;
+
+/// How many events a binding may hold (the event queue's limit): a PSB+
+/// with more status packets is left to the queue, which reports it.
+const MAX_STATUS_EVENTS: u64 = 64;
+
+/// The status events of PSB+ passed over while tracing was off, and what
+/// applying them in order leaves in the instruction decoder: the newest
+/// transaction state, CR3 and VMCS base they reported.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatusPass {
+    /// How many events (the PSB's disabled status included).
+    pub events: u64,
+    /// The last MODE.TSX: inside a transaction.
+    pub speculative: Option<bool>,
+    /// The last PIP's CR3.
+    pub cr3: Option<u64>,
+    /// The last VMCS base.
+    pub vmcs: Option<u64>,
+    /// A CBR was among them: an event with an IP that is not suppressed,
+    /// which restarts the instruction count.
+    pub restarts_count: bool,
+}
+
+impl StatusPass {
+    /// Whether nothing was passed over.
+    pub const fn is_empty(&self) -> bool {
+        self.events == 0
+    }
+
+    /// `later`, passed over after this one, added.
+    fn then(&mut self, later: &Self) {
+        self.events += later.events;
+        self.speculative = later.speculative.or(self.speculative);
+        self.cr3 = later.cr3.or(self.cr3);
+        self.vmcs = later.vmcs.or(self.vmcs);
+        self.restarts_count |= later.restarts_count;
+    }
+}
+
+/// Whether `ev` is a status update a counting decode passes over when it
+/// comes with tracing off ([`Skipped::status_updates`]): one of the
+/// events [`EventDecoder`] makes of a PSB+ without FUP (tracing's status,
+/// MODE.TSX, PIP, VMCS, CBR), which the instruction decoder takes without
+/// looking at anything but the event.
+///
+/// [`Skipped::status_updates`]: crate::parallel::Skipped::status_updates
+pub fn passes_over(ev: &Event) -> bool {
+    ev.status_update
+        && match ev.kind {
+            EventKind::Disabled { .. }
+            | EventKind::Tsx { .. }
+            | EventKind::AsyncPaging { .. }
+            | EventKind::AsyncVmcs { .. } => ev.ip_suppressed,
+            EventKind::Cbr { .. } => true,
+            _ => false,
+        }
+}
+
+impl EventDecoder<'_> {
+    /// Where [`next_event`](Self::next_event) would go on with tracing
+    /// off and nothing queued: passes over a PSBEND whose events are all
+    /// out, then over each plain PSB+ that follows (PADs between), adding
+    /// them to `pass`. Afterwards the decoder is where `next_event` would
+    /// be after handing out their events, and goes on from there.
+    pub(in crate::event) fn pass_disabled_psbs(&mut self, pass: &mut StatusPass) {
+        if self.enabled
+            || self.event.is_some()
+            || !self.deferred.is_empty()
+            || !self.after_fup.is_empty()
+            || !self.evq.is_empty(Binding::Tip)
+            || !self.evq.is_empty(Binding::Fup)
+            || !self.evq.is_empty(Binding::Exstop)
+        {
+            return;
+        }
+        loop {
+            match self.packet {
+                Some(DecodedPacket {
+                    packet: Packet::Psbend,
+                    ..
+                }) => {
+                    // The rest of this PSB+'s status, then `next_event`
+                    // finds nothing left for it and reads on.
+                    if !self.pass_queued_status(pass) {
+                        return;
+                    }
+                    self.bound = false;
+                    self.fetch_packet();
+                }
+                Some(DecodedPacket {
+                    packet: Packet::Psb,
+                    offset,
+                    ..
+                }) => {
+                    // Back-to-back PSB+ are read one after the other from
+                    // the bytes; the packet decoder moves once, past the
+                    // last.
+                    let data = self.pkt.data();
+                    let Some(mut end) = self.pass_plain_psb(offset, pass) else {
+                        return;
+                    };
+                    loop {
+                        let next = end + pad_run(data, end);
+                        if !is_psb_at(data, next) {
+                            break;
+                        }
+                        match self.pass_plain_psb(TraceOffset(next as u64), pass) {
+                            Some(e) => end = e,
+                            None => break,
+                        }
+                    }
+                    // As after the last PSBEND's events.
+                    if self.pkt.move_to(TraceOffset(end as u64)).is_err() {
+                        self.packet = None;
+                        self.status = Err(ErrorKind::Internal);
+                        return;
+                    }
+                    self.bound = false;
+                    self.fetch_packet();
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// At PSBEND with tracing off: takes the status events still queued
+    /// for it into `pass`, as [`decode_psbend`](Self::decode_psbend)
+    /// would hand them out one by one (without IP: the PSB+ had no FUP),
+    /// if all are of the kinds [`StatusPass`] sums up; otherwise changes
+    /// nothing and returns `false`.
+    fn pass_queued_status(&mut self, pass: &mut StatusPass) -> bool {
+        let queued = |ev: &Event| {
+            ev.status_update
+                && matches!(
+                    ev.kind,
+                    EventKind::Tsx { .. }
+                        | EventKind::AsyncPaging { .. }
+                        | EventKind::AsyncVmcs { .. }
+                        | EventKind::Cbr { .. }
+                )
+        };
+        if self.evq.is_empty(Binding::Psbend) {
+            return true;
+        }
+        if self.ip.ip().is_ok() || self.evq.find(Binding::Psbend, |e| !queued(e)).is_some() {
+            return false;
+        }
+        let mut this = StatusPass::default();
+        while let Some(ev) = self.evq.pop(Binding::Psbend) {
+            this.events += 1;
+            match ev.kind {
+                EventKind::Tsx { speculative, .. } => this.speculative = Some(speculative),
+                EventKind::AsyncPaging { cr3, .. } => this.cr3 = Some(cr3),
+                EventKind::AsyncVmcs { base, .. } => this.vmcs = Some(base),
+                _ => this.restarts_count = true,
+            }
+        }
+        pass.then(&this);
+        true
+    }
+
+    /// Reads the PSB+ at `psb` from the bytes; if it is plain (see the
+    /// module doc), applies it as [`decode_psb`](Self::decode_psb) and
+    /// the PSBEND would and returns the position after the PSBEND (the
+    /// packet decoder is left where it was); otherwise changes nothing.
+    fn pass_plain_psb(&mut self, psb: TraceOffset, pass: &mut StatusPass) -> Option<usize> {
+        if !self.pkt.at_top_level() {
+            return None;
+        }
+        let data = self.pkt.data();
+        let mut pos = usize::try_from(psb.0).ok()?.checked_add(PSB.len())?;
+        let cfg = self.config;
+        // Timing packets change the clock; a copy takes them so that a
+        // PSB+ left to `decode_psb` finds the clock as it was.
+        let mut clock: Option<Clock> = None;
+        // The status of tracing comes first.
+        let mut this = StatusPass {
+            events: 1,
+            ..StatusPass::default()
+        };
+        loop {
+            pos += pad_run(data, pos);
+            let bytes = data.get(pos..)?;
+            // The quirks' packets (CYC, PWRE) and errors are `decode_psb`'s.
+            if bytes.first().is_some_and(|&b| b & 3 == 3) {
+                return None;
+            }
+            let Ok((packet, size)) = decode_packet(bytes) else {
+                return None;
+            };
+            // Whether the packet is an event of its own, and the clock's
+            // answer to a timing packet.
+            let (event, timed) = match packet {
+                Packet::Psbend => {
+                    pos += size;
+                    break;
+                }
+                Packet::ModeTsx(t) => {
+                    this.speculative = Some(t.intx);
+                    (true, Ok(()))
+                }
+                Packet::Pip(pip) => {
+                    this.cr3 = Some(pip.cr3.0);
+                    (true, Ok(()))
+                }
+                Packet::Vmcs(base) => {
+                    this.vmcs = Some(base);
+                    (true, Ok(()))
+                }
+                Packet::Cbr(r) => {
+                    this.restarts_count = true;
+                    let c = clock.get_or_insert_with(|| self.clock.clone());
+                    (true, c.cbr(r, true, &cfg))
+                }
+                Packet::Tsc(t) => {
+                    let c = clock.get_or_insert_with(|| self.clock.clone());
+                    (false, c.tsc(t, true, &cfg))
+                }
+                Packet::Tma(t) if !tma_reserved(&bytes[..size]) => {
+                    let c = clock.get_or_insert_with(|| self.clock.clone());
+                    (false, c.tma(t.ctc, t.fc, &cfg))
+                }
+                Packet::Mtc(m) => {
+                    let c = clock.get_or_insert_with(|| self.clock.clone());
+                    (false, c.mtc(m, &cfg))
+                }
+                // A FUP (tracing on), MODE.Exec, MNT, OVF, PWRE, a TMA with
+                // reserved bits and anything unexpected in PSB+.
+                _ => return None,
+            };
+            if timed.is_err() {
+                return None;
+            }
+            if event {
+                this.events += 1;
+                if this.events >= MAX_STATUS_EVENTS {
+                    return None;
+                }
+            }
+            pos += size;
+        }
+        if let Some(c) = clock {
+            self.clock = c;
+        }
+        self.ip.reset();
+        pass.then(&this);
+        Some(pos)
+    }
+}
