@@ -131,6 +131,16 @@ def fast_decode_seeds():
         rounds = (tnt8("110") + pair + bytes(pads) + back) * n
         with open(os.path.join(out, "pair-loop-x%d-pads%d.pt" % (n, pads)), "wb") as f:
             f.write(start + rounds)
+    # The same loop with PSB+ written while out of the range (tracing off: no FUP), as
+    # IP-filtered traces have them: MODE.TSX, PIP, VMCS, CBR; the enable after them has
+    # its full IP (PSB forgets the last IP).
+    off = (PSB + bytes([0x99, 0x20]) + bytes([0x02, 0x43, 0x01, 0x30, 0xe7, 0x1e, 0, 0])
+           + bytes([0x02, 0xc8, 0x99, 0x2e, 0x35, 0, 0]) + bytes([0x02, 0x03, 0x28, 0]) + PSBEND)
+    for n, psbs in ((3, 1), (20, 3)):
+        away = ip_packet(0x01, 0x5000) + off * psbs + MODE_EXEC_64 + ip_packet(0x11, 0x1017)
+        rounds = (tnt8("110") + away + back) * n
+        with open(os.path.join(out, "psb-off-loop-x%d-psbs%d.pt" % (n, psbs)), "wb") as f:
+            f.write(start + rounds)
 
 
 def perf_seeds():
