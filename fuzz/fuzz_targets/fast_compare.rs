@@ -5,7 +5,7 @@
 //! instruction decoder, the block-cached `FastDecoder` with its runs
 //! expanded into instructions, the `FastDecoder` counting whole runs and
 //! bursts (`Flow::skip_runs`, what `hwtrace flow --quiet` does, passing
-//! over disables, enables and status updates with tracing off), and the
+//! over disables, enables and PSB+ status updates), and the
 //! `FastDecoder` handing whole runs to a visitor (`Flow::visit_runs`, what
 //! the answers do), each run standing for exactly the instruction
 //! decoder's instructions there. Inputs of odd length decode with
@@ -13,7 +13,7 @@
 //! hwtrace-flow API is used, so both crates build it.
 
 use hwtrace_flow::Config;
-use hwtrace_flow::event::{EventKind, passes_over};
+use hwtrace_flow::event::{EventKind, passable_status};
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, PassedRun, StepSource};
@@ -94,7 +94,7 @@ pub fn check<M: ReadMemory + Copy>(name: &str, data: &[u8], image: M) {
                 );
                 assert_eq!(
                     fast.statuses, reference.statuses,
-                    "{name}: counted whole runs (stall limit {stall}): status updates tracing off differ"
+                    "{name}: counted whole runs (stall limit {stall}): status updates differ"
                 );
             }
         }
@@ -137,8 +137,8 @@ struct Counted {
     insns: u64,
     /// The disables and enables, passed over or not.
     toggles: u64,
-    /// The status updates of PSB+ written while tracing was off
-    /// (`hwtrace_flow::event::passes_over`), passed over or not.
+    /// The status updates of the kinds a counting decode may pass over
+    /// (`hwtrace_flow::event::passable_status`), passed over or not.
     statuses: u64,
 }
 
@@ -167,7 +167,7 @@ fn counted<S: StepSource>(mut flow: Flow<S>, skip: bool) -> Option<Counted> {
             {
                 toggles += 1;
             }
-            Some(FlowItem::Event { event, .. }) if passes_over(&event) => statuses += 1,
+            Some(FlowItem::Event { event, .. }) if passable_status(&event) => statuses += 1,
             Some(other) => others.push((insns, other)),
             None => {
                 return Some(Counted {

@@ -13,7 +13,7 @@
 //! Needs `qemu-x86_64` (`scripts/setup.sh`) for the recorded executions.
 
 use anyhow::{Context, Result, ensure};
-use hwtrace_flow::event::{EventKind, passes_over};
+use hwtrace_flow::event::{EventKind, passable_status};
 use hwtrace_flow::insn::{FastDecoder, Insn, InsnDecoder};
 use hwtrace_flow::parallel::{
     FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, PassedRun, Sink, Skipped,
@@ -122,8 +122,8 @@ fn check(what: &str, how: &str, items: &[FlowItem], want: &[FlowItem]) -> Result
 /// the items other than instructions, each with how many instructions
 /// came before it, and how many came in all. Whole runs reach it as counts
 /// ([`Flow::skip_runs`]), with the disable and enable events passed over
-/// among them (`passed`), and the status updates of PSB+ written while
-/// tracing was off (`passed_status`).
+/// among them (`passed`), and the PSB+ status updates passed over
+/// (`passed_status`).
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Placed {
     insns: u64,
@@ -183,16 +183,15 @@ impl Placed {
     }
 
     /// The items but the disable and enable events and the status updates
-    /// tracing off (which a counting decode may pass over), and how many
-    /// of each there were, passed over or not.
+    /// of the kinds a counting decode may pass over, and how many of each
+    /// there were, passed over or not.
     fn without_toggles(&self) -> (Vec<(u64, FlowItem)>, u64, u64) {
         let toggle = |item: &FlowItem| {
             matches!(item, FlowItem::Event { event, .. }
                 if !event.status_update
                     && matches!(event.kind, EventKind::Disabled { .. } | EventKind::Enabled { .. }))
         };
-        let status =
-            |item: &FlowItem| matches!(item, FlowItem::Event { event, .. } if passes_over(event));
+        let status = |item: &FlowItem| matches!(item, FlowItem::Event { event, .. } if passable_status(event));
         let items: Vec<_> = self
             .items
             .iter()
@@ -333,7 +332,7 @@ fn check_placed(what: &str, how: &str, got: &Placed, want: &Placed) -> Result<()
         let (want_items, want_toggles, want_statuses) = want.without_toggles();
         ensure!(
             (got.insns, got_toggles, got_statuses) == (want.insns, want_toggles, want_statuses),
-            "{what}: {how}: {} instructions, {got_toggles} disables/enables ({} passed over) and {got_statuses} status updates tracing off ({} passed over) vs {}, {want_toggles} and {want_statuses}",
+            "{what}: {how}: {} instructions, {got_toggles} disables/enables ({} passed over) and {got_statuses} status updates ({} passed over) vs {}, {want_toggles} and {want_statuses}",
             got.insns,
             got.passed,
             got.passed_status,
@@ -441,7 +440,7 @@ fn the_real_traces_decode_the_same_in_parallel() -> Result<()> {
         let (counted, (passed, passed_status)) =
             same_fast(name, &trace, Config::default(), &image, Seams::Exact)?;
         eprintln!(
-            "{name}: {} bytes, {stats:?}, counting the fast decoder's runs {counted:?}, {passed} disables/enables and {passed_status} status updates tracing off passed over",
+            "{name}: {} bytes, {stats:?}, counting the fast decoder's runs {counted:?}, {passed} disables/enables and {passed_status} status updates passed over",
             trace.len()
         );
         // foo and Unzip leave the traced ranges (IP filtering) at most

@@ -11,7 +11,8 @@ use hwtrace_types::{TraceOffset, Tsc};
 mod filtered_psb;
 mod overflow;
 
-pub use filtered_psb::{StatusPass, passes_over};
+pub(crate) use filtered_psb::passes_over;
+pub use filtered_psb::{PassState, StatusPass, passable_status};
 
 /// What a packet handler did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

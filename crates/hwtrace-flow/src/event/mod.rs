@@ -20,8 +20,8 @@ mod tnt;
 pub mod trace;
 
 pub use decoder::EventDecoder;
-pub(crate) use decoder::StatusPass;
-pub use decoder::passes_over;
+pub use decoder::passable_status;
+pub(crate) use decoder::{PassState, StatusPass, passes_over};
 pub use lane::TraceLane;
 pub(crate) use lane::{LaneAt, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
 pub use query::{QueryDecoder, Status};

@@ -1,6 +1,6 @@
 //! [`QueryDecoder`]: what the instruction layer asks of the trace.
 
-use super::decoder::{EventDecoder, StatusPass, passes_over};
+use super::decoder::{EventDecoder, PassState, StatusPass, passes_over};
 use super::lane::LaneStart;
 use super::tnt::TntCache;
 use super::{Event, EventKind};
@@ -40,10 +40,9 @@ pub struct QueryDecoder<'a> {
     tnt: TntCache,
     /// The time at the last event, TIP or TNT handed out.
     last_time: Time,
-    /// Whether the next [`event`](Self::event) may pass over the PSB+
-    /// written while tracing is off that follow the event it hands out
-    /// ([`set_passing`](Self::set_passing)).
-    passing: bool,
+    /// Where the caller of the next [`event`](Self::event) stands, if it
+    /// lets it pass over status updates ([`set_passing`](Self::set_passing)).
+    passing: Option<PassState>,
     /// The PSB+ passed over between the last event handed out and
     /// `event`.
     ahead: StatusPass,
@@ -65,7 +64,7 @@ impl<'a> QueryDecoder<'a> {
             next_tnt: None,
             tnt: TntCache::new(),
             last_time: Time::new(),
-            passing: false,
+            passing: None,
             ahead: StatusPass::default(),
             handed: StatusPass::default(),
         }
@@ -530,24 +529,27 @@ impl<'a> QueryDecoder<'a> {
             return Err(ErrorKind::BadQuery);
         }
         self.last_time = self.evdec.time().clone();
-        if self.passing && passes_over(&ev) {
-            self.evdec.pass_disabled_psbs(&mut self.ahead);
+        if let Some(at) = self.passing
+            && passes_over(&ev, &at)
+        {
+            self.evdec.pass_status(&mut self.ahead, &at);
         }
         self.fetch_event();
         Ok((ev, self.status()))
     }
 
     /// Lets [`event`](Self::event), when the event it hands out is a
-    /// status report a counting caller passes over with tracing off
-    /// ([`passes_over`]), also pass over the plain PSB+ written while
-    /// tracing is off that come right after it
-    /// ([`EventDecoder::pass_disabled_psbs`]): their events are then
-    /// never handed out, and [`take_passed`](Self::take_passed) says
-    /// what they were as the event after them is handed out. Only for a
-    /// caller that will take the event handed out with tracing off and
-    /// then ask for the next one.
-    pub(crate) fn set_passing(&mut self, passing: bool) {
-        self.passing = passing;
+    /// status update a caller standing at `at` passes over
+    /// ([`passes_over`]), also pass over the status updates that come
+    /// right after it: the rest of its PSB+'s, and with tracing off the
+    /// plain PSB+ that follow ([`EventDecoder::pass_status`]). Their
+    /// events are then never handed out, and
+    /// [`take_passed`](Self::take_passed) says what they were as the
+    /// event after them is handed out. Only for a caller that will take
+    /// the event handed out, still standing at `at` (its mode may be set
+    /// where it had none), and then ask for the next one.
+    pub(crate) fn set_passing(&mut self, at: Option<PassState>) {
+        self.passing = at;
     }
 
     /// The PSB+ passed over right before the event

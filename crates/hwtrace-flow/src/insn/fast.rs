@@ -289,10 +289,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     }
 
     /// Takes the pending events, as many [`next`](Self::next) would hand
-    /// out one by one, while they are status reports of PSB+ written while
-    /// tracing is off (the PSB+ of an IP-filtered trace between a TIP.PGD
-    /// and the next TIP.PGE), without handing them out: for callers that
-    /// only count events. `None` when the pending event is no such report
+    /// out one by one, while they are PSB+ status updates the decoder
+    /// takes without a question (those of PSB+ written while tracing is
+    /// off, as an IP-filtered trace has between a TIP.PGD and the next
+    /// TIP.PGE; with tracing on, those reporting the IP and mode the
+    /// decoder is at), without handing them out: for callers that only
+    /// count events. `None` when the pending event is no such report
     /// (nothing was done); otherwise how many `next` would have handed
     /// out, then, where `next` would have failed, the error it would have
     /// returned after them.

@@ -18,9 +18,10 @@ pub struct Skipped {
     /// [`FastSource::counting`](super::FastSource::counting) passes over
     /// events).
     pub events: u64,
-    /// Status updates (events with `status_update` set): those of PSB+
-    /// written while tracing was off (only a counting source passes over
-    /// them, [`StepSource::pass_status_events`]).
+    /// Status updates (events with `status_update` set) of PSB+ that
+    /// said nothing new: written while tracing was off, or reporting
+    /// where the decoder was (only a counting source passes over them,
+    /// [`StepSource::pass_status_events`]).
     pub status_updates: u64,
 }
 
@@ -242,8 +243,8 @@ impl<S: StepSource> Flow<S> {
         n
     }
 
-    /// Passes over pending status updates of PSB+ written while tracing
-    /// is off ([`StepSource::pass_status_events`]), then over whole runs
+    /// Passes over pending PSB+ status updates that say nothing new
+    /// ([`StepSource::pass_status_events`]), then over whole runs
     /// of instructions ([`StepSource::take_runs`]) while nothing but
     /// instructions come and the source is before trace offset `until`,
     /// then over the middle of the next run
@@ -265,8 +266,8 @@ impl<S: StepSource> Flow<S> {
         skipped
     }
 
-    /// Passes over pending status events of PSB+ written while tracing is
-    /// off ([`StepSource::pass_status_events`]), counting them; an error
+    /// Passes over pending PSB+ status updates that say nothing new
+    /// ([`StepSource::pass_status_events`]), counting them; an error
     /// met after them is queued as the item [`Iterator::next`] would
     /// have made of it.
     fn pass_status_events(&mut self) -> u64 {

@@ -39,8 +39,9 @@
 //! a TIP.PGD right followed by a TIP.PGE (code outside the traced ranges
 //! ran in between: a library call), counting the two events
 //! ([`Skipped::events`](super::Skipped::events)) instead of handing them
-//! out, and past the status updates of the PSB+ written while tracing is
-//! off between them ([`Skipped::status_updates`](super::Skipped::status_updates),
+//! out, and past PSB+ status updates that say nothing new (those written
+//! while tracing is off between them, the rest of one written where the
+//! decoder is) ([`Skipped::status_updates`](super::Skipped::status_updates),
 //! [`FastDecoder::pass_status_events`]); a caller that only counts sees
 //! the same totals.
 //!
@@ -136,8 +137,8 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
     /// TIP.PGE (tracing off at a branch and on again elsewhere: code
     /// outside the traced ranges ran), counting them
     /// ([`Skipped::events`](super::Skipped::events)) instead of making
-    /// an item of each, and so it does with the status events of PSB+
-    /// written while tracing is off ([`FastDecoder::pass_status_events`]).
+    /// an item of each, and so it does with PSB+ status updates that say
+    /// nothing new ([`FastDecoder::pass_status_events`]).
     pub fn counting(dec: FastDecoder<'a, M>, max_stall: u64) -> Self {
         let mut s = Self::with_mode(dec, false, max_stall);
         s.tally.set_passes_toggles(true);
@@ -859,6 +860,23 @@ mod tests {
         (other, insns)
     }
 
+    /// A status update of a kind a counting decode may pass over.
+    fn passable(item: &FlowItem) -> bool {
+        matches!(item, FlowItem::Event { event, .. } if crate::event::passable_status(event))
+    }
+
+    /// `placed`'s items but the status updates a counting decode may pass
+    /// over, and how many of those there were.
+    fn without_status(placed: &[(u64, FlowItem)]) -> (Vec<(u64, FlowItem)>, u64) {
+        let kept: Vec<_> = placed
+            .iter()
+            .filter(|(_, i)| !passable(i))
+            .copied()
+            .collect();
+        let n = (placed.len() - kept.len()) as u64;
+        (kept, n)
+    }
+
     #[test]
     fn whole_runs_passed_over_place_every_item_as_the_instruction_decoder() {
         let cases: [(&[u8], Vec<u8>); 4] = [
@@ -873,6 +891,7 @@ mod tests {
             for max_stall in [7, 8, 9, 100, 1000] {
                 let insn = InsnDecoder::new(trace, Config::default(), code_at(code));
                 let want = placed(Flow::new(insn).with_max_stall(max_stall));
+                let (want_items, want_status) = without_status(&want.0);
                 // Every way to bound the runs passed over (none whole, up
                 // to each byte of the trace, all) while loops are short.
                 let untils: Vec<u64> = if max_stall < 1000 {
@@ -885,21 +904,28 @@ mod tests {
                     let mut flow =
                         Flow::new(FastSource::counting(fast, max_stall)).with_max_stall(max_stall);
                     let (mut insns, mut skipped, mut got) = (0, 0, Vec::new());
+                    let mut status = 0;
                     loop {
                         let passed = flow.skip_runs(TraceOffset(until));
                         // No TIP.PGD/TIP.PGE pair in these traces.
                         assert_eq!(passed.events, 0);
+                        status += passed.status_updates;
                         let n = passed.insns;
                         skipped += n;
                         insns += n;
                         match flow.next() {
                             Some(FlowItem::Insn { .. }) => insns += 1,
+                            Some(other) if passable(&other) => status += 1,
                             Some(other) => got.push((insns, other)),
                             None => break,
                         }
                     }
                     let what = format!("max_stall {max_stall}, until {until}");
-                    assert_eq!((&got, insns), (&want.0, want.1), "{what}");
+                    assert_eq!(
+                        (&got, insns, status),
+                        (&want_items, want.1, want_status),
+                        "{what}"
+                    );
                     assert!(skipped > 0, "{what}: nothing passed over");
                 }
             }
@@ -947,14 +973,16 @@ mod tests {
             let trace = long_trace(6, to);
             let insn = InsnDecoder::new(&trace, Config::default(), code_at(INDIRECT));
             let want = placed(Flow::new(insn));
+            let (want_items, want_status) = without_status(&want.0);
             // The stall count the source keeps (what decides whether a run
             // may end an endless loop) at each item other than an
-            // instruction, as when every instruction is handed out.
+            // instruction or a status update, as when every instruction is
+            // handed out.
             let fast = FastDecoder::new(&trace, Config::default(), code_at(INDIRECT));
             let mut flow = Flow::new(FastSource::counting(fast, MAX_STALL));
             let mut want_stalls = Vec::new();
             while let Some(item) = flow.next() {
-                if !matches!(item, FlowItem::Insn { .. }) {
+                if !matches!(item, FlowItem::Insn { .. }) && !passable(&item) {
                     let src = flow.source();
                     want_stalls.push((src.stall_offset, src.stall));
                 }
@@ -972,6 +1000,7 @@ mod tests {
                 };
                 let mut flow = Flow::new(src);
                 let (mut insns, mut got, mut stalls) = (0, Vec::new(), Vec::new());
+                let mut status = 0;
                 loop {
                     insns += if visiting {
                         let mut visited = 0;
@@ -986,11 +1015,13 @@ mod tests {
                     } else {
                         let passed = flow.skip_runs(TraceOffset(until));
                         assert_eq!(passed.events, 0);
+                        status += passed.status_updates;
                         passed.insns
                     };
                     bursts |= flow.source().burst.len() > 1;
                     match flow.next() {
                         Some(FlowItem::Insn { .. }) => insns += 1,
+                        Some(other) if passable(&other) => status += 1,
                         Some(other) => {
                             got.push((insns, other));
                             stalls.push((flow.source().stall_offset, flow.source().stall));
@@ -999,7 +1030,11 @@ mod tests {
                     }
                 }
                 let what = format!("to {to:#x}, until {until}, visiting {visiting}");
-                assert_eq!((&got, insns), (&want.0, want.1), "{what}");
+                assert_eq!(
+                    (&got, insns, status),
+                    (&want_items, want.1, want_status),
+                    "{what}"
+                );
                 assert_eq!(stalls, want_stalls, "{what}");
             }
         }

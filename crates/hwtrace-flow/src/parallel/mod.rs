@@ -170,9 +170,10 @@ pub trait StepSource {
         None
     }
 
-    /// Takes the pending events while they are status reports of PSB+
-    /// written while tracing is off, as [`event`](Self::event) would one
-    /// after the other, without making them: for callers that only count
+    /// Takes the pending events while they are PSB+ status updates that
+    /// say nothing new (written while tracing is off, or reporting where
+    /// the decoder is), as [`event`](Self::event) would one after the
+    /// other, without making them: for callers that only count
     /// ([`Flow::skip_runs`]). Returns how many `event` would have handed
     /// out and the status after the last, or the error `event` would then
     /// have returned; `None` when nothing was taken (the default).

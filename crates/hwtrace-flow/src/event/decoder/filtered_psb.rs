@@ -1,5 +1,4 @@
-//! PSB+ written while tracing is filtered out, passed over for callers
-//! that only count events.
+//! PSB+ status updates passed over for callers that only count events.
 //!
 //! With IP or CR3 filtering, the hardware still writes a PSB+ every few
 //! KiB of trace while execution is outside the traced ranges: a status
@@ -13,12 +12,17 @@
 //! queued counted into a [`StatusPass`]), and anything less plain (a FUP,
 //! MODE.Exec, MNT, an OVF, a packet libipt's quirks look at again, a bad
 //! packet, a timing error) is left to `next_event`, untouched.
+//!
+//! The PSB+ written while tracing is on are decoded as usual (they come
+//! one at a time), but their status updates after the first are summed
+//! up too, where the instruction decoder would take each without a
+//! question: at the IP it is at, in the mode it is in ([`passes_over`]).
 
 use super::{Binding, Clock, EventDecoder};
 use crate::error::ErrorKind;
 use crate::event::quirks::tma_reserved;
 use crate::event::{Event, EventKind};
-use hwtrace_packet::{DecodedPacket, PSB, Packet, decode_packet, is_psb_at, pad_run};
+use hwtrace_packet::{DecodedPacket, ExecMode, PSB, Packet, decode_packet, is_psb_at, pad_run};
 use hwtrace_types::TraceOffset;
 
 /// How many events a binding may hold (the event queue's limit): a PSB+
@@ -38,8 +42,10 @@ pub struct StatusPass {
     pub cr3: Option<u64>,
     /// The last VMCS base.
     pub vmcs: Option<u64>,
-    /// A CBR was among them: an event with an IP that is not suppressed,
-    /// which restarts the instruction count.
+    /// The last MODE.Exec's mode (tracing on).
+    pub mode: Option<ExecMode>,
+    /// An event whose IP is not suppressed was among them (a CBR; any,
+    /// tracing on): it restarts the instruction count.
     pub restarts_count: bool,
 }
 
@@ -55,20 +61,66 @@ impl StatusPass {
         self.speculative = later.speculative.or(self.speculative);
         self.cr3 = later.cr3.or(self.cr3);
         self.vmcs = later.vmcs.or(self.vmcs);
+        self.mode = later.mode.or(self.mode);
         self.restarts_count |= later.restarts_count;
     }
 }
 
-/// Whether `ev` is a status update a counting decode passes over when it
-/// comes with tracing off ([`Skipped::status_updates`]): one of the
-/// events [`EventDecoder`] makes of a PSB+ without FUP (tracing's status,
-/// MODE.TSX, PIP, VMCS, CBR), which the instruction decoder takes without
-/// looking at anything but the event.
+/// Where the instruction decoder taking the events stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassState {
+    /// Tracing is on.
+    pub enabled: bool,
+    /// The IP it is at (tracing on).
+    pub ip: u64,
+    /// The mode it decodes in.
+    pub mode: Option<ExecMode>,
+}
+
+/// Whether `ev` is a status update of a kind a counting decode may pass
+/// over ([`Skipped::status_updates`]): one of the events [`EventDecoder`]
+/// makes of a PSB+ (tracing's status, MODE.Exec, MODE.TSX, PIP, VMCS,
+/// CBR). Whether it does depends on where the decoder stands: tracing
+/// off, or at the IP and in the mode the PSB+ reports.
 ///
 /// [`Skipped::status_updates`]: crate::parallel::Skipped::status_updates
-pub fn passes_over(ev: &Event) -> bool {
+pub fn passable_status(ev: &Event) -> bool {
     ev.status_update
-        && match ev.kind {
+        && matches!(
+            ev.kind,
+            EventKind::Disabled { .. }
+                | EventKind::Enabled { .. }
+                | EventKind::ExecMode { .. }
+                | EventKind::Tsx { .. }
+                | EventKind::AsyncPaging { .. }
+                | EventKind::AsyncVmcs { .. }
+                | EventKind::Cbr { .. }
+        )
+}
+
+/// Whether the instruction decoder, standing at `at`, takes the status
+/// update `ev` without a question and without anything changing but
+/// what [`StatusPass`] sums up: with tracing off, one of a PSB+ without
+/// FUP; with tracing on, one of a PSB+ whose FUP is the IP the decoder is
+/// at, in the mode it decodes in (anything else is a question: a bad
+/// status update, an event waiting for its IP).
+pub(crate) fn passes_over(ev: &Event, at: &PassState) -> bool {
+    if !ev.status_update {
+        return false;
+    }
+    let here = |ip: u64| !ev.ip_suppressed && ip == at.ip;
+    if at.enabled {
+        match ev.kind {
+            EventKind::Enabled { ip, .. }
+            | EventKind::Tsx { ip, .. }
+            | EventKind::AsyncPaging { ip, .. }
+            | EventKind::AsyncVmcs { ip, .. } => here(ip),
+            EventKind::ExecMode { mode, ip } => here(ip) && at.mode == Some(mode),
+            EventKind::Cbr { .. } => true,
+            _ => false,
+        }
+    } else {
+        match ev.kind {
             EventKind::Disabled { .. }
             | EventKind::Tsx { .. }
             | EventKind::AsyncPaging { .. }
@@ -76,17 +128,19 @@ pub fn passes_over(ev: &Event) -> bool {
             EventKind::Cbr { .. } => true,
             _ => false,
         }
+    }
 }
 
 impl EventDecoder<'_> {
-    /// Where [`next_event`](Self::next_event) would go on with tracing
-    /// off and nothing queued: passes over a PSBEND whose events are all
-    /// out, then over each plain PSB+ that follows (PADs between), adding
-    /// them to `pass`. Afterwards the decoder is where `next_event` would
-    /// be after handing out their events, and goes on from there.
-    pub(in crate::event) fn pass_disabled_psbs(&mut self, pass: &mut StatusPass) {
-        if self.enabled
-            || self.event.is_some()
+    /// Where [`next_event`](Self::next_event) would go on at a PSBEND
+    /// with nothing queued but its status updates: takes those into
+    /// `pass` if the instruction decoder, standing at `at`, would pass
+    /// over each ([`passes_over`]); then, with tracing off, passes over
+    /// the plain PSB+ that follow (PADs between). Afterwards the decoder
+    /// is where `next_event` would be after handing out their events, and
+    /// goes on from there.
+    pub(in crate::event) fn pass_status(&mut self, pass: &mut StatusPass, at: &PassState) {
+        if self.event.is_some()
             || !self.deferred.is_empty()
             || !self.after_fup.is_empty()
             || !self.evq.is_empty(Binding::Tip)
@@ -102,8 +156,9 @@ impl EventDecoder<'_> {
                     ..
                 }) => {
                     // The rest of this PSB+'s status, then `next_event`
-                    // finds nothing left for it and reads on.
-                    if !self.pass_queued_status(pass) {
+                    // finds nothing left for it and reads on (with tracing
+                    // on, it does so itself: what follows is trace).
+                    if !self.pass_queued_status(pass, at) || self.enabled {
                         return;
                     }
                     self.bound = false;
@@ -113,7 +168,7 @@ impl EventDecoder<'_> {
                     packet: Packet::Psb,
                     offset,
                     ..
-                }) => {
+                }) if !self.enabled => {
                     // Back-to-back PSB+ are read one after the other from
                     // the bytes; the packet decoder moves once, past the
                     // last.
@@ -145,36 +200,49 @@ impl EventDecoder<'_> {
         }
     }
 
-    /// At PSBEND with tracing off: takes the status events still queued
-    /// for it into `pass`, as [`decode_psbend`](Self::decode_psbend)
-    /// would hand them out one by one (without IP: the PSB+ had no FUP),
-    /// if all are of the kinds [`StatusPass`] sums up; otherwise changes
-    /// nothing and returns `false`.
-    fn pass_queued_status(&mut self, pass: &mut StatusPass) -> bool {
-        let queued = |ev: &Event| {
-            ev.status_update
-                && matches!(
-                    ev.kind,
-                    EventKind::Tsx { .. }
-                        | EventKind::AsyncPaging { .. }
-                        | EventKind::AsyncVmcs { .. }
-                        | EventKind::Cbr { .. }
-                )
-        };
+    /// At PSBEND: takes the status events still queued for it into
+    /// `pass`, as [`decode_psbend`](Self::decode_psbend) would hand them
+    /// out one by one, if the instruction decoder standing at `at` passes
+    /// over each of them; otherwise changes nothing and returns `false`.
+    fn pass_queued_status(&mut self, pass: &mut StatusPass, at: &PassState) -> bool {
         if self.evq.is_empty(Binding::Psbend) {
             return true;
         }
-        if self.ip.ip().is_ok() || self.evq.find(Binding::Psbend, |e| !queued(e)).is_some() {
+        // Each as `decode_psbend` hands it out: with the last IP.
+        let ip = &self.ip;
+        let handed = |ev: &Event| {
+            let mut ev = *ev;
+            if matches!(
+                ev.kind,
+                EventKind::Enabled { .. }
+                    | EventKind::ExecMode { .. }
+                    | EventKind::Tsx { .. }
+                    | EventKind::AsyncPaging { .. }
+                    | EventKind::AsyncVmcs { .. }
+                    | EventKind::Iflags { .. }
+            ) {
+                Self::event_ip(ip, &mut ev);
+            }
+            ev
+        };
+        if self
+            .evq
+            .find(Binding::Psbend, |e| !passes_over(&handed(e), at))
+            .is_some()
+        {
             return false;
         }
         let mut this = StatusPass::default();
         while let Some(ev) = self.evq.pop(Binding::Psbend) {
+            let ev = handed(&ev);
             this.events += 1;
+            this.restarts_count |= !ev.ip_suppressed;
             match ev.kind {
                 EventKind::Tsx { speculative, .. } => this.speculative = Some(speculative),
                 EventKind::AsyncPaging { cr3, .. } => this.cr3 = Some(cr3),
                 EventKind::AsyncVmcs { base, .. } => this.vmcs = Some(base),
-                _ => this.restarts_count = true,
+                EventKind::ExecMode { mode, .. } => this.mode = Some(mode),
+                _ => {}
             }
         }
         pass.then(&this);

@@ -1,35 +1,48 @@
-//! The status events of PSB+ written while tracing is off, passed over
-//! for callers that only count events.
+//! PSB+ status events passed over for callers that only count events.
 //!
 //! An IP-filtered trace has runs of PSB+ between a TIP.PGD and the next
 //! TIP.PGE, five status events each, and nothing for the instruction
 //! decoder to do with them but note the CR3, the VMCS base and the
-//! transaction state. [`InsnDecoder::pass_status_events`] takes them as
-//! [`InsnDecoder::event`] does, without handing each out, and lets the
-//! query layer read the plain PSB+ after the first straight from the
-//! bytes ([`QueryDecoder::set_passing`](crate::event::QueryDecoder)).
+//! transaction state; a PSB+ written while tracing is on reports, six
+//! events long, where the decoder already is. [`InsnDecoder::pass_status_events`]
+//! takes them as [`InsnDecoder::event`] does, without handing each out,
+//! and lets the query layer sum up those that follow the first two
+//! (the rest of a PSB+'s, already queued) and read the plain PSB+ written
+//! while tracing is off straight from the bytes
+//! ([`QueryDecoder::set_passing`](crate::event::QueryDecoder)).
 
 use super::InsnDecoder;
 use crate::error::Error;
-use crate::event::{Status, StatusPass, passes_over};
+use crate::event::{PassState, Status, StatusPass, passes_over};
 use hwtrace_types::ReadMemory;
 
 impl<M: ReadMemory> InsnDecoder<'_, M> {
     /// Whether the pending event is one
-    /// [`pass_status_events`](Self::pass_status_events) takes.
+    /// [`pass_status_events`](Self::pass_status_events) takes: a status
+    /// update the decoder takes without a question where it stands
+    /// ([`passes_over`]).
     #[inline]
     pub(in crate::insn) fn status_passable(&self) -> bool {
         self.process_event
-            && !self.enabled
             && !self.resyncing
             && self.postponed.is_none()
-            && passes_over(&self.event)
+            && passes_over(&self.event, &self.pass_state())
     }
 
-    /// Takes the pending events while they are PSB+ status reports with
-    /// tracing off ([`status_passable`](Self::status_passable)), as
-    /// [`event`](Self::event) would one after the other, and those of the
-    /// plain PSB+ that follow them, without handing them out. Returns how
+    /// Where the decoder stands, for [`passes_over`].
+    fn pass_state(&self) -> PassState {
+        PassState {
+            enabled: self.enabled,
+            ip: self.ip,
+            mode: self.mode,
+        }
+    }
+
+    /// Takes the pending events while they are PSB+ status updates the
+    /// decoder takes without a question
+    /// ([`status_passable`](Self::status_passable)), as
+    /// [`event`](Self::event) would one after the other, and those the
+    /// query layer sums up after them, without handing them out. Returns how
     /// many events a caller of `event` would have been handed and the
     /// status after the last; or, where `event` would have failed, how
     /// many it handed out before and the error (the event whose look-ahead
@@ -38,9 +51,9 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         let mut passed = 0;
         let mut status = self.status;
         while self.status_passable() {
-            self.query.set_passing(true);
+            self.query.set_passing(Some(self.pass_state()));
             let taken = self.event();
-            self.query.set_passing(false);
+            self.query.set_passing(None);
             // The PSB+ passed over before the event just fetched (or the
             // error met instead) come after the one just taken.
             let before = self.query.take_passed();
@@ -80,6 +93,10 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         }
         if let Some(base) = p.vmcs {
             self.set_vmcs(base);
+        }
+        if let Some(mode) = p.mode {
+            self.reported_mode = Some(mode);
+            self.mode = Some(mode);
         }
         if p.restarts_count {
             self.icount = 0;
@@ -131,7 +148,7 @@ mod tests {
     }
 
     /// Runs of PSB+ written with tracing off, and what may come among or
-    /// after them.
+    /// after them; PSB+ written with tracing on.
     fn traces() -> Vec<(&'static str, Vec<u8>)> {
         let mut out = Vec::new();
         let mut plain = TraceBuilder::new();
@@ -201,6 +218,33 @@ mod tests {
         psb(&mut tip, &status(false, 0x3000, 0x28));
         tip.ip(Packet::Tip, CODE_AT).unwrap();
         out.push(("a TIP with tracing off", tip.finish()));
+
+        // Tracing on: PSB+ at the IP the decoder is at (nothing runs
+        // between them), in its mode, in another, at another IP.
+        let on = |t: &mut TraceBuilder, at: u64, csl: bool, intx: bool| {
+            let mut p = vec![Packet::ModeExec(ModeExec {
+                csl,
+                csd: !csl,
+                iflag: false,
+            })];
+            p.extend(status(intx, 0x4000, 0x28));
+            p.push(Packet::Fup(hwtrace_packet::IpPayload::full(at)));
+            psb(t, &p);
+        };
+        let mut here = TraceBuilder::new();
+        for i in 0..4 {
+            on(&mut here, CODE_AT, true, i % 2 == 1);
+        }
+        out.push(("tracing on, where the decoder is", here.finish()));
+        let mut mode = TraceBuilder::new();
+        on(&mut mode, CODE_AT, true, false);
+        on(&mut mode, CODE_AT, true, false);
+        on(&mut mode, CODE_AT, false, false);
+        out.push(("tracing on, the mode changing", mode.finish()));
+        let mut elsewhere = TraceBuilder::new();
+        on(&mut elsewhere, CODE_AT, true, false);
+        on(&mut elsewhere, CODE_AT + 0x10, true, false);
+        out.push(("tracing on, another IP", elsewhere.finish()));
 
         let mut cut = TraceBuilder::new();
         psb(&mut cut, &status(false, 0x3000, 0x28));
@@ -307,31 +351,52 @@ mod tests {
 
     #[test]
     fn plain_psbs_after_the_first_are_read_from_the_bytes() {
-        // The instruction decoder takes the first PSB+'s disabled status
-        // and its MODE.TSX (fetched before), the query layer reads the
-        // rest itself: the first PSB+'s other three status events and five
-        // for each PSB+ after it (timing packets are no events).
+        // With tracing off, the instruction decoder takes the first
+        // PSB+'s disabled status and its MODE.TSX (fetched before), the
+        // query layer reads the rest itself: the first PSB+'s other three
+        // status events and five for each PSB+ after it (timing packets
+        // are no events). With tracing on, each PSB+'s five status updates
+        // after its enable (the enable is taken, and its look-ahead finds
+        // the rest queued); only two of the first one's, after its
+        // MODE.TSX: the MODE.Exec before gives the decoder its mode.
         let traces = traces();
-        for (i, psbs) in [(0, 4), (1, 5)] {
-            let (name, data) = &traces[i];
+        let named = |want: &str| traces.iter().find(|(name, _)| *name == want).unwrap();
+        for (name, want) in [
+            ("plain, then an enable", vec![(2, 18)]),
+            ("timed, CR3 and TSX changing", vec![(2, 23)]),
+            (
+                "tracing on, where the decoder is",
+                vec![(2, 2), (1, 5), (1, 5), (1, 5)],
+            ),
+        ] {
+            let (_, data) = named(name);
             let mem = BytesAt::new(Ip(CODE_AT), &CODE);
             let mut dec = InsnDecoder::new(data, Config::default(), mem);
             dec.sync_forward().unwrap();
+            // How many events were taken one by one before each batch
+            // passed over, and how many it held.
+            let mut passed = Vec::new();
             let mut taken = 0;
-            let mut passed = None;
-            while dec.status_passable() && passed.is_none() {
-                dec.query.set_passing(true);
+            while dec.process_event {
+                if !dec.status_passable() {
+                    dec.event().unwrap();
+                    taken = 0;
+                    continue;
+                }
+                dec.query.set_passing(Some(dec.pass_state()));
                 dec.event().unwrap();
-                dec.query.set_passing(false);
+                dec.query.set_passing(None);
                 taken += 1;
-                passed = dec.query.take_passed();
+                let mut batch = dec.query.take_passed();
+                if !dec.process_event {
+                    batch = batch.or(dec.query.take_ahead());
+                }
+                if let Some(p) = batch {
+                    passed.push((taken, p.events));
+                    taken = 0;
+                }
             }
-            assert_eq!(taken, 2, "{name}: events taken one by one");
-            assert_eq!(
-                passed.map(|p| p.events),
-                Some(3 + (psbs - 1) * 5),
-                "{name}: events passed over"
-            );
+            assert_eq!(passed, want, "{name}: events passed over");
         }
     }
 }
