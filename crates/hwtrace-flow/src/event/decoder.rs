@@ -695,6 +695,8 @@ impl<'a> EventDecoder<'a> {
 
     /// Reads the PSB+ header; status events wait for PSBEND.
     fn decode_psb(&mut self) -> Res {
+        // SKL168: the first MTC after a PSB may follow dropped CYCs.
+        self.clock.tcal.update_psb(&self.config.time);
         if !self.evq.is_empty(Binding::Psbend)
             || !self.evq.is_empty(Binding::Tip)
             || !self.evq.is_empty(Binding::Fup)
@@ -1149,5 +1151,30 @@ impl<'a> EventDecoder<'a> {
 
     pub(super) fn evd_mut(&mut self) -> &mut super::trace::EventData {
         &mut self.evd
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtrace_packet::TraceBuilder;
+
+    #[test]
+    fn every_psb_arms_the_skl168_check_as_libipt_does() {
+        let mut t = TraceBuilder::new();
+        t.push(Packet::Psb).unwrap();
+        t.push(Packet::Psbend).unwrap();
+        let data = t.finish();
+        for skl168 in [false, true] {
+            let mut config = Config::default();
+            config.time.skl168 = skl168;
+            let mut dec = EventDecoder::new(&data, config);
+            dec.sync_forward().unwrap();
+            assert!(
+                format!("{:?}", dec.clock.tcal).contains(&format!("check_skl168: {skl168}")),
+                "skl168 {skl168}: {:?}",
+                dec.clock.tcal
+            );
+        }
     }
 }

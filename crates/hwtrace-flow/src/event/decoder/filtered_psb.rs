@@ -260,6 +260,8 @@ impl EventDecoder<'_> {
         let data = self.pkt.data();
         let mut pos = usize::try_from(psb.0).ok()?.checked_add(PSB.len())?;
         let cfg = self.config;
+        // As `decode_psb` starts (setting a flag: it may be set again).
+        self.clock.tcal.update_psb(&cfg.time);
         // Timing packets change the clock; a copy takes them so that a
         // PSB+ left to `decode_psb` finds the clock as it was.
         let mut clock: Option<Clock> = None;
