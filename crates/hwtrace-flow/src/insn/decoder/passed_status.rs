@@ -83,7 +83,8 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
     }
 
     /// What [`event`](Self::event) would have done taking the events of
-    /// `p`, tracing off, one after the other.
+    /// `p` one after the other (each one the decoder passes over where it
+    /// stands: nothing but what `p` sums up changes).
     fn apply_passed(&mut self, p: &StatusPass) {
         if let Some(s) = p.speculative {
             self.speculative = s;
