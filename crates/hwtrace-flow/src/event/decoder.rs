@@ -309,15 +309,17 @@ impl<'a> EventDecoder<'a> {
         loop {
             // Runs of PADs (alignment padding) are passed over at once.
             self.pkt.skip_pads();
-            // Most packets (PAD, TNT, the IP packets) are read the same
-            // with or without libipt's quirks, which only look again at
-            // CYC (first byte `xxxxxx11b`) and at TMA and PWRE (behind the
-            // `02` escape): the rest skip the out-of-line call.
-            let plain = self
-                .pkt
-                .data()
-                .get(self.pkt.offset().0 as usize)
-                .is_some_and(|&b| b & 3 != 3 && b != 0x02);
+            // Most packets (PAD, TNT, the IP packets, PSB+'s) are read the
+            // same with or without libipt's quirks, which only look again
+            // at CYC (first byte `xxxxxx11b`) and at TMA and PWRE (`02 73`,
+            // `02 22`): the rest skip the out-of-line call.
+            let data = self.pkt.data();
+            let at = self.pkt.offset().0 as usize;
+            let plain = match data.get(at) {
+                Some(0x02) => !matches!(data.get(at + 1), Some(0x73 | 0x22)),
+                Some(&b) => b & 3 != 3,
+                None => false,
+            };
             let next = if plain {
                 self.pkt.next_packet()
             } else {
@@ -1158,6 +1160,62 @@ impl<'a> EventDecoder<'a> {
 mod tests {
     use super::*;
     use hwtrace_packet::TraceBuilder;
+
+    /// The events after PSB, PSBEND and `bytes`, up to the end or an
+    /// error.
+    fn events_after_psb(bytes: &[u8], config: Config) -> Vec<Result<EventKind, ErrorKind>> {
+        let mut t = TraceBuilder::new();
+        t.push(Packet::Psb).unwrap();
+        t.push(Packet::Psbend).unwrap();
+        t.raw(bytes);
+        let data = t.finish();
+        let mut dec = EventDecoder::new(&data, config);
+        dec.sync_forward().unwrap();
+        let mut out = Vec::new();
+        loop {
+            match dec.next_event() {
+                Ok(ev) => out.push(Ok(ev.kind)),
+                Err(ErrorKind::Eos) => return out,
+                Err(e) => {
+                    out.push(Err(e));
+                    return out;
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn packets_behind_the_escape_are_read_with_libipts_quirks() {
+        // PWRE's hardware flag is bit 3 of its first payload byte as
+        // libipt reads it (bit 7 for the SDM).
+        for (byte, hw) in [(0x08, true), (0x80, false)] {
+            let events = events_after_psb(&[0x02, 0x22, byte, 0x00], Config::default());
+            assert!(
+                matches!(events.last(), Some(Ok(EventKind::Pwre { hw: h, .. })) if *h == hw),
+                "{byte:#x}: {events:?}"
+            );
+        }
+        // A TMA with reserved bits is an error, or with SKZ84 a corrupt
+        // TMA one byte longer, passed over; the CBR after it is read.
+        let tma = [
+            0x02, 0x73, 0x01, 0x00, 0x01, 0x00, 0x00, 0x00, 0x02, 0x03, 0x20, 0x00,
+        ];
+        let events = events_after_psb(&tma, Config::default());
+        assert!(matches!(events.last(), Some(Err(_))), "{events:?}");
+        let mut config = Config::default();
+        config.errata.skz84 = true;
+        let events = events_after_psb(&tma, config);
+        assert!(
+            matches!(events.last(), Some(Ok(EventKind::Cbr { ratio: 0x20 }))),
+            "{events:?}"
+        );
+        // Other packets behind the escape, read without the quirks' look.
+        let events = events_after_psb(&[0x02, 0x03, 0x21, 0x00], Config::default());
+        assert!(
+            matches!(events.last(), Some(Ok(EventKind::Cbr { ratio: 0x21 }))),
+            "{events:?}"
+        );
+    }
 
     #[test]
     fn every_psb_arms_the_skl168_check_as_libipt_does() {
