@@ -205,3 +205,48 @@ fn traces_ending_among_them_count_as_the_instruction_decoder() {
         }
     }
 }
+
+/// A loop leaving the range at every round without a conditional branch
+/// in between: the disable after an enable is fetched before the call it
+/// binds to is reached, and must wait for it:
+///
+/// ```text
+/// 1000: call 100000       ; out of the range: TIP.PGD 100000
+/// 1005: jmp 1000          ; back: TIP.PGE 1005
+/// ```
+fn back_to_back_code() -> Vec<u8> {
+    let mut c = vec![0u8; 7];
+    let rel = (OUT - (BASE + 5)) as u32;
+    c[0] = 0xe8;
+    c[1..5].copy_from_slice(&rel.to_le_bytes());
+    c[5..7].copy_from_slice(&[0xeb, 0xf9]);
+    c
+}
+
+#[test]
+fn disables_right_after_enables_count_as_the_instruction_decoder() {
+    let code = back_to_back_code();
+    let image = BytesAt::new(Ip(BASE), &code);
+    for status in [Status::Plain, Status::Timed] {
+        for psbs in [0, 1, 3] {
+            let mut t = TraceBuilder::new();
+            t.psb_plus_64(BASE).expect("a PSB+");
+            let mut n = 0;
+            for _ in 0..5 {
+                t.ip(Packet::TipPgd, OUT).expect("a TIP.PGD");
+                for _ in 0..psbs {
+                    psb_off(&mut t, status, n);
+                    n += 1;
+                }
+                t.ip(Packet::TipPge, BASE + 5).expect("a TIP.PGE");
+            }
+            let data = t.finish();
+            let name = format!("back to back, {status:?}, {psbs} PSB+");
+            fast_compare::check(&name, &data, image);
+            if psbs > 0 {
+                let passed = passed_over(&data, image);
+                assert!(passed > 0, "{name}: {passed} passed over");
+            }
+        }
+    }
+}
