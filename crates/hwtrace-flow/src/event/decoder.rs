@@ -858,22 +858,30 @@ impl<'a> EventDecoder<'a> {
     }
 
     fn decode_psbend(&mut self) -> Res {
-        let Some(mut ev) = self.evq.pop(Binding::Psbend) else {
+        let Some(ev) = self.evq.pop(Binding::Psbend) else {
             return Ok(Step::More);
         };
+        let mut ev = Self::at_psbend(&self.ip, ev)?;
+        self.clock.stamp(&mut ev);
+        self.event = Some(ev);
+        Ok(Step::Event)
+    }
+
+    /// A PSB+ status event as PSBEND hands it out: with the last IP, if
+    /// it reports one; an error for an event that cannot wait for PSBEND.
+    #[inline]
+    fn at_psbend(ip: &LastIp, mut ev: Event) -> Result<Event, ErrorKind> {
         match ev.kind {
             EventKind::Enabled { .. }
             | EventKind::ExecMode { .. }
             | EventKind::Tsx { .. }
             | EventKind::AsyncPaging { .. }
             | EventKind::AsyncVmcs { .. }
-            | EventKind::Iflags { .. } => Self::event_ip(&self.ip, &mut ev),
+            | EventKind::Iflags { .. } => Self::event_ip(ip, &mut ev),
             EventKind::Disabled { .. } | EventKind::Cbr { .. } | EventKind::Mnt { .. } => {}
             _ => return Err(ErrorKind::BadContext),
         }
-        self.clock.stamp(&mut ev);
-        self.event = Some(ev);
-        Ok(Step::Event)
+        Ok(ev)
     }
 
     fn decode_fup(&mut self, payload: IpPayload) -> Res {

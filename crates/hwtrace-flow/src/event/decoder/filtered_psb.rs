@@ -208,33 +208,18 @@ impl EventDecoder<'_> {
         if self.evq.is_empty(Binding::Psbend) {
             return true;
         }
-        // Each as `decode_psbend` hands it out: with the last IP.
+        // Each as `decode_psbend` hands it out.
         let ip = &self.ip;
-        let handed = |ev: &Event| {
-            let mut ev = *ev;
-            if matches!(
-                ev.kind,
-                EventKind::Enabled { .. }
-                    | EventKind::ExecMode { .. }
-                    | EventKind::Tsx { .. }
-                    | EventKind::AsyncPaging { .. }
-                    | EventKind::AsyncVmcs { .. }
-                    | EventKind::Iflags { .. }
-            ) {
-                Self::event_ip(ip, &mut ev);
-            }
-            ev
-        };
-        if self
-            .evq
-            .find(Binding::Psbend, |e| !passes_over(&handed(e), at))
-            .is_some()
-        {
+        let passed = |ev: &Event| Self::at_psbend(ip, *ev).is_ok_and(|ev| passes_over(&ev, at));
+        if self.evq.find(Binding::Psbend, |e| !passed(e)).is_some() {
             return false;
         }
         let mut this = StatusPass::default();
         while let Some(ev) = self.evq.pop(Binding::Psbend) {
-            let ev = handed(&ev);
+            // Each one passes (just asked).
+            let Ok(ev) = Self::at_psbend(&self.ip, ev) else {
+                continue;
+            };
             this.events += 1;
             this.restarts_count |= !ev.ip_suppressed;
             match ev.kind {
