@@ -521,8 +521,8 @@ impl<'a> QueryDecoder<'a> {
         if !self.tnt.is_empty() {
             return Err(ErrorKind::BadQuery);
         }
-        if !self.ahead.is_empty() {
-            self.handed = core::mem::take(&mut self.ahead);
+        if let Some(ahead) = self.ahead.take() {
+            self.handed = ahead;
         }
         let ev = self.pending()?;
         if !is_user_event(&ev) {
@@ -556,21 +556,13 @@ impl<'a> QueryDecoder<'a> {
     /// [`event`](Self::event) last handed out (or before the error it
     /// returned), to be applied before that event.
     pub(crate) fn take_passed(&mut self) -> Option<StatusPass> {
-        if self.handed.is_empty() {
-            None
-        } else {
-            Some(core::mem::take(&mut self.handed))
-        }
+        self.handed.take()
     }
 
     /// The PSB+ passed over after the event [`event`](Self::event) last
     /// handed out, when no event is to be handed out after them (the
     /// trace ends there): the caller applies them after that event.
     pub(crate) fn take_ahead(&mut self) -> Option<StatusPass> {
-        if self.ahead.is_empty() {
-            None
-        } else {
-            Some(core::mem::take(&mut self.ahead))
-        }
+        self.ahead.take()
     }
 }

@@ -55,6 +55,11 @@ impl StatusPass {
         self.events == 0
     }
 
+    /// What was passed over, leaving nothing; `None` if nothing was.
+    pub fn take(&mut self) -> Option<Self> {
+        (!self.is_empty()).then(|| core::mem::take(self))
+    }
+
     /// `later`, passed over after this one, added.
     fn then(&mut self, later: &Self) {
         self.events += later.events;
