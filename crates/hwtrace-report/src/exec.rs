@@ -20,6 +20,14 @@ pub enum Exec {
     /// one record (decoders that keep runs hand these out where the flow
     /// is plain code). Only the last may transfer control.
     Run(ExecRun),
+    /// Runs executed one after the other whose control transfers in
+    /// between neither call nor return (jumps, conditional jumps, plain
+    /// code): `ip` is the first run's address, `insns` all of theirs, the
+    /// `last_*` fields the last run's. What the call/return structure needs
+    /// of them in one record; a source hands these out only to answers
+    /// that asked for the call structure alone ([`Detail::Calls`]), never
+    /// to one that looks at each block.
+    Stretch(ExecRun),
     /// A branch whose source and target are known but whose straight-line
     /// code in between was not traced instruction by instruction (BTS
     /// records, LBR entries).
@@ -54,6 +62,31 @@ pub enum Exec {
         /// The CPU it ran on, if known (per-CPU recordings).
         cpu: Option<u32>,
     },
+}
+
+/// How much of the flow an answer needs from a source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Detail {
+    /// Every run of consecutive instructions ([`Exec::Run`], [`Exec::Insn`]):
+    /// answers that look at blocks and edges (coverage).
+    Runs,
+    /// The call/return structure: runs whose last instruction neither
+    /// calls nor returns may be joined with the ones after them into an
+    /// [`Exec::Stretch`] (call trees, reports, timelines). Most runs of a
+    /// trace end in a jump or a conditional jump: far fewer records.
+    Calls,
+}
+
+impl ExecRun {
+    /// Whether the run's last instruction leaves the call stack alone, so
+    /// that for [`Detail::Calls`] the next run may be joined to it: not a
+    /// call (near or far, of any length) and not a return.
+    pub fn joins_next(&self) -> bool {
+        !matches!(
+            self.last_class,
+            InsnClass::Call | InsnClass::FarCall | InsnClass::Return | InsnClass::FarReturn
+        )
+    }
 }
 
 /// An executed instruction.
@@ -150,6 +183,39 @@ pub(crate) fn as_runs(execs: &[Exec], max: u32) -> Vec<Exec> {
         };
     }
     out.extend(open.map(Exec::Run));
+    out
+}
+
+/// `execs` as a source hands them out for [`Detail::Calls`]: instructions
+/// in a row gathered into runs ([`as_runs`]), then each run that neither
+/// calls nor returns joined with the runs after it (in the same space)
+/// into an [`Exec::Stretch`]: for tests that call answers give the same
+/// for both.
+#[cfg(test)]
+pub(crate) fn as_stretches(execs: &[Exec], max: u32) -> Vec<Exec> {
+    let mut out: Vec<Exec> = Vec::new();
+    let mut open: Option<ExecRun> = None;
+    for e in as_runs(execs, max) {
+        let Exec::Run(r) = e else {
+            out.extend(open.take().map(Exec::Stretch));
+            out.push(e);
+            continue;
+        };
+        open = match open {
+            Some(s) if s.joins_next() && s.space == r.space => Some(ExecRun {
+                insns: s.insns + r.insns,
+                last_ip: r.last_ip,
+                last_size: r.last_size,
+                last_class: r.last_class,
+                ..s
+            }),
+            s => {
+                out.extend(s.map(Exec::Stretch));
+                Some(r)
+            }
+        };
+    }
+    out.extend(open.map(Exec::Stretch));
     out
 }
 

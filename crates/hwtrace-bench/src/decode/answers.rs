@@ -5,7 +5,9 @@
 //! peak RSS; medians over runs. The reference is `hwtrace flow --jobs 1
 //! --stats` on the same bytes in the same run: no peer computes these
 //! answers from a raw PT trace, so the ratio that matters is the answer's
-//! time over the decode's. Outputs go to /dev/null.
+//! time over the decode's. The answers run as users run them (decoding on
+//! a thread of its own beside the answer on a machine with two cores or
+//! more), and `report --jobs 1` on one thread. Outputs go to /dev/null.
 
 use super::{Bench, Input, Options, Spec, mib, open};
 use anyhow::{Result, ensure};
@@ -13,8 +15,11 @@ use std::process::Command;
 
 /// The answer commands timed, with the arguments that write their outputs
 /// to /dev/null.
-const ANSWERS: [(&str, &[&str]); 5] = [
+const ANSWERS: [(&str, &[&str]); 6] = [
     ("report", &[]),
+    // The answers decode beside their own work on a second thread where
+    // the machine has one: the same answer on one thread, for the ratio.
+    ("report --jobs 1", &["--jobs", "1"]),
     ("calls", &["--folded", "/dev/null"]),
     (
         "coverage",

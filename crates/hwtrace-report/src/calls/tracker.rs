@@ -284,7 +284,7 @@ impl CallTracker {
     pub fn feed(&mut self, exec: &Exec, sink: &mut dyn CallSink) -> io::Result<()> {
         match *exec {
             Exec::Insn(insn) => self.run(&ExecRun::from(insn), sink),
-            Exec::Run(ref run) => self.run(run, sink),
+            Exec::Run(ref run) | Exec::Stretch(ref run) => self.run(run, sink),
             Exec::Branch { from, to, class } => self.branch(from, to, class, sink),
             Exec::Gap { offset, why } => self.gap(offset, why, sink),
             Exec::Time(tsc) => {
@@ -649,6 +649,8 @@ pub(crate) mod tests {
         for max in [1, 2, 3, 5, u32::MAX] {
             let runs = crate::exec::as_runs(&flow.0, max);
             assert_eq!(feed(&runs), one_by_one, "runs of at most {max}: {runs:?}");
+            let stretches = crate::exec::as_stretches(&flow.0, max);
+            assert_eq!(feed(&stretches), one_by_one, "stretches: {stretches:?}");
         }
         one_by_one
     }

@@ -196,20 +196,11 @@ impl CoverageBuilder {
                 }
                 self.branch_to = Some((space, to));
             }
-            Exec::Gap { why, .. } => {
-                let space = self.open.map(|o| o.space);
-                self.close();
-                self.branch_to = None;
-                if why != GapKind::Disabled {
-                    // Lost data: what ran next is not known to follow.
-                    let cpu = self.cpu;
-                    let tid = self.tid;
-                    self.park_last();
-                    self.prev.retain(|c, _| {
-                        !(c.tid == tid && c.cpu == cpu && space.is_none_or(|s| s == c.space))
-                    });
-                }
-            }
+            Exec::Gap { why, .. } => self.break_flow(why != GapKind::Disabled),
+            // Blocks joined without their edges: a source hands these out
+            // only for the call structure ([`Detail::Calls`]), never to
+            // coverage; were one given, its blocks are unknown, as if lost.
+            Exec::Stretch(_) => self.break_flow(true),
             Exec::Thread { pid, tid, cpu } => {
                 self.close();
                 self.branch_to = None;
@@ -218,6 +209,23 @@ impl CoverageBuilder {
                 self.cpu = cpu;
             }
             Exec::Time(_) => {}
+        }
+    }
+
+    /// The flow does not go on from the open block; `lost`: nor from
+    /// anything before (data was lost, what runs next is not known to
+    /// follow).
+    fn break_flow(&mut self, lost: bool) {
+        let space = self.open.map(|o| o.space);
+        self.close();
+        self.branch_to = None;
+        if lost {
+            let cpu = self.cpu;
+            let tid = self.tid;
+            self.park_last();
+            self.prev.retain(|c, _| {
+                !(c.tid == tid && c.cpu == cpu && space.is_none_or(|s| s == c.space))
+            });
         }
     }
 

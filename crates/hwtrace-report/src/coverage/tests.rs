@@ -118,6 +118,28 @@ fn a_disable_keeps_the_flow_and_lost_data_breaks_it() {
 }
 
 #[test]
+fn a_stretch_carries_no_blocks_and_breaks_the_flow_as_lost_data_does() {
+    // Joined runs (what a source hands out for the call structure only)
+    // say nothing about the blocks inside: no block, no edge across it.
+    let stretch = Exec::Stretch(ExecRun {
+        space: AddressSpace::UNKNOWN,
+        ip: Ip(0x1000),
+        insns: 4,
+        last_ip: Ip(0x1001),
+        last_size: 2,
+        last_class: InsnClass::CondJump,
+    });
+    let mut flow = loop_flow();
+    flow.insert(2, stretch);
+    let with = Coverage::from_execs(&flow);
+    let mut flow = loop_flow();
+    flow.insert(2, gap(GapKind::Overflow));
+    let lost = Coverage::from_execs(&flow);
+    assert_eq!(format!("{:?}", with.blocks), format!("{:?}", lost.blocks));
+    assert_eq!(format!("{:?}", with.edges), format!("{:?}", lost.edges));
+}
+
+#[test]
 fn threads_have_their_own_flows() {
     let thread = |tid| Exec::Thread {
         pid: Some(7),

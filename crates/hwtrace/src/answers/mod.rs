@@ -17,6 +17,7 @@
 
 mod branches;
 mod perf;
+mod pipeline;
 mod pt;
 pub mod source;
 #[cfg(test)]

@@ -28,12 +28,20 @@ use hwtrace_flow::ErrorKind;
 use hwtrace_perf::data::{
     AuxQueue, AuxStreams, AuxtraceKind, FileOffset, IntelBtsInfo, PerfData, PerfRecord, QueueKey,
 };
-use hwtrace_report::exec::{Exec, GapKind, Mapping};
+use hwtrace_report::exec::{Detail, Exec, GapKind, Mapping};
 use hwtrace_types::{Ip, TraceOffset};
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+/// How a PT queue is decoded: the recording's settings and what the answer
+/// needs of the flow.
+#[derive(Clone, Copy, Debug)]
+struct Decoding {
+    settings: PtSettings,
+    detail: Detail,
+}
 
 /// A perf.data file with Intel PT (or BTS) data, mapped.
 #[derive(Debug)]
@@ -174,8 +182,9 @@ impl PerfInput {
             .unwrap_or(0)
     }
 
-    /// Decodes every queue, one after the other.
-    pub fn run(&self, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
+    /// Decodes every queue, one after the other, handing out what
+    /// `detail` asks for.
+    pub fn run(&self, detail: Detail, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
         let data = self.data()?;
         let streams = AuxStreams::collect(&data);
         for l in &streams.aux_losses {
@@ -201,7 +210,8 @@ impl PerfInput {
         for (key, queue) in &streams.queues {
             match self.settings {
                 Some(settings) => {
-                    self.queue(*key, queue, settings, &mut cache, sink, report)?;
+                    let how = Decoding { settings, detail };
+                    self.queue(*key, queue, how, &mut cache, sink, report)?;
                 }
                 None => self.bts_queue(*key, queue, &mut cache, sink, report)?,
             }
@@ -215,13 +225,13 @@ impl PerfInput {
         &self,
         key: QueueKey,
         queue: &AuxQueue<'_>,
-        settings: PtSettings,
+        how: Decoding,
         cache: &mut BuildIdCache,
         sink: Sink<'_>,
         report: &mut SourceReport,
     ) -> Result<()> {
         let sb = &self.sb;
-        let flow = QueueFlow::new(key, sb, settings, &self.options, &self.kernel, cache)?;
+        let flow = QueueFlow::new(key, sb, how.settings, &self.options, &self.kernel, cache)?;
         let cpu = (key.cpu != u32::MAX).then_some(key.cpu);
         let thread = |tid: Option<u32>| Exec::Thread {
             pid: tid.and_then(|t| sb.pid_of.get(&t).copied()),
@@ -247,7 +257,7 @@ impl PerfInput {
         }
         for run in runs(queue) {
             let (start, len) = (run.start, run.trace.len() as u64);
-            let mut map = ItemMapper::new(start, len, what.clone());
+            let mut map = ItemMapper::new(start, len, what.clone()).with_detail(how.detail);
             if gap_at.contains(&start) {
                 map.gap(start, GapKind::Lost, sink, report)?;
             }

@@ -5,7 +5,7 @@ use crate::flow::Item;
 use anyhow::Result;
 use hwtrace_flow::event::{Event, EventKind};
 use hwtrace_flow::parallel::PassedRun;
-use hwtrace_report::exec::{Exec, ExecInsn, ExecRun, GapKind};
+use hwtrace_report::exec::{Detail, Exec, ExecInsn, ExecRun, GapKind};
 use hwtrace_types::{AddressSpace, Cr3, Ip, TraceOffset};
 
 /// Turns [`Item`]s of one trace into [`Exec`] records: the address space
@@ -23,6 +23,8 @@ pub struct ItemMapper {
     last_tsc: Option<u64>,
     /// Text put in front of problems ("FILE" or "cpu N tid M").
     what: String,
+    /// Whether runs are joined into stretches ([`Detail::Calls`]).
+    stretches: bool,
 }
 
 /// Problems kept in a [`SourceReport`] at most; the counts go on.
@@ -38,7 +40,14 @@ impl ItemMapper {
             space: AddressSpace::UNKNOWN,
             last_tsc: None,
             what,
+            stretches: false,
         }
+    }
+
+    /// Hands out what `detail` asks for (the default: every run).
+    pub fn with_detail(mut self, detail: Detail) -> Self {
+        self.stretches = detail == Detail::Calls;
+        self
     }
 
     /// The TSC of `event` if it is new (for perf's thread switches).
@@ -89,9 +98,10 @@ impl ItemMapper {
     }
 
     /// The runs `visit` passes over (a flow's `visit_runs`), each handed on
-    /// as one `Exec::Run`; the first error of `sink` stops handing them on
-    /// and is returned. `Some`: the trace offset the last run was decoded
-    /// at.
+    /// as one `Exec::Run` (for [`Detail::Calls`], those after a run that
+    /// neither calls nor returns joined to it into one `Exec::Stretch`); the
+    /// first error of `sink` stops handing them on and is returned. `Some`:
+    /// the trace offset the last run was decoded at.
     pub fn runs(
         &mut self,
         visit: impl FnOnce(&mut dyn FnMut(&PassedRun)) -> u64,
@@ -100,26 +110,55 @@ impl ItemMapper {
     ) -> Result<Option<u64>> {
         let mut done = Ok(());
         let mut at = None;
-        visit(&mut |r| {
-            at = Some(r.before.0);
-            if done.is_ok() {
-                done = self.run(r, sink, report);
+        if self.stretches {
+            // The stretch being joined (when `joining`): handed on when a
+            // run that calls or returns ends it, or at the end of what
+            // `visit` passes over (the records after it may change the
+            // space or break the flow). Updated in place: most runs only
+            // add to it.
+            let space = self.space;
+            let (mut open, mut joining) = (None::<ExecRun>, false);
+            visit(&mut |r| {
+                at = Some(r.before.0);
+                report.insns += u64::from(r.run.insns);
+                if joining
+                    && let Some(s) = open.as_mut()
+                    && let Some(insns) = s.insns.checked_add(r.run.insns)
+                {
+                    s.insns = insns;
+                    s.last_ip = r.run.end_ip;
+                    s.last_size = r.run.end_size;
+                    s.last_class = r.run.end_class;
+                    joining = s.joins_next();
+                    return;
+                }
+                if let Some(s) = open
+                    && done.is_ok()
+                {
+                    done = sink(Exec::Stretch(s));
+                }
+                let run = exec_run(space, r);
+                joining = run.joins_next();
+                open = Some(run);
+            });
+            if let (Some(s), Ok(())) = (open, &done) {
+                done = sink(Exec::Stretch(s));
             }
-        });
+        } else {
+            visit(&mut |r| {
+                at = Some(r.before.0);
+                if done.is_ok() {
+                    done = self.run(r, sink, report);
+                }
+            });
+        }
         done.map(|()| at)
     }
 
     /// A run of instructions passed over whole.
     fn run(&mut self, r: &PassedRun, sink: Sink<'_>, report: &mut SourceReport) -> Result<()> {
         report.insns += u64::from(r.run.insns);
-        sink(Exec::Run(ExecRun {
-            space: self.space,
-            ip: r.run.ip,
-            insns: r.run.insns,
-            last_ip: r.run.end_ip,
-            last_size: r.run.end_size,
-            last_class: r.run.end_class,
-        }))
+        sink(Exec::Run(exec_run(self.space, r)))
     }
 
     /// A decode error already explained elsewhere (perf.data: inside a
@@ -185,5 +224,17 @@ impl ItemMapper {
             offset: TraceOffset(offset),
             why,
         })
+    }
+}
+
+/// Run `r` in `space` as a record.
+fn exec_run(space: AddressSpace, r: &PassedRun) -> ExecRun {
+    ExecRun {
+        space,
+        ip: r.run.ip,
+        insns: r.run.insns,
+        last_ip: r.run.end_ip,
+        last_size: r.run.end_size,
+        last_class: r.run.end_class,
     }
 }

@@ -14,7 +14,7 @@
 //! decoded over, and for all inputs they are the files symbols come from
 //! ([`Source::mappings`]).
 
-use super::{branches, perf, pt};
+use super::{branches, perf, pipeline, pt};
 use crate::cmd::flow::{DumpArgs, decoder_config, open_dump, parse_cpu};
 use crate::flow::{FlowMemory, Item, Items, MappedTrace};
 use crate::image_args::ImageArgs;
@@ -24,7 +24,7 @@ use crate::ptdump::cpu::Cpu;
 use anyhow::{Result, bail};
 use hwtrace_flow::insn::FastDecoder;
 use hwtrace_flow::parallel::{FastSource, MAX_STALL};
-use hwtrace_report::exec::{Exec, GapKind, Mapping};
+use hwtrace_report::exec::{Detail, Exec, GapKind, Mapping};
 use hwtrace_report::symbols::{Space, Symbolizer};
 use hwtrace_types::Ip;
 use std::path::{Path, PathBuf};
@@ -92,6 +92,11 @@ pub struct SourceArgs {
     /// LBR: MSR_LASTBRANCH_TOS (default: the dump's).
     #[arg(long, value_name = "N", requires = "lbr")]
     pub lbr_tos: Option<String>,
+    /// Decode on a thread of its own beside the answer (2, the default on
+    /// a machine with two cores or more) or on the answer's (1). The
+    /// answer is the same; more than 2 uses no more threads.
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub jobs: Option<u64>,
 }
 
 /// What decoding found besides the records: counts and the first
@@ -143,6 +148,8 @@ pub struct Source {
     mappings: Vec<Mapping>,
     /// `--kallsyms` (for perf.data also its kcore_dir's `kallsyms`).
     kallsyms: Option<Kallsyms>,
+    /// Whether [`run`](Self::run) decodes on a thread of its own.
+    beside: bool,
 }
 
 #[derive(Debug)]
@@ -193,6 +200,10 @@ impl Source {
         let memory = Box::new(FlowMemory::new(image, dump));
         // perf.data inputs read it with their kernel (or from its kcore_dir).
         let kallsyms = || args.kallsyms.as_deref().map(Kallsyms::load).transpose();
+        let beside = match args.jobs {
+            Some(n) => n >= 2,
+            None => std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2),
+        };
         if args.bts.is_some() || args.bts_ds.is_some() {
             let (list, bytes) = branches::bts(args)?;
             return Ok(Self {
@@ -203,6 +214,7 @@ impl Source {
                 },
                 mappings,
                 kallsyms: kallsyms()?,
+                beside,
             });
         }
         if let Some(path) = &args.lbr {
@@ -215,6 +227,7 @@ impl Source {
                 },
                 mappings,
                 kallsyms: kallsyms()?,
+                beside,
             });
         }
         let Some(path) = &args.trace else {
@@ -229,6 +242,7 @@ impl Source {
                 input: Input::Perf(Box::new(input)),
                 mappings,
                 kallsyms,
+                beside,
             });
         }
         if !has_code {
@@ -250,6 +264,7 @@ impl Source {
             },
             mappings,
             kallsyms: kallsyms()?,
+            beside,
         })
     }
 
@@ -284,7 +299,18 @@ impl Source {
     /// Decodes the whole input, handing every record to `sink` in trace
     /// order (perf.data: one AUX stream after the other, each starting
     /// with its `Exec::Thread`).
-    pub fn run(&self, sink: Sink<'_>) -> Result<SourceReport> {
+    /// `detail`: what the answer needs of the flow ([`Detail::Calls`]:
+    /// runs that neither call nor return joined with the ones after them).
+    pub fn run(&self, detail: Detail, sink: Sink<'_>) -> Result<SourceReport> {
+        if self.beside {
+            pipeline::run_beside(self, detail, sink)
+        } else {
+            self.run_here(detail, sink)
+        }
+    }
+
+    /// [`run`](Self::run) on this thread alone.
+    pub fn run_here(&self, detail: Detail, sink: Sink<'_>) -> Result<SourceReport> {
         let mut report = SourceReport {
             trace_bytes: self.trace_bytes(),
             ..SourceReport::default()
@@ -300,7 +326,8 @@ impl Source {
                 // The block-cached decoder: runs of plain code handed out
                 // whole, every other step as InsnDecoder's items.
                 let dec = FastSource::runs(FastDecoder::new(bytes, *config, &**memory), MAX_STALL);
-                let mut map = pt::ItemMapper::new(0, bytes.len() as u64, show(path));
+                let mut map =
+                    pt::ItemMapper::new(0, bytes.len() as u64, show(path)).with_detail(detail);
                 let mut items = Items::new(dec);
                 loop {
                     if let Some(offset) = map.runs(|v| items.visit_runs(v), sink, &mut report)? {
@@ -314,7 +341,7 @@ impl Source {
                 }
                 map.gap(bytes.len() as u64, GapKind::Disabled, sink, &mut report)?;
             }
-            Input::Perf(p) => p.run(sink, &mut report)?,
+            Input::Perf(p) => p.run(detail, sink, &mut report)?,
             Input::Branches { list, memory, .. } => {
                 let memory = memory.as_deref();
                 for &(from, to) in list {
@@ -365,7 +392,7 @@ mod tests {
     fn collect(source: &Source) -> (Vec<Exec>, SourceReport) {
         let mut all = Vec::new();
         let report = source
-            .run(&mut |e| {
+            .run(Detail::Runs, &mut |e| {
                 all.push(e);
                 Ok(())
             })
@@ -633,5 +660,163 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// The records and the report of `source`, decoded on this thread and
+    /// beside it.
+    fn here_and_beside(source: &Source, detail: Detail) -> [(Vec<Exec>, String); 2] {
+        let mut here = Vec::new();
+        let report = source
+            .run_here(detail, &mut |e| {
+                here.push(e);
+                Ok(())
+            })
+            .unwrap();
+        let here = (here, format!("{report:?}"));
+        let mut beside = Vec::new();
+        let report = pipeline::run_beside(source, detail, &mut |e| {
+            beside.push(e);
+            Ok(())
+        })
+        .unwrap();
+        [here, (beside, format!("{report:?}"))]
+    }
+
+    /// Real hardware traces (foo's 117,967 instructions over many
+    /// batches, its calls out of the IP filter; Unzip's disable/enable
+    /// pairs and PSB+) and a perf.data recording, as argument lists.
+    fn real_inputs() -> Vec<Vec<String>> {
+        let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real");
+        let mut inputs: Vec<Vec<String>> = ["foo", "Unzip"]
+            .iter()
+            .map(|name| {
+                let dir = real.join(name);
+                vec![
+                    dir.join("trace.pt").display().to_string(),
+                    "--pages".into(),
+                    dir.display().to_string(),
+                ]
+            })
+            .collect();
+        let perf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/perf/pt-true.data");
+        inputs.push(vec![perf.display().to_string()]);
+        inputs
+    }
+
+    #[test]
+    fn decoding_beside_the_answer_hands_out_the_same_records() {
+        for args in &real_inputs() {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let source = Source::open(&parse(&args).unwrap()).unwrap();
+            for detail in [Detail::Runs, Detail::Calls] {
+                let [here, beside] = here_and_beside(&source, detail);
+                // The raw traces' runs fill several batches.
+                assert!(
+                    here.0.len() > 2 * pipeline::BATCH
+                        || args.len() == 1
+                        || detail == Detail::Calls,
+                    "{args:?}: {} records",
+                    here.0.len()
+                );
+                assert_eq!(here, beside, "{args:?} {detail:?}");
+            }
+        }
+    }
+
+    /// The JSON lines of the calls `source` makes, with how many records
+    /// made them and the decode's report.
+    fn call_lines(source: &Source, detail: Detail) -> (String, usize, String) {
+        use hwtrace_report::calls::{CallTracker, JsonLines};
+        let mut out = Vec::new();
+        let mut json = JsonLines::new(&mut out);
+        let names = crate::cmd::calls::Names(source.symbolizer());
+        let mut tracker = CallTracker::new(Box::new(names));
+        let mut records = 0;
+        let report = source
+            .run_here(detail, &mut |e| {
+                records += 1;
+                Ok(tracker.feed(&e, &mut json)?)
+            })
+            .unwrap();
+        tracker.finish(&mut json).unwrap();
+        (
+            String::from_utf8(out).unwrap(),
+            records,
+            format!("{report:?}"),
+        )
+    }
+
+    #[test]
+    fn stretches_give_the_calls_runs_give_in_fewer_records() {
+        for args in &real_inputs() {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let source = Source::open(&parse(&args).unwrap()).unwrap();
+            let (runs, run_records, runs_report) = call_lines(&source, Detail::Runs);
+            let (stretches, stretch_records, stretches_report) = call_lines(&source, Detail::Calls);
+            let calls = if args.len() > 1 { 100 } else { 1 };
+            assert!(runs.lines().count() > calls, "{args:?}: {runs}");
+            assert_eq!(runs, stretches, "{args:?}");
+            assert_eq!(runs_report, stretches_report, "{args:?}");
+            // foo: about a third of its runs end in a call or a return;
+            // Unzip: one in a hundred.
+            if args.len() > 1 {
+                assert!(
+                    stretch_records * 2 < run_records,
+                    "{args:?}: {stretch_records} of {run_records}"
+                );
+            } else {
+                assert!(stretch_records <= run_records);
+            }
+        }
+    }
+
+    #[test]
+    fn an_answer_that_fails_stops_the_decode_beside_it() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real/foo");
+        let trace = dir.join("trace.pt");
+        let args = parse(&[
+            trace.to_str().unwrap(),
+            "--pages",
+            dir.to_str().unwrap(),
+            "--jobs",
+            "2",
+        ])
+        .unwrap();
+        let source = Source::open(&args).unwrap();
+        // Failing in the first batch and in a later one: the answer's
+        // error comes back (not the decoder's stop), and nothing hangs.
+        for fail_at in [10, 3 * pipeline::BATCH + 5] {
+            let mut seen = 0;
+            let e = source
+                .run(Detail::Runs, &mut |_| {
+                    seen += 1;
+                    if seen == fail_at {
+                        bail!("the answer's own error");
+                    }
+                    Ok(())
+                })
+                .unwrap_err();
+            assert_eq!(format!("{e:#}"), "the answer's own error");
+            assert_eq!(seen, fail_at);
+        }
+    }
+
+    #[test]
+    fn jobs_choose_the_thread_the_decode_runs_on() {
+        let trace = tmp("jobs", &[]);
+        let code = tmp("jobs-code", &CODE);
+        let image = format!("{}@1000", code.display());
+        let open = |jobs: &str| {
+            let mut args = vec![trace.to_str().unwrap(), "--image", &image];
+            if !jobs.is_empty() {
+                args.extend(["--jobs", jobs]);
+            }
+            Source::open(&parse(&args).unwrap()).unwrap().beside
+        };
+        assert!(!open("1"));
+        assert!(open("2") && open("16"));
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(open(""), cores >= 2);
+        assert!(parse(&[trace.to_str().unwrap(), "--jobs", "0"]).is_err());
     }
 }

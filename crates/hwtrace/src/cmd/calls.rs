@@ -13,7 +13,7 @@ use hwtrace_report::calls::{
     CallSink, CallTracker, CodeAddr, FoldedStacks, FunctionName, JsonLines, Sinks, Symbolize,
     TreeWriter, TscRate,
 };
-use hwtrace_report::exec::Exec;
+use hwtrace_report::exec::{Detail, Exec};
 use hwtrace_report::flame;
 use hwtrace_report::symbols::{Space, Symbolizer};
 use std::fs::File;
@@ -118,7 +118,7 @@ pub fn decode(
     let symbols = source.symbolizer();
     let mut tracker = CallTracker::new(Box::new(Names(symbols)));
     let mut progress = Progress::bytes(source.trace_bytes(), name, quiet);
-    let report = source.run(&mut |exec| {
+    let report = source.run(Detail::Calls, &mut |exec| {
         progress.at(match exec {
             Exec::Gap { offset, .. } => Some(offset.0),
             _ => None,

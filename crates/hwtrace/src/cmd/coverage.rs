@@ -9,7 +9,7 @@ use crate::answers::{Source, SourceArgs};
 use crate::progress::Progress;
 use anyhow::{Context, Result};
 use hwtrace_report::coverage::{Coverage, CoverageBuilder, afl, drcov, json, lcov};
-use hwtrace_report::exec::Exec;
+use hwtrace_report::exec::{Detail, Exec};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -71,7 +71,7 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
     let mut builder = CoverageBuilder::new();
     let name = super::calls::input_name(&args.source);
     let mut progress = Progress::bytes(source.trace_bytes(), &name, args.quiet);
-    let report = source.run(&mut |e| {
+    let report = source.run(Detail::Runs, &mut |e| {
         // Gaps carry trace offsets: the bar moves at each.
         progress.at(match e {
             Exec::Gap { offset, .. } => Some(offset.0),

@@ -1,7 +1,7 @@
 //! One module per subcommand.
 
 mod bts;
-mod calls;
+pub(crate) mod calls;
 mod coverage;
 mod cpuid;
 mod dump;

@@ -3,9 +3,9 @@
 //! size stays flat however large the trace is.
 
 use anyhow::{Context, Result};
-use std::cell::Cell;
 use std::fs::File;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How far behind the decode released pages stay (the decoders only read
 /// forward; a released page read again is simply read from the file).
@@ -24,7 +24,7 @@ const PAGE: u64 = 4096;
 pub struct MappedTrace {
     map: Option<memmap2::Mmap>,
     /// Bytes from the start already released.
-    released: Cell<u64>,
+    released: AtomicU64,
 }
 
 impl MappedTrace {
@@ -35,7 +35,7 @@ impl MappedTrace {
             .metadata()
             .with_context(|| format!("cannot stat {}", path.display()))?
             .len();
-        let released = Cell::new(0);
+        let released = AtomicU64::new(0);
         if len == 0 {
             return Ok(Self {
                 map: None,
@@ -65,10 +65,10 @@ impl MappedTrace {
     pub fn decoded_to(&self, offset: u64) {
         let Some(map) = &self.map else { return };
         let end = offset.saturating_sub(MARGIN) / PAGE * PAGE;
-        if end < self.released.get().saturating_add(STEP) {
+        if end < self.released.load(Ordering::Relaxed).saturating_add(STEP) {
             return;
         }
-        let from = self.released.get();
+        let from = self.released.load(Ordering::Relaxed);
         let (Ok(at), Ok(len)) = (usize::try_from(from), usize::try_from(end - from)) else {
             return;
         };
@@ -80,7 +80,7 @@ impl MappedTrace {
         let done =
             unsafe { map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at, len) };
         if done.is_ok() {
-            self.released.set(end);
+            self.released.store(end, Ordering::Relaxed);
         }
     }
 }
