@@ -22,6 +22,7 @@
 //! Nothing here allocates per instruction: items are `Copy` values and the
 //! printers reuse their buffers.
 
+mod disasm;
 mod items;
 mod mapped;
 mod memory;
@@ -30,6 +31,7 @@ mod run_blocks;
 mod run_ends;
 mod shape;
 
+pub use disasm::{Disassembler, Syntax};
 pub use items::{Item, Items};
 pub use mapped::MappedTrace;
 pub use memory::FlowMemory;

@@ -1,13 +1,12 @@
 //! Printing [`Item`]s: text lines (`ip  disassembly`, events in brackets as
 //! ptxed shows them) or one JSON object per line.
 
+use super::disasm::{Disassembler, Syntax, push_hex, push_hex16};
 use super::items::Item;
 use super::shape::{Block, Branch, BranchKind};
 use hwtrace_flow::Error;
 use hwtrace_flow::event::{Event, EventKind};
 use hwtrace_flow::insn::{Insn, InsnClass};
-use hwtrace_packet::ExecMode;
-use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
@@ -64,26 +63,12 @@ impl Stats {
     }
 }
 
-/// An Intel-syntax formatter writing numbers as objdump and perf do: 0x1f,
-/// lower case.
-fn intel_formatter() -> IntelFormatter {
-    let mut formatter = IntelFormatter::new();
-    let options = formatter.options_mut();
-    options.set_uppercase_hex(false);
-    options.set_hex_prefix("0x");
-    options.set_hex_suffix("");
-    formatter
-}
-
 /// Writes items; reuses its buffers, so printing allocates nothing per
 /// instruction once warmed up.
 pub struct Printer {
     format: Format,
     disasm: bool,
-    /// Made at the first instruction disassembled: making one runs ~5 M
-    /// instructions (its tables), as much as decoding 500 KB of trace,
-    /// which a count (`--quiet --stats`) would pay for nothing.
-    formatter: Option<IntelFormatter>,
+    dis: Disassembler,
     text: String,
     line: String,
 }
@@ -103,28 +88,16 @@ impl Printer {
         Self {
             format,
             disasm,
-            formatter: None,
+            dis: Disassembler::new(Syntax::Objdump),
             text: String::with_capacity(64),
             line: String::with_capacity(128),
         }
     }
 
-    /// Disassembles `insn` into `self.text` (Intel syntax).
-    fn disassemble(&mut self, insn: &Insn) {
-        self.text.clear();
-        let bitness = match insn.mode {
-            Some(ExecMode::Bits16) => 16,
-            Some(ExecMode::Bits32) => 32,
-            _ => 64,
-        };
-        let mut decoder = Decoder::with_ip(bitness, insn.bytes(), insn.ip, DecoderOptions::NONE);
-        let instr = decoder.decode();
-        if instr.is_invalid() {
-            self.text.push_str("(bad)");
-        } else {
-            let formatter = self.formatter.get_or_insert_with(intel_formatter);
-            formatter.format(&instr, &mut self.text);
-        }
+    /// Appends `insn`'s disassembly (Intel syntax) to the line.
+    fn push_disasm(&mut self, insn: &Insn) {
+        let text = self.dis.text(insn.ip, insn.mode, insn.bytes());
+        self.line.push_str(text.unwrap_or("(bad)"));
     }
 
     /// Writes `item` as one line (nothing for a PSB+ status report).
@@ -172,10 +145,10 @@ impl Printer {
                 if insn.speculative {
                     self.line.push_str("? ");
                 }
-                let _ = write!(self.line, "{:016x}", insn.ip);
+                push_hex16(&mut self.line, insn.ip);
                 if self.disasm {
-                    self.disassemble(insn);
-                    let _ = write!(self.line, "  {}", self.text);
+                    self.line.push_str("  ");
+                    self.push_disasm(insn);
                 }
             }
             Item::Event { event, .. } => {
@@ -219,27 +192,29 @@ impl Printer {
     }
 
     fn block_text(&mut self, b: &Block) {
+        push_hex16(&mut self.line, b.ip);
+        self.line.push_str(" - ");
+        push_hex16(&mut self.line, b.last.ip);
         let _ = write!(
             self.line,
-            "{:016x} - {:016x}  {:>4} insns  {}",
-            b.ip,
-            b.last.ip,
+            "  {:>4} insns  {}",
             b.insns,
             class_name(b.last.class)
         );
         if self.disasm {
-            self.disassemble(&b.last);
-            let _ = write!(self.line, "  {}", self.text);
+            self.line.push_str("  ");
+            self.push_disasm(&b.last);
         }
     }
 
     fn json_line(&mut self, item: &Item) {
         match item {
             Item::Insn { offset, insn } => {
+                let _ = write!(self.line, r#"{{"type":"insn","offset":{offset},"ip":""#);
+                push_hex(&mut self.line, insn.ip);
                 let _ = write!(
                     self.line,
-                    r#"{{"type":"insn","offset":{offset},"ip":"{:#x}","size":{},"class":"{}""#,
-                    insn.ip,
+                    r#"","size":{},"class":"{}""#,
                     insn.size,
                     class_name(insn.class)
                 );
@@ -247,9 +222,9 @@ impl Printer {
                     self.line.push_str(r#","speculative":true"#);
                 }
                 if self.disasm {
-                    self.disassemble(insn);
                     self.line.push_str(r#","disasm":"#);
-                    json_string(&self.text, &mut self.line);
+                    let text = self.dis.text(insn.ip, insn.mode, insn.bytes());
+                    json_string(text.unwrap_or("(bad)"), &mut self.line);
                 }
                 self.line.push('}');
             }
@@ -304,9 +279,10 @@ impl Printer {
                     class_name(b.last.class)
                 );
                 if self.disasm {
-                    self.disassemble(&b.last);
+                    let last = &b.last;
                     self.line.push_str(r#","disasm":"#);
-                    json_string(&self.text, &mut self.line);
+                    let text = self.dis.text(last.ip, last.mode, last.bytes());
+                    json_string(text.unwrap_or("(bad)"), &mut self.line);
                 }
                 self.line.push('}');
             }
@@ -342,13 +318,11 @@ fn json_error(e: &Error, line: &mut String) {
 /// `from => to  kind`, perf script's order; unknown ends print as 0 as
 /// perf prints them.
 fn branch_text(b: &Branch, line: &mut String) {
-    let _ = write!(
-        line,
-        "{:016x} => {:016x}  {}",
-        b.from.unwrap_or(0),
-        b.to.unwrap_or(0),
-        b.kind.name()
-    );
+    push_hex16(line, b.from.unwrap_or(0));
+    line.push_str(" => ");
+    push_hex16(line, b.to.unwrap_or(0));
+    line.push_str("  ");
+    line.push_str(b.kind.name());
     if b.ends_trace && b.kind != BranchKind::TraceEnd {
         line.push_str(" (tr end)");
     }
@@ -366,6 +340,12 @@ fn json_addr(addr: Option<u64>, line: &mut String) {
 /// `s` as a JSON string literal.
 fn json_string(s: &str, line: &mut String) {
     line.push('"');
+    // Disassembly and event words need no escape: one copy.
+    if !s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        line.push_str(s);
+        line.push('"');
+        return;
+    }
     for c in s.chars() {
         match c {
             '"' => line.push_str("\\\""),
@@ -479,6 +459,7 @@ fn describe_event(ev: &Event, s: &mut String) {
 mod tests {
     use super::*;
     use hwtrace_flow::ErrorKind;
+    use hwtrace_packet::ExecMode;
     use hwtrace_types::TraceOffset;
 
     fn insn(ip: u64, bytes: &[u8], class: InsnClass) -> Insn {

@@ -1,5 +1,6 @@
 //! ptxed's event and instruction lines.
 
+use crate::flow::Disassembler;
 use hwtrace_flow::event::{Event, EventKind};
 use hwtrace_flow::insn::Insn;
 use hwtrace_packet::ExecMode;
@@ -34,26 +35,18 @@ pub struct InsnText {
     pub disassembly: bool,
 }
 
-fn disassemble(insn: &Insn) -> String {
-    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
-    let bits = match insn.mode {
-        Some(ExecMode::Bits16) => 16,
-        Some(ExecMode::Bits32) => 32,
-        _ => 64,
-    };
-    let mut decoder = Decoder::with_ip(bits, insn.bytes(), insn.ip, DecoderOptions::NONE);
-    let decoded = decoder.decode();
-    if decoded.is_invalid() {
-        return " [decode error]".to_string();
-    }
-    let mut text = String::from("  ");
-    IntelFormatter::new().format(&decoded, &mut text);
-    text
-}
-
-/// One instruction line.
-pub fn insn_line(insn: &Insn, style: &Style, offset: u64, time: u64, text: InsnText) -> String {
-    let mut s = String::new();
+/// One instruction line, into `s` (cleared first); disassembled by `dis`
+/// (iced-x86's syntax, [`Syntax::Iced`](crate::flow::Syntax::Iced)).
+pub fn insn_line(
+    s: &mut String,
+    dis: &mut Disassembler,
+    insn: &Insn,
+    style: &Style,
+    offset: u64,
+    time: u64,
+    text: InsnText,
+) {
+    s.clear();
     if style.print_offset {
         let _ = write!(s, "{offset:016x}  ");
     }
@@ -73,9 +66,14 @@ pub fn insn_line(insn: &Insn, style: &Style, offset: u64, time: u64, text: InsnT
                 s.push_str("   ");
             }
         }
-        s.push_str(&disassemble(insn));
+        match dis.text(insn.ip, insn.mode, insn.bytes()) {
+            Some(t) => {
+                s.push_str("  ");
+                s.push_str(t);
+            }
+            None => s.push_str(" [decode error]"),
+        }
     }
-    s
 }
 
 /// One event line, `[...]`.

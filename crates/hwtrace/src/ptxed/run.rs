@@ -3,6 +3,7 @@
 
 use super::options::{DecoderKind, Options};
 use super::print::{InsnText, Style, event_line, insn_line};
+use crate::flow::{Disassembler, Syntax};
 use hwtrace_flow::ErrorKind;
 use hwtrace_flow::event::{Event, EventKind, Status};
 use hwtrace_flow::insn::{Insn, InsnClass, InsnDecoder, ends_block};
@@ -107,6 +108,9 @@ struct Run<'o, 'w> {
     /// The sideband context decoded with, and how many mappings its image
     /// was built from.
     context: Option<(ContextId, usize)>,
+    /// Instruction texts, and the line being written.
+    dis: Disassembler,
+    line: String,
 }
 
 impl Run<'_, '_> {
@@ -170,8 +174,18 @@ impl Run<'_, '_> {
                 raw: self.o.print_raw_insn,
                 disassembly: !self.o.dont_print_insn,
             };
-            let line = insn_line(insn, &self.style, offset, self.time, text);
-            writeln!(self.out, "{line}")?;
+            let line = &mut self.line;
+            insn_line(
+                line,
+                &mut self.dis,
+                insn,
+                &self.style,
+                offset,
+                self.time,
+                text,
+            );
+            line.push('\n');
+            self.out.write_all(line.as_bytes())?;
         }
         if ends_block(insn.class, insn.target.is_some(), &self.o.config) {
             self.blocks.open = false;
@@ -342,6 +356,8 @@ pub fn run(mut o: Options, out: &mut dyn Write) -> anyhow::Result<()> {
         stats: Stats::default(),
         blocks: Blocks::default(),
         time: 0,
+        dis: Disassembler::new(Syntax::Iced),
+        line: String::new(),
     };
     run.decode()?;
     if o.print_stats {
