@@ -28,18 +28,25 @@ fn slot_of(ip: u64) -> usize {
 /// The longest x86 instruction.
 const MAX_BYTES: usize = 15;
 
+/// What a cached text shares the line with before it: the address as 16
+/// hex digits and two spaces (`hwtrace flow`'s and ptxed's lines).
+const ADDRESS: usize = 18;
+
 /// One cached text and what it was made from.
 #[derive(Clone, Debug, Default)]
 struct Slot {
     ip: u64,
     bitness: u32,
     len: u8,
-    bytes: [u8; MAX_BYTES],
+    /// The bytes, zero-padded: compared as one number.
+    code: u128,
     /// Whether it holds an instruction's text (`false`: never used).
     filled: bool,
-    /// Whether the bytes decode (`text` is empty otherwise).
+    /// Whether the bytes decode.
     valid: bool,
-    text: String,
+    /// The address ([`ADDRESS`] characters), then the text (none when the
+    /// bytes do not decode).
+    line: String,
 }
 
 /// How numbers are written.
@@ -98,12 +105,28 @@ impl Disassembler {
     /// The text of the instruction `bytes` at `ip` in `mode`; `None` when
     /// they do not decode.
     pub fn text(&mut self, ip: u64, mode: Option<ExecMode>, bytes: &[u8]) -> Option<&str> {
+        let slot = self.slot(ip, mode, bytes);
+        slot.valid.then(|| &slot.line[ADDRESS..])
+    }
+
+    /// `ip` as 16 hex digits, two spaces and [`text`](Self::text): a line
+    /// of printed flow in one piece; `None` when the bytes do not decode.
+    pub fn line(&mut self, ip: u64, mode: Option<ExecMode>, bytes: &[u8]) -> Option<&str> {
+        let slot = self.slot(ip, mode, bytes);
+        slot.valid.then_some(slot.line.as_str())
+    }
+
+    /// The slot of the instruction, filled.
+    fn slot(&mut self, ip: u64, mode: Option<ExecMode>, bytes: &[u8]) -> &Slot {
         let bitness = match mode {
             Some(ExecMode::Bits16) => 16,
             Some(ExecMode::Bits32) => 32,
             _ => 64,
         };
         let bytes = &bytes[..bytes.len().min(MAX_BYTES)];
+        let mut padded = [0u8; 16];
+        padded[..bytes.len()].copy_from_slice(bytes);
+        let code = u128::from_le_bytes(padded);
         if self.slots.is_empty() {
             self.slots = vec![Slot::default(); SLOTS];
         }
@@ -117,14 +140,16 @@ impl Disassembler {
         let hit = slot.ip == ip
             && slot.bitness == bitness
             && usize::from(slot.len) == bytes.len()
-            && slot.bytes[..bytes.len()] == *bytes
+            && slot.code == code
             && slot.filled;
         if !hit {
             slot.ip = ip;
             slot.bitness = bitness;
             slot.len = bytes.len() as u8;
-            slot.bytes[..bytes.len()].copy_from_slice(bytes);
-            slot.text.clear();
+            slot.code = code;
+            slot.line.clear();
+            push_hex16(&mut slot.line, ip);
+            slot.line.push_str("  ");
             slot.filled = true;
             let mut decoder = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE);
             let instr = decoder.decode();
@@ -132,10 +157,10 @@ impl Disassembler {
             if slot.valid {
                 formatter
                     .get_or_insert_with(|| intel_formatter(*syntax))
-                    .format(&instr, &mut slot.text);
+                    .format(&instr, &mut slot.line);
             }
         }
-        slot.valid.then_some(slot.text.as_str())
+        slot
     }
 }
 
@@ -257,6 +282,8 @@ mod tests {
         );
         assert_eq!(d.text(0x1001, None, &[0x90]), Some("nop"));
         assert_eq!(d.text(0x1001, None, &[]), None);
+        assert_eq!(d.line(0x1001, None, &[0x90]), Some("0000000000001001  nop"));
+        assert_eq!(d.line(0x1001, None, &[0x0f]), None);
         let mut d = Disassembler::new(Syntax::Iced);
         assert_eq!(
             d.text(0x1001, None, &jz),

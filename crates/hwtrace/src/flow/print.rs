@@ -145,10 +145,14 @@ impl Printer {
                 if insn.speculative {
                     self.line.push_str("? ");
                 }
-                push_hex16(&mut self.line, insn.ip);
-                if self.disasm {
-                    self.line.push_str("  ");
-                    self.push_disasm(insn);
+                if !self.disasm {
+                    push_hex16(&mut self.line, insn.ip);
+                } else if let Some(line) = self.dis.line(insn.ip, insn.mode, insn.bytes()) {
+                    // Address and text cached together.
+                    self.line.push_str(line);
+                } else {
+                    push_hex16(&mut self.line, insn.ip);
+                    self.line.push_str("  (bad)");
                 }
             }
             Item::Event { event, .. } => {
