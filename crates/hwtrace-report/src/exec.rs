@@ -87,6 +87,24 @@ impl ExecRun {
             InsnClass::Call | InsnClass::FarCall | InsnClass::Return | InsnClass::FarReturn
         )
     }
+
+    /// Joins the run `next` (which came right after) to this one when
+    /// [`joins_next`](Self::joins_next) allows it and the instruction count
+    /// fits: the first address stays, the count adds up, the last
+    /// instruction is `next`'s. Whether it did.
+    pub fn join(&mut self, next: &ExecRun) -> bool {
+        let Some(insns) = self.insns.checked_add(next.insns) else {
+            return false;
+        };
+        if !self.joins_next() {
+            return false;
+        }
+        self.insns = insns;
+        self.last_ip = next.last_ip;
+        self.last_size = next.last_size;
+        self.last_class = next.last_class;
+        true
+    }
 }
 
 /// An executed instruction.
@@ -201,19 +219,13 @@ pub(crate) fn as_stretches(execs: &[Exec], max: u32) -> Vec<Exec> {
             out.push(e);
             continue;
         };
-        open = match open {
-            Some(s) if s.joins_next() && s.space == r.space => Some(ExecRun {
-                insns: s.insns + r.insns,
-                last_ip: r.last_ip,
-                last_size: r.last_size,
-                last_class: r.last_class,
-                ..s
-            }),
-            s => {
-                out.extend(s.map(Exec::Stretch));
-                Some(r)
-            }
-        };
+        if let Some(s) = open.as_mut()
+            && s.space == r.space
+            && s.join(&r)
+        {
+            continue;
+        }
+        out.extend(open.replace(r).map(Exec::Stretch));
     }
     out.extend(open.map(Exec::Stretch));
     out

@@ -111,35 +111,26 @@ impl ItemMapper {
         let mut done = Ok(());
         let mut at = None;
         if self.stretches {
-            // The stretch being joined (when `joining`): handed on when a
-            // run that calls or returns ends it, or at the end of what
-            // `visit` passes over (the records after it may change the
-            // space or break the flow). Updated in place: most runs only
-            // add to it.
+            // The stretch being joined: handed on when a run that calls or
+            // returns ends it, or at the end of what `visit` passes over
+            // (the records after it may change the space or break the
+            // flow). Updated in place: most runs only add to it.
             let space = self.space;
-            let (mut open, mut joining) = (None::<ExecRun>, false);
+            let mut open = None::<ExecRun>;
             visit(&mut |r| {
                 at = Some(r.before.0);
                 report.insns += u64::from(r.run.insns);
-                if joining
-                    && let Some(s) = open.as_mut()
-                    && let Some(insns) = s.insns.checked_add(r.run.insns)
+                let run = exec_run(space, r);
+                if let Some(s) = open.as_mut()
+                    && s.join(&run)
                 {
-                    s.insns = insns;
-                    s.last_ip = r.run.end_ip;
-                    s.last_size = r.run.end_size;
-                    s.last_class = r.run.end_class;
-                    joining = s.joins_next();
                     return;
                 }
-                if let Some(s) = open
+                if let Some(s) = open.replace(run)
                     && done.is_ok()
                 {
                     done = sink(Exec::Stretch(s));
                 }
-                let run = exec_run(space, r);
-                joining = run.joins_next();
-                open = Some(run);
             });
             if let (Some(s), Ok(())) = (open, &done) {
                 done = sink(Exec::Stretch(s));

@@ -40,8 +40,6 @@ struct Slot {
     len: u8,
     /// The bytes, zero-padded: compared as one number.
     code: u128,
-    /// Whether it holds an instruction's text (`false`: never used).
-    filled: bool,
     /// Whether the bytes decode.
     valid: bool,
     /// The address ([`ADDRESS`] characters), then the text (none when the
@@ -141,7 +139,8 @@ impl Disassembler {
             && slot.bitness == bitness
             && usize::from(slot.len) == bytes.len()
             && slot.code == code
-            && slot.filled;
+            // Never used: no address either.
+            && !slot.line.is_empty();
         if !hit {
             slot.ip = ip;
             slot.bitness = bitness;
@@ -150,7 +149,6 @@ impl Disassembler {
             slot.line.clear();
             push_hex16(&mut slot.line, ip);
             slot.line.push_str("  ");
-            slot.filled = true;
             let mut decoder = Decoder::with_ip(bitness, bytes, ip, DecoderOptions::NONE);
             let instr = decoder.decode();
             slot.valid = !instr.is_invalid();
