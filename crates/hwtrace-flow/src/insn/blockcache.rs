@@ -26,6 +26,7 @@
 
 use super::cache::Cached;
 use super::classify::{Decoded, InsnClass, Special};
+use super::octets::OctetMemo;
 use super::pairmemo::PairMemo;
 use crate::error::ErrorKind;
 use hwtrace_packet::ExecMode;
@@ -475,6 +476,9 @@ pub struct BlockCache {
     /// the other, and where the path being recorded starts there.
     path_ops: Vec<StackOp>,
     ops_mark: u32,
+    /// Eight TNT-8 packets' paths summed up, by the block they start
+    /// from; forgotten with the paths.
+    octets: OctetMemo,
     /// Passes over disable/enable pairs, remembered by counting chains.
     pairs: PairMemo,
 }
@@ -536,6 +540,7 @@ impl BlockCache {
         self.path_runs.clear();
         self.path_ops.clear();
         self.ops_mark = 0;
+        self.octets.clear();
     }
 
     /// The path from block `start` with TNT bits `bits` (`left` of them)
@@ -576,6 +581,19 @@ impl BlockCache {
             paths: &self.paths,
             path_ops: &self.path_ops,
         }
+    }
+
+    /// [`tables`](Self::tables), and the memo of eight packets' paths to
+    /// look up and fill beside them.
+    #[inline(always)]
+    pub(crate) fn tables_and_octets(&mut self) -> (PathTables<'_>, &mut OctetMemo) {
+        let tables = PathTables {
+            block_tables: &self.block_tables,
+            path_tables: &self.path_tables,
+            paths: &self.paths,
+            path_ops: &self.path_ops,
+        };
+        (tables, &mut self.octets)
     }
 
     /// The slot of block `start`'s path table for `key`, the table made if
@@ -629,6 +647,12 @@ impl BlockCache {
     /// How many of the paths kept stop before using all their bits.
     pub fn partial_paths(&self) -> usize {
         self.paths.iter().filter(|p| !p.is_whole()).count()
+    }
+
+    /// How many runs of eight TNT-8 packets' paths are remembered
+    /// together.
+    pub fn octets(&self) -> usize {
+        self.octets.len()
     }
 
     /// Starts recording a path: its runs go after the ones stored (which

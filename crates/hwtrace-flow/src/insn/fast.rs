@@ -214,6 +214,13 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         self.cache.partial_paths()
     }
 
+    /// How many runs of eight TNT-8 packets counting bursts have
+    /// remembered together (taken with one lookup when they come again
+    /// from the same block).
+    pub fn cached_octets(&self) -> usize {
+        self.cache.octets()
+    }
+
     /// The offset of the packet being processed.
     pub fn offset(&self) -> TraceOffset {
         self.dec.offset()

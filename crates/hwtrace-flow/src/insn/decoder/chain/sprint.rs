@@ -18,7 +18,9 @@
 //! the sprint before the step, for the steps' loop. Within a sprint, the
 //! commonest run of steps, TNT-8 packets one right after another each
 //! choosing a path that goes straight on, is a loop of its own
-//! ([`straight`]) that adds their counts up and counts them once.
+//! ([`straight`]) that adds their counts up and counts them once; eight
+//! such packets it has taken before from the same block, with the same
+//! bytes, are one lookup ([`OctetMemo`]).
 //!
 //! The steps between paths are written out here as in the steps' loop:
 //! shared through helper functions, both loops' code moved (callgrind:
@@ -26,9 +28,10 @@
 
 use super::{Counts, Spot, after_path, taken_bit};
 use crate::event::{lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
-use crate::insn::blockcache::{BlockCache, BlockFlow, PathTables, TntPath, tnt_key};
+use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, PathTables, TntPath, tnt_key};
 use crate::insn::decoder::fast::{RunSink, replay_ops};
 use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
+use crate::insn::octets::{OCTET, Octet, OctetMemo, octet_at};
 use crate::insn::retstack::RetStack;
 use hwtrace_types::{ReadMemory, TraceOffset};
 
@@ -56,23 +59,59 @@ fn sprint_step<'c>(
     Some((p, after, o))
 }
 
+/// The trace from `pos` up to `until` (packets reporting an offset at or
+/// past it are not taken: the trace cut there, one bound for both).
+#[inline(always)]
+fn ahead(data: &[u8], until: u64, pos: u64) -> &[u8] {
+    let end = data.len().min(usize::try_from(until).unwrap_or(usize::MAX));
+    data.get(..end)
+        .and_then(|d| d.get(usize::try_from(pos).ok()?..))
+        .unwrap_or(&[])
+}
+
 /// A stretch of straight paths ([`straight`]).
 #[derive(Clone, Copy)]
-struct Stretch<'c> {
-    /// The TNT-8 packet after the stretch, and the block its path starts
-    /// from.
-    pos: u64,
+struct Stretch {
+    /// How many packets (bytes) it takes, and the block the path of the
+    /// one after starts from.
+    taken: u64,
     idx: u32,
     /// The room for runs left (the stretch's runs: the room it took).
     room: usize,
     /// The instructions of all its paths.
     insns: u64,
-    /// Its last path (which reports the trace offset after `pos`).
-    last: &'c TntPath,
+    /// Its last path's last block, and that path's instructions after its
+    /// first run (executed after the last packet, which reports the trace
+    /// offset after `pos`).
+    last: u32,
+    rest: u64,
+}
+
+/// The path a straight run takes from block `idx` with the TNT-8 packet
+/// `b` (its next packet a TNT-8 one and the lane reading the one after,
+/// as the caller knows), its stack operations replayed; `None` where the
+/// run stops.
+#[inline(always)]
+fn straight_path<'c>(
+    tables: PathTables<'c>,
+    stack: &mut RetStack,
+    idx: u32,
+    b: u8,
+    room: usize,
+) -> Option<&'c TntPath> {
+    let p = tables.path(idx, usize::from(b >> 1))?;
+    if !p.sprints_on || p.insns <= u64::from(p.first_insns) || room < p.runs as usize {
+        return None;
+    }
+    if p.ops != 0 {
+        replay_path_ops(stack, tables, p);
+    }
+    Some(p)
 }
 
 /// From block `idx` (a conditional jump, no TNT bits loaded) and the
-/// packet at `pos`: the paths of TNT-8 packets right after one another,
+/// packet at the start of `from` (the trace from there up to where it is
+/// cut): the paths of TNT-8 packets right after one another,
 /// for as long as each is in its block's table, ends where the next one
 /// starts ([`TntPath::sprints_on`]) and has instructions after its first
 /// run, and the packet after the next is no PAD (the offset each reports
@@ -84,51 +123,129 @@ struct Stretch<'c> {
 /// [`Counted::count_stretch`](crate::insn::tally::Counted::count_stretch)
 /// instead of counted path by path, one is ~55 instructions where
 /// [`sprint_step`] and the counting after it took ~90 (callgrind, gzip).
+/// Eight packets at a time go by the [`OctetMemo`] where it has them,
+/// and are put there when they are eight such paths with no stack
+/// operations.
 #[inline(always)]
-fn straight<'c>(
-    tables: PathTables<'c>,
+fn straight(
+    tables: PathTables<'_>,
+    octets: &mut OctetMemo,
     stack: &mut RetStack,
-    data: &[u8],
-    until: u64,
-    pos: u64,
+    from: &[u8],
     idx: u32,
     room: usize,
-) -> Option<Stretch<'c>> {
-    // Packets reporting an offset at or past `until` are not taken: the
-    // trace cut there, one bound for both.
-    let data = data.get(..data.len().min(usize::try_from(until).unwrap_or(usize::MAX)))?;
-    let from = data.get(pos as usize..)?;
+) -> Option<Stretch> {
     tnt8(*from.first()?)?;
-    let (mut idx, mut room, mut insns, mut last) = (idx, room, 0, None);
-    let mut taken = 0;
-    // Each window: a TNT-8 packet's byte, the next packet's, the one after.
-    for w in from.windows(3) {
-        let (b, next, after) = (w[0], w[1], w[2]);
-        if tnt8(next).is_none() || !lane_reads(after) {
-            break;
-        }
-        let Some(p) = tables.path(idx, usize::from(b >> 1)) else {
-            break;
-        };
-        if !p.sprints_on || p.insns <= u64::from(p.first_insns) || room < p.runs as usize {
-            break;
-        }
-        if p.ops != 0 {
-            replay_path_ops(stack, tables, p);
-        }
-        insns += p.insns;
-        room -= p.runs as usize;
-        (idx, last) = (p.next, Some(p));
-        taken += 1;
-    }
-    let pos = pos as usize + taken;
-    Some(Stretch {
-        pos: pos as u64,
+    let mut w = Walk {
+        at: 0,
         idx,
         room,
-        insns,
-        last: last?,
+        insns: 0,
+        last: NO_BLOCK,
+        rest: 0,
+    };
+    'walk: {
+        // Eight packets at a time while eight more follow.
+        while let Some(bytes) = octet_at(from, w.at) {
+            if let Some(o) = octets.get(w.idx, bytes)
+                && w.room >= o.runs as usize
+            {
+                w.take_octet(o);
+            } else if !w.take_eight(tables, octets, stack, bytes) {
+                break 'walk;
+            }
+        }
+        // The rest packet by packet. Each window: a TNT-8 packet's byte,
+        // the next packet's, the one after.
+        for win in from.get(w.at..).unwrap_or(&[]).windows(3) {
+            let (b, next, after) = (win[0], win[1], win[2]);
+            if tnt8(next).is_none() || !lane_reads(after) {
+                break;
+            }
+            let Some(p) = straight_path(tables, stack, w.idx, b, w.room) else {
+                break;
+            };
+            w.take(p);
+        }
+    }
+    (w.at > 0).then_some(Stretch {
+        taken: w.at as u64,
+        idx: w.idx,
+        room: w.room,
+        insns: w.insns,
+        last: w.last,
+        rest: w.rest,
     })
+}
+
+/// Where [`straight`] is: the packets taken and what they add up to.
+struct Walk {
+    /// How many packets.
+    at: usize,
+    /// The block the next one's path starts from, and the room left.
+    idx: u32,
+    room: usize,
+    /// The instructions of their paths; the last one's last block and
+    /// instructions after its first run.
+    insns: u64,
+    last: u32,
+    rest: u64,
+}
+
+impl Walk {
+    /// Takes path `p` (one packet).
+    #[inline(always)]
+    fn take(&mut self, p: &TntPath) {
+        self.insns += p.insns;
+        self.room -= p.runs as usize;
+        self.idx = p.next;
+        (self.last, self.rest) = (p.last, p.insns - u64::from(p.first_insns));
+        self.at += 1;
+    }
+
+    /// Takes eight packets remembered together.
+    #[inline(always)]
+    fn take_octet(&mut self, o: &Octet) {
+        self.insns += u64::from(o.insns);
+        self.room -= o.runs as usize;
+        self.idx = o.next;
+        (self.last, self.rest) = (o.last, u64::from(o.rest));
+        self.at += OCTET;
+    }
+
+    /// Takes the eight packets `bytes` path by path, as many as go
+    /// straight on, and remembers them together when all eight do with
+    /// no stack operations; whether all did. Out of line: the lookups
+    /// that find the eight remembered are the common case.
+    #[inline(never)]
+    fn take_eight(
+        &mut self,
+        tables: PathTables<'_>,
+        octets: &mut OctetMemo,
+        stack: &mut RetStack,
+        bytes: u64,
+    ) -> bool {
+        let mut o = Octet::new(self.idx, bytes);
+        let (room, insns) = (self.room, self.insns);
+        let mut plain = true;
+        for b in bytes.to_le_bytes() {
+            let Some(p) = straight_path(tables, stack, self.idx, b, self.room) else {
+                return false;
+            };
+            plain &= p.ops == 0;
+            self.take(p);
+        }
+        if let (true, Ok(runs), Ok(n), Ok(rest)) = (
+            plain,
+            u32::try_from(room - self.room),
+            u32::try_from(self.insns - insns),
+            u32::try_from(self.rest),
+        ) {
+            (o.next, o.last, o.runs, o.insns, o.rest) = (self.idx, self.last, runs, n, rest);
+            octets.put(o);
+        }
+        true
+    }
 }
 
 /// [`replay_ops`] for [`straight`], out of its loop: about one of gzip's
@@ -192,19 +309,19 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 // so it is far below the endless-loop limit (a path holds
                 // at most `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
                 (bits, left, icount) = (0, 0, 0);
+                let (tables, octets) = cache.tables_and_octets();
                 if let Some(st) = straight(
-                    cache.tables(),
+                    tables,
+                    octets,
                     &mut self.retstack,
-                    data,
-                    until,
-                    pos,
+                    ahead(data, until, pos),
                     idx,
                     room,
                 ) {
-                    let rest = st.last.insns - u64::from(st.last.first_insns);
-                    (pos, offset) = (st.pos, st.pos + 1);
-                    c.count_stretch(room - st.room, st.insns, rest, TraceOffset(offset));
-                    (last, idx, room) = (st.last.last, st.idx, st.room);
+                    pos += st.taken;
+                    offset = pos + 1;
+                    c.count_stretch(room - st.room, st.insns, st.rest, TraceOffset(offset));
+                    (last, idx, room) = (st.last, st.idx, st.room);
                 }
                 match sprint_step(cache, data, until, pos, idx, room) {
                     Some(next) => step = next,
