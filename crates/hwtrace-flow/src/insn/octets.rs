@@ -20,7 +20,10 @@
 //! [`BlockCache`](super::blockcache::BlockCache) whose block indices it
 //! holds and is forgotten with its paths.
 
-/// How many TNT-8 packets an entry stands for.
+/// How many TNT-8 packets an entry stands for (at most eight: their
+/// bytes are one `u64`). With four, gzip's trace ran 1.7% fewer
+/// instructions (its runs are cut short by compressed returns), the real
+/// traces 1.3% more and Unzip's 5% more (callgrind).
 pub(crate) const OCTET: usize = 8;
 
 /// Slots of the memo (direct-mapped by key; 256 KiB).
@@ -109,10 +112,10 @@ impl OctetMemo {
     }
 }
 
-/// The eight bytes at `at` (never 0, the key of an empty slot) if they and the one after are TNT-8 packets'
-/// and the lane reads the one after those ([`lane_reads`]): eight packets a
-/// straight run takes, each followed by a TNT-8 packet and that by a
-/// packet with no PAD before it.
+/// The eight bytes at `at` (never 0, the key of an empty slot) if they
+/// and the one after are TNT-8 packets' and the lane reads the one after
+/// those ([`lane_reads`]): eight packets a straight run takes, each
+/// followed by a TNT-8 packet and that by a packet with no PAD before it.
 ///
 /// [`lane_reads`]: crate::event::lane_reads
 #[inline(always)]
@@ -125,11 +128,15 @@ pub(crate) fn octet_at(data: &[u8], at: usize) -> Option<u64> {
     if !crate::event::lane_reads(bytes[OCTET + 1]) {
         return None;
     }
-    let w = u64::from_le_bytes(*bytes.first_chunk()?);
+    // The packets' bytes, the first lowest (up to eight of them).
+    let mut word = [0u8; 8];
+    word[..OCTET].copy_from_slice(&bytes[..OCTET]);
+    let w = u64::from_le_bytes(word);
     // A TNT-8 byte is even and above 2 (a stop bit at bit 2 or higher).
-    const LOW: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
-    let stop = w & 0xfcfc_fcfc_fcfc_fcfc;
+    const MASK: u64 = u64::MAX >> (64 - 8 * OCTET);
+    const LOW: u64 = 0x0101_0101_0101_0101 & MASK;
+    const HIGH: u64 = 0x8080_8080_8080_8080 & MASK;
+    let stop = w & 0xfcfc_fcfc_fcfc_fcfc & MASK;
     let some_zero = stop.wrapping_sub(LOW) & !stop & HIGH;
     (w & LOW == 0 && some_zero == 0).then_some(w)
 }
@@ -143,7 +150,9 @@ mod tests {
     fn octet_by_bytes(data: &[u8], at: usize) -> Option<u64> {
         let b = data.get(at..at + OCTET + 2)?;
         let all = b[..=OCTET].iter().all(|&x| tnt8(x).is_some()) && lane_reads(b[OCTET + 1]);
-        all.then(|| u64::from_le_bytes(b[..8].try_into().unwrap()))
+        let mut word = [0u8; 8];
+        word[..OCTET].copy_from_slice(&b[..OCTET]);
+        all.then(|| u64::from_le_bytes(word))
     }
 
     #[test]

@@ -228,7 +228,7 @@ impl Walk {
         let mut o = Octet::new(self.idx, bytes);
         let (room, insns) = (self.room, self.insns);
         let mut plain = true;
-        for b in bytes.to_le_bytes() {
+        for &b in &bytes.to_le_bytes()[..OCTET] {
             let Some(p) = straight_path(tables, stack, self.idx, b, self.room) else {
                 return false;
             };
