@@ -99,6 +99,10 @@ impl Row {
 /// A row to measure: its name, the commands each run runs (one, or several
 /// at once: the row then stands for all their bytes and instructions), the
 /// exit codes that are a success and what reads the commands' output lines.
+/// The rows that print an address per instruction.
+const PRINTING: &str = "hwtrace flow --jobs 1 --no-disasm (prints)";
+const PERF_SCRIPT: &str = "perf script --itrace=i0ns";
+
 struct Spec {
     name: String,
     cmds: Vec<Command>,
@@ -264,19 +268,35 @@ impl Bench {
         spec
     }
 
-    fn perf_row(&self, data: &Path) -> Result<Row> {
-        let spec = Spec {
-            name: "perf script --itrace=i0ns".to_owned(),
-            cmds: vec![perf::script_command(data)],
-            ok_codes: &[0],
-            parse: |l, c| {
-                let mut h = IpHash::default();
-                if h.add_line(l) {
-                    *c.insns.get_or_insert(0) += 1;
-                }
+    /// `perf script` printing every instruction's address, in turn with
+    /// `hwtrace flow --jobs 1 --no-disasm` printing the same lines (an
+    /// address per instruction): the counting row beside them is not
+    /// what perf does.
+    fn printing_rows(&self, data: &Path) -> Result<Vec<Row>> {
+        /// Counts the lines that start with an address.
+        fn count_ips(l: &[u8], c: &mut child::Counts) {
+            let mut h = IpHash::default();
+            if h.add_line(l) {
+                *c.insns.get_or_insert(0) += 1;
+            }
+        }
+        let mut print = self.hwtrace_cmd(self.trace(Input::Perf), 1);
+        print.arg("--no-disasm");
+        let specs = [
+            Spec {
+                name: PRINTING.to_owned(),
+                cmds: vec![print],
+                ok_codes: &[0, 2],
+                parse: count_ips,
             },
-        };
-        self.one_row(Input::Perf, spec)
+            Spec {
+                name: PERF_SCRIPT.to_owned(),
+                cmds: vec![perf::script_command(data)],
+                ok_codes: &[0],
+                parse: count_ips,
+            },
+        ];
+        self.in_turn(Input::Perf, &specs)
     }
 
     /// The instruction addresses of `trace` as hwtrace prints them.
@@ -612,7 +632,7 @@ pub fn run(opts: &Options) -> Result<()> {
     rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Real)?);
     rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Real)?);
     rows.push(bench.hwtrace_row(one, Input::Perf, 1)?);
-    rows.push(bench.perf_row(&perf_data)?);
+    rows.extend(bench.printing_rows(&perf_data)?);
     // One thread and all of them, their runs in turn.
     let threads = |input| {
         let mut specs = vec![bench.hwtrace_spec(one, input, 1)];
@@ -812,6 +832,16 @@ fn report(bench: &Bench, rows: &[Row], unit: &UnitCounts) -> Result<()> {
                 met(x <= 1.1)
             );
         }
+    }
+    // Not a goal of the issue: what printing costs, against the one peer
+    // that prints.
+    if let (Some(h), Some(p)) = (find(PRINTING, Input::Perf), find(PERF_SCRIPT, Input::Perf)) {
+        let counting = find(ONE, Input::Perf).map_or(f64::NAN, |c| c.mb_s() / h.mb_s());
+        println!(
+            "  printing every instruction's address ({:.0} MiB): hwtrace {:.2}x perf script; counting them is {counting:.2}x printing them",
+            mib(h.bytes),
+            h.mb_s() / p.mb_s()
+        );
     }
     if !mismatches.is_empty() {
         bail!("instruction counts differ:\n  {}", mismatches.join("\n  "));
