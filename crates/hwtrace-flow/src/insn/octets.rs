@@ -33,10 +33,10 @@ const SLOTS: usize = 1 << 13;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Octet {
     /// The eight packets' bytes, the first one lowest.
-    bytes: u64,
+    pub bytes: u64,
     /// The block the first path starts from ([`NO_BLOCK`](super::NO_BLOCK):
     /// an empty slot).
-    start: u32,
+    pub start: u32,
     /// The block the last path ends at (a conditional jump).
     pub next: u32,
     /// The last path's last block.
@@ -50,22 +50,15 @@ pub(crate) struct Octet {
     pub rest: u32,
 }
 
-impl Octet {
-    /// An entry for the eight packets `bytes` taken from block `start`.
-    pub(crate) const fn new(start: u32, bytes: u64) -> Self {
-        Self {
-            bytes,
-            start,
-            next: super::NO_BLOCK,
-            last: super::NO_BLOCK,
-            runs: 0,
-            insns: 0,
-            rest: 0,
-        }
-    }
-}
-
-const EMPTY: Octet = Octet::new(super::NO_BLOCK, 0);
+const EMPTY: Octet = Octet {
+    bytes: 0,
+    start: super::NO_BLOCK,
+    next: super::NO_BLOCK,
+    last: super::NO_BLOCK,
+    runs: 0,
+    insns: 0,
+    rest: 0,
+};
 
 /// The memo: see the module documentation.
 #[derive(Clone, Debug, Default)]
@@ -179,8 +172,15 @@ mod tests {
     fn entries_are_found_by_block_and_bytes_until_cleared() {
         let mut memo = OctetMemo::default();
         assert_eq!(memo.get(3, 0x0606), None);
-        let mut o = Octet::new(3, 0x0606);
-        (o.next, o.last, o.runs, o.insns, o.rest) = (9, 8, 12, 100, 7);
+        let o = Octet {
+            bytes: 0x0606,
+            start: 3,
+            next: 9,
+            last: 8,
+            runs: 12,
+            insns: 100,
+            rest: 7,
+        };
         memo.put(o);
         assert_eq!(memo.len(), 1);
         assert_eq!(memo.get(3, 0x0606), Some(&o));

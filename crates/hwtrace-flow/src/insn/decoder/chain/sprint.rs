@@ -225,8 +225,7 @@ impl Walk {
         stack: &mut RetStack,
         bytes: u64,
     ) -> bool {
-        let mut o = Octet::new(self.idx, bytes);
-        let (room, insns) = (self.room, self.insns);
+        let (start, room, insns) = (self.idx, self.room, self.insns);
         let mut plain = true;
         for &b in &bytes.to_le_bytes()[..OCTET] {
             let Some(p) = straight_path(tables, stack, self.idx, b, self.room) else {
@@ -235,14 +234,21 @@ impl Walk {
             plain &= p.ops == 0;
             self.take(p);
         }
-        if let (true, Ok(runs), Ok(n), Ok(rest)) = (
+        if let (true, Ok(runs), Ok(insns), Ok(rest)) = (
             plain,
             u32::try_from(room - self.room),
             u32::try_from(self.insns - insns),
             u32::try_from(self.rest),
         ) {
-            (o.next, o.last, o.runs, o.insns, o.rest) = (self.idx, self.last, runs, n, rest);
-            octets.put(o);
+            octets.put(Octet {
+                bytes,
+                start,
+                next: self.idx,
+                last: self.last,
+                runs,
+                insns,
+                rest,
+            });
         }
         true
     }
