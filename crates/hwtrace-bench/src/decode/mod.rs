@@ -96,13 +96,13 @@ impl Row {
     }
 }
 
-/// A row to measure: its name, the commands each run runs (one, or several
-/// at once: the row then stands for all their bytes and instructions), the
-/// exit codes that are a success and what reads the commands' output lines.
 /// The rows that print an address per instruction.
 const PRINTING: &str = "hwtrace flow --jobs 1 --no-disasm (prints)";
 const PERF_SCRIPT: &str = "perf script --itrace=i0ns";
 
+/// A row to measure: its name, the commands each run runs (one, or several
+/// at once: the row then stands for all their bytes and instructions), the
+/// exit codes that are a success and what reads the commands' output lines.
 struct Spec {
     name: String,
     cmds: Vec<Command>,

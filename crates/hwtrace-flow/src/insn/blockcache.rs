@@ -584,7 +584,8 @@ impl BlockCache {
     }
 
     /// [`tables`](Self::tables), and the memo of eight packets' paths to
-    /// look up and fill beside them.
+    /// look up and fill beside them (the fields borrowed one by one:
+    /// calling `tables` would hold the whole cache).
     #[inline(always)]
     pub(crate) fn tables_and_octets(&mut self) -> (PathTables<'_>, &mut OctetMemo) {
         let tables = PathTables {
