@@ -141,6 +141,26 @@ fn parse_stats(line: &[u8], c: &mut child::Counts) -> bool {
     true
 }
 
+/// Counts a printed line that starts with an address.
+fn count_ips(l: &[u8], c: &mut child::Counts) {
+    let mut h = IpHash::default();
+    if h.add_line(l) {
+        *c.insns.get_or_insert(0) += 1;
+    }
+}
+
+/// The lines `hwtrace flow --stats` prints ([`count_ips`]), and its errors
+/// from the statistics line after them (the error lines themselves go to
+/// standard error).
+fn count_printed(l: &[u8], c: &mut child::Counts) {
+    let mut stats = child::Counts::default();
+    if parse_stats(l, &mut stats) {
+        c.errors = stats.errors;
+    } else {
+        count_ips(l, c);
+    }
+}
+
 impl Bench {
     fn trace(&self, input: Input) -> &Path {
         &self.traces[&input]
@@ -273,21 +293,14 @@ impl Bench {
     /// address per instruction): the counting row beside them is not
     /// what perf does.
     fn printing_rows(&self, data: &Path) -> Result<Vec<Row>> {
-        /// Counts the lines that start with an address.
-        fn count_ips(l: &[u8], c: &mut child::Counts) {
-            let mut h = IpHash::default();
-            if h.add_line(l) {
-                *c.insns.get_or_insert(0) += 1;
-            }
-        }
         let mut print = self.hwtrace_cmd(self.trace(Input::Perf), 1);
-        print.arg("--no-disasm");
+        print.args(["--no-disasm", "--stats"]);
         let specs = [
             Spec {
                 name: PRINTING.to_owned(),
                 cmds: vec![print],
                 ok_codes: &[0, 2],
-                parse: count_ips,
+                parse: count_printed,
             },
             Spec {
                 name: PERF_SCRIPT.to_owned(),
@@ -886,5 +899,20 @@ mod tests {
         ));
         assert_eq!((c.insns, c.blocks, c.errors), (Some(1200), Some(30), 2));
         assert!(!parse_stats(b"00007fff00001000", &mut c));
+    }
+
+    #[test]
+    fn printed_lines_are_counted_and_errors_taken_from_the_statistics() {
+        let mut c = child::Counts::default();
+        for l in [
+            &b"00007ffff785dcb8"[..],
+            b"? 00007ffff785dcc0",
+            b"[enabled]",
+            b"00007ffff785abb0  mov eax, 1",
+            b"[stats: 3 instructions, 0 blocks, 0 branches, 1 events, 540 errors, 7 bytes skipped]",
+        ] {
+            count_printed(l, &mut c);
+        }
+        assert_eq!((c.insns, c.errors), (Some(3), 540));
     }
 }
