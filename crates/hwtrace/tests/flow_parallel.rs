@@ -23,7 +23,8 @@ use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::image::{Image, parse_image_arg};
 use hwtrace_mem::pagecache::PageCache;
 use hwtrace_sim::{
-    Consumer, Execution, Limits, OutputTarget, PtConfig, PtEncoder, RecordEnd, write_output,
+    Consumer, Execution, Limits, OutputTarget, PtConfig, PtEncoder, RecordEnd, Timing, TscModel,
+    write_output,
 };
 use hwtrace_types::{PhysAddr, ReadMemory, TraceOffset};
 use std::path::{Path, PathBuf};
@@ -492,45 +493,99 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
     );
     let code = rec.execution.memory();
     let mut overflows = 0;
-    for return_compression in [true, false] {
-        for psb_period in [512, 4096] {
-            let config = PtConfig {
-                return_compression,
-                psb_period,
-                ..PtConfig::default()
-            };
-            let encoded = PtEncoder::new(config).encode(&rec.execution)?;
-            let what = format!("echo, retc={return_compression}, PSB every {psb_period} B");
-            let stats = same(&what, &encoded.bytes, Config::default(), code)?;
-            same_fast(&what, &encoded.bytes, Config::default(), code, Seams::Exact)?;
-            ensure!(stats.spliced * 2 > stats.units, "{what}: {stats:?}");
-            // A consumer too slow for the output buffer: packets are lost
-            // and OVF marks where, before a PSB.
-            let run = write_output(
-                &encoded.bytes,
-                &OutputTarget::SingleRange {
-                    base: PhysAddr(0),
-                    size: 1024,
-                },
-                Some(Consumer { drain: 1, per: 2 }),
-            )?;
-            let lost = run.losses.iter().filter(|l| l.ovf_at.is_some()).count();
-            ensure!(
-                lost > 0,
-                "{what}: no overflow in {} bytes",
-                encoded.bytes.len()
-            );
-            overflows += lost;
-            let what = format!("{what}, with {lost} overflows");
-            same(&what, &run.stream, Config::default(), code)?;
-            same_fast(
-                &what,
-                &run.stream,
-                Config::default(),
-                code,
-                Seams::Unchecked,
-            )?;
-        }
+    // TSC in PSB+, MTC, and CYC or not. With CYC, a unit's first items
+    // may take their times from a calibration the decode before it learned
+    // earlier (a PSB every 256 B and TNT-64 packets put a CYC-timed
+    // disable right after a seam): such units are not spliced on.
+    let timing = |cyc_thresh| Timing {
+        mtc_freq: Some(4),
+        cyc_thresh,
+        cbr: Some(40),
+        tsc_bus_ratio: 20,
+        tsc_ctc_ratio: Some((2, 125)),
+    };
+    let tsc = Some(TscModel {
+        start: 1 << 40,
+        ticks_per_insn: 2,
+    });
+    let untimed = PtConfig::default();
+    let configs = [
+        (true, 512, untimed),
+        (true, 4096, untimed),
+        (false, 512, untimed),
+        (false, 4096, untimed),
+        (
+            true,
+            512,
+            PtConfig {
+                tsc,
+                timing: timing(None),
+                ..untimed
+            },
+        ),
+        (
+            true,
+            256,
+            PtConfig {
+                tsc,
+                timing: timing(Some(1)),
+                long_tnt: true,
+                ..untimed
+            },
+        ),
+        (
+            false,
+            256,
+            PtConfig {
+                tsc,
+                timing: timing(Some(1)),
+                long_tnt: true,
+                ..untimed
+            },
+        ),
+    ];
+    for (return_compression, psb_period, config) in configs {
+        let config = PtConfig {
+            return_compression,
+            psb_period,
+            ..config
+        };
+        let cyc = config.timing.cyc_thresh.is_some();
+        let encoded = PtEncoder::new(config).encode(&rec.execution)?;
+        let what = format!(
+            "echo, retc={return_compression}, PSB every {psb_period} B, TSC {}, CYC {cyc}, TNT-64 {}",
+            config.tsc.is_some(),
+            config.long_tnt
+        );
+        let stats = same(&what, &encoded.bytes, Config::default(), code)?;
+        same_fast(&what, &encoded.bytes, Config::default(), code, Seams::Exact)?;
+        ensure!(cyc || stats.spliced * 2 > stats.units, "{what}: {stats:?}");
+        // A consumer too slow for the output buffer: packets are lost
+        // and OVF marks where, before a PSB.
+        let run = write_output(
+            &encoded.bytes,
+            &OutputTarget::SingleRange {
+                base: PhysAddr(0),
+                size: 1024,
+            },
+            Some(Consumer { drain: 1, per: 2 }),
+        )?;
+        let lost = run.losses.iter().filter(|l| l.ovf_at.is_some()).count();
+        ensure!(
+            lost > 0,
+            "{what}: no overflow in {} bytes",
+            encoded.bytes.len()
+        );
+        overflows += lost;
+        let what = format!("{what}, with {lost} overflows");
+        same(&what, &run.stream, Config::default(), code)?;
+        same_fast(
+            &what,
+            &run.stream,
+            Config::default(),
+            code,
+            Seams::Unchecked,
+        )?;
     }
     eprintln!("{overflows} overflows checked");
     Ok(())

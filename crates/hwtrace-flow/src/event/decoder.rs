@@ -4,7 +4,7 @@ use super::queue::{Binding, EventQueue};
 use super::{Event, EventKind};
 use crate::config::Config;
 use crate::error::ErrorKind;
-use crate::time::{Time, TimeCal, TimeError};
+use crate::time::{ClockState, Time, TimeCal, TimeError};
 use hwtrace_packet::{DecodedPacket, IpPayload, LastIp, LastIpError, Packet, PacketDecoder, Tnt};
 use hwtrace_types::{TraceOffset, Tsc};
 
@@ -32,6 +32,9 @@ type Res = Result<Step, ErrorKind>;
 struct Clock {
     time: Time,
     tcal: TimeCal,
+    /// A CYC packet was applied since the last reset: `tcal` can decide
+    /// times from now on ([`ClockState::cal`]).
+    cyc_seen: bool,
 }
 
 /// Ignores the configuration errors libipt ignores while tracking time.
@@ -77,6 +80,7 @@ impl Clock {
     }
 
     fn cyc(&mut self, cycles: u64, cfg: &Config) -> Result<(), ErrorKind> {
+        self.cyc_seen = true;
         let fcr = self.tcal.fcr().ok();
         self.tcal.update_cyc(cycles);
         timing(self.time.update_cyc(cycles, &cfg.time, fcr))
@@ -168,6 +172,16 @@ impl<'a> EventDecoder<'a> {
     /// The current time estimate.
     pub fn time(&self) -> &Time {
         &self.clock.time
+    }
+
+    /// The timing state that decides the times to come (its `answered`
+    /// field left for the query layer to fill in).
+    pub fn clock_state(&self) -> ClockState {
+        ClockState {
+            time: self.clock.time,
+            cal: self.clock.cyc_seen.then_some(self.clock.tcal),
+            answered: Time::new(),
+        }
     }
 
     fn reset(&mut self) {

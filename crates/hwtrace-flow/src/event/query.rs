@@ -6,7 +6,7 @@ use super::tnt::TntCache;
 use super::{Event, EventKind};
 use crate::config::Config;
 use crate::error::ErrorKind;
-use crate::time::Time;
+use crate::time::{ClockState, Time};
 use hwtrace_packet::{LastIp, Tnt};
 use hwtrace_types::TraceOffset;
 
@@ -88,6 +88,14 @@ impl<'a> QueryDecoder<'a> {
     /// The time at the last answer.
     pub const fn time(&self) -> &Time {
         &self.last_time
+    }
+
+    /// The timing state that decides the times of the answers to come.
+    pub fn clock_state(&self) -> ClockState {
+        ClockState {
+            answered: self.last_time,
+            ..self.evdec.clock_state()
+        }
     }
 
     fn reset(&mut self) {
@@ -189,7 +197,7 @@ impl<'a> QueryDecoder<'a> {
         if let Some(taken) = self.tnt.take() {
             return Ok((taken, self.status()));
         }
-        self.last_time = self.evdec.time().clone();
+        self.last_time = *self.evdec.time();
         self.cache_tnt()?;
         match self.tnt.take() {
             Some(taken) => Ok((taken, self.status())),
@@ -245,7 +253,7 @@ impl<'a> QueryDecoder<'a> {
     #[inline]
     pub fn take_tnt(&mut self) -> Status {
         if self.tnt.is_empty() {
-            self.last_time = self.evdec.time().clone();
+            self.last_time = *self.evdec.time();
             self.load_next_tnt();
         }
         self.take_cached_tnt()
@@ -328,7 +336,7 @@ impl<'a> QueryDecoder<'a> {
         if !self.tnt.is_empty() || self.peek_tnt().is_none() {
             return false;
         }
-        self.last_time = self.evdec.time().clone();
+        self.last_time = *self.evdec.time();
         self.load_next_tnt();
         true
     }
@@ -368,7 +376,7 @@ impl<'a> QueryDecoder<'a> {
             _ => return,
         };
         if len > 0 {
-            self.last_time = self.evdec.time().clone();
+            self.last_time = *self.evdec.time();
             self.load_next_tnt();
         }
     }
@@ -390,7 +398,7 @@ impl<'a> QueryDecoder<'a> {
         else {
             return None;
         };
-        self.last_time = self.evdec.time().clone();
+        self.last_time = *self.evdec.time();
         self.fetch_event();
         Some((ip, self.status()))
     }
@@ -437,7 +445,7 @@ impl<'a> QueryDecoder<'a> {
             EventKind::Tip { ip } if !ev.ip_suppressed => Some(ip),
             _ => None,
         };
-        self.last_time = self.evdec.time().clone();
+        self.last_time = *self.evdec.time();
         self.fetch_event();
         let mut status = self.status();
         status.ip_suppressed = target.is_none();
@@ -449,7 +457,7 @@ impl<'a> QueryDecoder<'a> {
     pub fn next_any(&mut self) -> Result<(Event, Status), ErrorKind> {
         self.tnt.clear();
         let ev = self.pending()?;
-        self.last_time = self.evdec.time().clone();
+        self.last_time = *self.evdec.time();
         self.fetch_event();
         Ok((ev, self.status()))
     }
@@ -500,7 +508,7 @@ impl<'a> QueryDecoder<'a> {
     /// and the look-ahead is fetched as after any answer.
     pub(super) fn lane_resume(&mut self, at: TraceOffset, last_ip: LastIp, bits: u64, left: u8) {
         self.set_cached_tnt(bits, left);
-        self.last_time = self.evdec.time().clone();
+        self.last_time = *self.evdec.time();
         self.next_tnt = None;
         self.event = Err(ErrorKind::NoSync);
         self.evdec.lane_resume(at, last_ip);
@@ -528,7 +536,7 @@ impl<'a> QueryDecoder<'a> {
         if !is_user_event(&ev) {
             return Err(ErrorKind::BadQuery);
         }
-        self.last_time = self.evdec.time().clone();
+        self.last_time = *self.evdec.time();
         if let Some(at) = self.passing
             && passes_over(&ev, &at)
         {

@@ -14,6 +14,7 @@ use super::retstack::RetStack;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::event::{Event, EventKind, QueryDecoder, Status};
+use crate::time::ClockState;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
 
@@ -196,6 +197,12 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     pub fn time(&self) -> (u64, bool) {
         let t = self.query.time();
         (t.estimate().tsc.0, t.query_tsc().is_ok())
+    }
+
+    /// The timing state that decides the times of the instructions and
+    /// events to come.
+    pub fn clock_state(&self) -> ClockState {
+        self.query.clock_state()
     }
 
     /// The address space (CR3, VMCS) last reported.

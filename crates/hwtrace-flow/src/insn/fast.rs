@@ -63,6 +63,7 @@ use super::tally::{Counted, RunTally};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::event::{Event, Status};
+use crate::time::ClockState;
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
 
@@ -245,6 +246,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// wall-clock time (as [`InsnDecoder::time`]).
     pub fn time(&self) -> (u64, bool) {
         self.dec.time()
+    }
+
+    /// The timing state that decides the times to come
+    /// ([`InsnDecoder::clock_state`]).
+    pub fn clock_state(&self) -> ClockState {
+        self.dec.clock_state()
     }
 
     /// What the instruction decoder returned for the last instruction of

@@ -89,12 +89,14 @@ pub struct Seam {
 }
 
 /// [`Flow::seam_at`]'s answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SeamAt {
     /// Not yet at the seam's trace position.
     Before,
-    /// At it, in this state.
-    Here(Seam),
+    /// At it, in this state (boxed: a seam holds the decoder's timing
+    /// state, and is made once per unit where the other answers are made
+    /// per item).
+    Here(Box<Seam>),
     /// Past it.
     Past,
 }
@@ -207,7 +209,8 @@ impl<S: StepSource> Flow<S> {
             // only moves forward: the seam cannot come any more.
             SeamAt::Past
         } else {
-            self.seam(item).map_or(SeamAt::Before, SeamAt::Here)
+            self.seam(item)
+                .map_or(SeamAt::Before, |s| SeamAt::Here(Box::new(s)))
         }
     }
 

@@ -101,7 +101,7 @@ enum End<S> {
     /// The next unit's anchor was reached: its items follow, unless that
     /// unit turns out untrusted, when `tail` (positioned just after the
     /// anchor) goes on.
-    Spliced { seam: Seam, tail: Flow<S> },
+    Spliced { seam: Box<Seam>, tail: Flow<S> },
     /// No seam: `flow` goes on after the items given.
     Open(Flow<S>),
     /// Nothing to continue (an untrusted or anchorless unit): the source,
@@ -446,7 +446,7 @@ fn work<S: StepSource, K: Sink>(
         match next_anchor {
             Some(a) => match flow.seam_at(&item, a.offset) {
                 SeamAt::Before => {}
-                SeamAt::Here(seam) if seam == a => {
+                SeamAt::Here(seam) if *seam == a => {
                     return Decoded {
                         unit,
                         anchor: own,
@@ -482,7 +482,7 @@ enum Carry<S> {
     /// Before the first unit.
     Start,
     /// The last unit ended at the next one's anchor.
-    Spliced { seam: Seam, tail: Flow<S> },
+    Spliced { seam: Box<Seam>, tail: Flow<S> },
     /// The decode from the start goes on here.
     Open(Flow<S>),
     /// The trace is done.
@@ -573,7 +573,7 @@ where
                 self.carry = carry(d.end, sources);
                 Ok(())
             }
-            Carry::Spliced { seam, tail } if d.anchor == Some(seam) => {
+            Carry::Spliced { seam, tail } if d.anchor == Some(*seam) => {
                 self.stats.spliced += 1;
                 sources.give_back(tail.into_source());
                 self.hand_out(d.items)?;
@@ -604,7 +604,7 @@ where
                 self.push(item)?;
                 match flow.seam_at(&item, a.offset) {
                     SeamAt::Before => {}
-                    SeamAt::Here(seam) if seam == a => {
+                    SeamAt::Here(seam) if *seam == a => {
                         self.stats.spliced += 1;
                         sources.give_back(flow.into_source());
                         self.hand_out(d.items)?;

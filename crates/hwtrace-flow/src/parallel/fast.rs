@@ -559,6 +559,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             ip: Ip(self.dec.ip()),
             space: self.dec.address_space(),
             time: self.dec.time(),
+            clock: self.dec.clock_state(),
         }
     }
 

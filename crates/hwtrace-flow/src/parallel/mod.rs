@@ -60,6 +60,7 @@ pub use segment::{Splitter, Unit, psb_offsets, units};
 use crate::Error;
 use crate::event::{Event, Status};
 use crate::insn::{BlockRun, Insn, InsnDecoder};
+use crate::time::ClockState;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
 
 /// What of a decoder's state can be seen from outside, compared at seams.
@@ -72,6 +73,11 @@ pub struct Probe {
     /// The estimated TSC at the last query, and whether it is wall-clock
     /// time.
     pub time: (u64, bool),
+    /// The timing state behind the times to come: a unit's decode that
+    /// learned less of the clock than the decode before it (a CYC
+    /// calibration, say) is not spliced on, even where its time so far
+    /// is the same.
+    pub clock: ClockState,
 }
 
 /// What [`StepSource::take_runs`] passed over.
@@ -225,6 +231,7 @@ impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
             ip: Ip(self.ip()),
             space: self.address_space(),
             time: self.time(),
+            clock: self.clock_state(),
         }
     }
 }

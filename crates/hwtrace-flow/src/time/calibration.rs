@@ -24,7 +24,7 @@ const SKL168_MAX_MTC_FREQ: u8 = 10;
 ///
 /// Packets inside PSB+ go to the `header_*` methods, the others to the
 /// `update_*` methods.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeCal {
     /// The current ratio; meaningful once `min_fcr <= max_fcr`.
     fcr: u64,

@@ -25,7 +25,7 @@ pub struct TscEstimate {
 /// Feed it every TSC, CBR, TMA, MTC and CYC packet in trace order. The
 /// estimate is `base + fc`: `base` moves with TSC and MTC packets, `fc` (the
 /// fast counter since the last MTC) grows with CYC packets.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Time {
     /// The estimated TSC.
     tsc: u64,

@@ -28,6 +28,27 @@ mod ctc;
 pub use calibration::TimeCal;
 pub use clock::{Time, TscEstimate};
 
+/// A decoder's timing state, as far as it decides the times of the items
+/// it decodes next: two decoders of one trace whose states are equal stamp
+/// the same times from there on. Compared where a parallel decode splices
+/// one unit's decode onto the decode before it
+/// ([`Probe`](crate::parallel::Probe)): a unit starts at its PSB with no
+/// history, and its first items' times (an MTC period's length, a CYC's
+/// cycles turned into TSC ticks) may hang on what the decode before it
+/// learned earlier.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClockState {
+    /// The estimate as the packets so far left it.
+    pub time: Time,
+    /// The fast-counter calibration, once a CYC packet was seen (CYC
+    /// packets are the only ones it times; before, it cannot decide
+    /// anything, and leaving it out lets traces without CYC splice).
+    pub cal: Option<TimeCal>,
+    /// The estimate at the last answer to the instruction layer (the time
+    /// its items are stamped with).
+    pub answered: Time,
+}
+
 use core::fmt;
 
 /// What the timing code needs to know about the tracing configuration.
