@@ -105,6 +105,56 @@ fn counted(item: &FlowItem) -> FlowItem {
     }
 }
 
+/// An item with its times left out (for callers that read none).
+fn untimed(item: &FlowItem) -> FlowItem {
+    match *item {
+        FlowItem::Event { offset, mut event } => {
+            (event.has_tsc, event.tsc, event.lost_mtc, event.lost_cyc) = (false, 0, 0, 0);
+            FlowItem::Event { offset, event }
+        }
+        other => other,
+    }
+}
+
+/// The fast decoder's items for a caller that reads no times
+/// ([`FastSource::untimed`]), in parallel with [`SPLITS`]' splits, against
+/// the instruction decoder's sequential ones, times aside; the seam
+/// statistics summed.
+fn same_untimed<M: ReadMemory + Sync>(
+    what: &str,
+    trace: &[u8],
+    config: Config,
+    mem: &M,
+) -> Result<ParallelStats> {
+    let want: Vec<FlowItem> = Flow::new(InsnDecoder::new(trace, config, mem))
+        .map(|i| untimed(&i))
+        .collect();
+    let mut total = ParallelStats::default();
+    for (threads, unit_bytes, unit_items) in SPLITS {
+        let pc = ParallelConfig {
+            unit_bytes,
+            window: 2 * threads,
+            unit_items,
+            batch: 7,
+            ..ParallelConfig::new(threads)
+        };
+        let mut got = Vec::new();
+        let emit = |batch: Vec<FlowItem>| {
+            got.extend(batch.iter().map(untimed));
+            Ok::<(), ()>(())
+        };
+        let make = || FastSource::new(FastDecoder::new(trace, config, mem)).untimed();
+        let stats =
+            decode(trace, &pc, make, emit).map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
+        let how = format!("{threads} threads, units of {unit_bytes} B, untimed");
+        check(what, &how, &got, &want)?;
+        total.units += stats.units;
+        total.spliced += stats.spliced;
+        total.continued += stats.continued;
+    }
+    Ok(total)
+}
+
 /// `items` against `want`, naming the first difference.
 fn check(what: &str, how: &str, items: &[FlowItem], want: &[FlowItem]) -> Result<()> {
     if items != want {
@@ -560,6 +610,15 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
         let stats = same(&what, &encoded.bytes, Config::default(), code)?;
         same_fast(&what, &encoded.bytes, Config::default(), code, Seams::Exact)?;
         ensure!(cyc || stats.spliced * 2 > stats.units, "{what}: {stats:?}");
+        if cyc {
+            // A caller that reads no times (`hwtrace flow`) splices the
+            // units on all the same.
+            let stats = same_untimed(&what, &encoded.bytes, Config::default(), code)?;
+            ensure!(
+                stats.spliced * 2 > stats.units,
+                "{what}, untimed: {stats:?}"
+            );
+        }
         // A consumer too slow for the output buffer: packets are lost
         // and OVF marks where, before a PSB.
         let run = write_output(

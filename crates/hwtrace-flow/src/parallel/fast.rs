@@ -58,6 +58,7 @@ use crate::insn::{
     BlockRun, DEFAULT_RUN_CAPACITY, DEFAULT_TALLY_CAPACITY, FastDecoder, FastStep, Insn, InsnClass,
     MAX_CACHED_BLOCK_INSNS, RunBuffer, RunTally,
 };
+use crate::time::ClockState;
 use hwtrace_types::{Ip, ReadMemory, TraceOffset};
 
 /// The fast decoder driven one instruction at a time.
@@ -88,6 +89,9 @@ pub struct FastSource<'a, M> {
     /// end of the trace), for the next [`StepSource::next_insn`] to return
     /// as it would have met it.
     failed: Option<Error>,
+    /// Its items' times are not read ([`untimed`](Self::untimed)): seams
+    /// leave the timing state out.
+    untimed: bool,
     /// A burst of runs from the decoder ([`FastDecoder::next_runs`],
     /// count mode), and the first of them still to hand out one by one
     /// (`burst.len()`: none) with the trace offset before it: the decoder
@@ -156,6 +160,18 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         s
     }
 
+    /// For a caller that does not read its items' times (events' TSC
+    /// estimates): a parallel decode then splices a unit's decode on where
+    /// all but its timing state is the decode's before it. A unit starts
+    /// with no CYC calibration where the decode before it has one, so with
+    /// CYC packets in the trace nearly no unit would splice otherwise
+    /// (see [`Probe::clock`](super::Probe::clock)); its items' times may
+    /// then differ from a sequential decode's, nothing else.
+    pub fn untimed(mut self) -> Self {
+        self.untimed = true;
+        self
+    }
+
     fn with_mode(dec: FastDecoder<'a, M>, expand: bool, max_stall: u64) -> Self {
         let runs = burst_runs(max_stall);
         Self {
@@ -170,6 +186,7 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
             stall: 0,
             max_stall,
             failed: None,
+            untimed: false,
             burst: RunBuffer::with_capacity(runs),
             tally: RunTally::with_capacity(runs),
             queued: 0,
@@ -558,8 +575,16 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
         Probe {
             ip: Ip(self.dec.ip()),
             space: self.dec.address_space(),
-            time: self.dec.time(),
-            clock: self.dec.clock_state(),
+            time: if self.untimed {
+                (0, false)
+            } else {
+                self.dec.time()
+            },
+            clock: if self.untimed {
+                ClockState::default()
+            } else {
+                self.dec.clock_state()
+            },
         }
     }
 

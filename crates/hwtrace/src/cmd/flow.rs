@@ -273,19 +273,23 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         parallel: &parallel,
         counting,
     };
+    // Nothing `flow` prints is timed: the fast sources leave the timing
+    // state out of their seams, so CYC-timed traces split as well as others.
     match args.decoder {
         Decoder::Insn => job.decode(|| InsnDecoder::new(bytes, config, mem)),
-        Decoder::Fast if counting => {
-            job.decode(|| FastSource::counting(FastDecoder::new(bytes, config, mem), max_stall))
-        }
-        Decoder::Fast if args.branches => {
-            job.branches(|| FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall))
-        }
+        Decoder::Fast if counting => job.decode(|| {
+            FastSource::counting(FastDecoder::new(bytes, config, mem), max_stall).untimed()
+        }),
+        Decoder::Fast if args.branches => job.branches(|| {
+            FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall).untimed()
+        }),
         Decoder::Fast if args.blocks => job.blocks(
-            || FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall),
+            || FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall).untimed(),
             mem,
         ),
-        Decoder::Fast => job.decode(|| FastSource::new(FastDecoder::new(bytes, config, mem))),
+        Decoder::Fast => {
+            job.decode(|| FastSource::new(FastDecoder::new(bytes, config, mem)).untimed())
+        }
     }
 }
 
