@@ -15,15 +15,20 @@
 //!   a CR3 no PIP restates: all of these only exist in the decode from the
 //!   start;
 //! - whether a PSB+ mode report is news, and the first items after a
-//!   resynchronisation.
+//!   resynchronisation;
+//! - what the clock learned before: a CYC packet's cycles become time
+//!   through a calibration measured over earlier MTC periods, which a
+//!   decode from the PSB has not seen.
 //!
 //! So nothing is assumed. The trace is split at PSBs into [`Unit`]s. Each
 //! worker decodes its unit from the unit's PSB ([`Flow::at`]); the state
 //! after the first instruction it decodes is the unit's *anchor*
 //! ([`Seam`]). Then it decodes on past the end of its unit, as the decode
 //! from the start would, until its state after an instruction equals the
-//! next unit's anchor (same item, trace position, IP, address space, time,
-//! status and stall count): from there the two decoders read the same
+//! next unit's anchor (same item, trace position, IP, address space, time
+//! and timing state, status and stall count; a source whose caller reads
+//! no times, [`FastSource::untimed`], leaves the time out, and its items'
+//! times may differ): from there the two decoders read the same
 //! trace in the same state and produce the same items, so the next unit's
 //! items after its anchor are spliced on. The return stack cannot be
 //! compared, but (as above) a unit decode that differs because of it
