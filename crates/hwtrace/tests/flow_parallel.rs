@@ -46,6 +46,18 @@ const SPLITS: [(usize, u64, usize); 4] = [
     (2, 4096, 50),
 ];
 
+/// The parallel decode of a split: `threads` threads, units of at least
+/// `unit_bytes`, at most `unit_items` items kept per unit, small batches.
+fn split(threads: usize, unit_bytes: u64, unit_items: usize) -> ParallelConfig {
+    ParallelConfig {
+        unit_bytes,
+        window: 2 * threads,
+        unit_items,
+        batch: 7,
+        ..ParallelConfig::new(threads)
+    }
+}
+
 /// Decodes `trace` sequentially and in parallel with every split in
 /// [`SPLITS`]; fails naming the first differing item. Returns the
 /// parallel decodes' seam statistics, summed.
@@ -58,13 +70,7 @@ fn same<M: ReadMemory + Sync>(
     let want: Vec<FlowItem> = Flow::new(InsnDecoder::new(trace, config, mem)).collect();
     let mut total = ParallelStats::default();
     for (threads, unit_bytes, unit_items) in SPLITS {
-        let pc = ParallelConfig {
-            unit_bytes,
-            window: 2 * threads,
-            unit_items,
-            batch: 7,
-            ..ParallelConfig::new(threads)
-        };
+        let pc = split(threads, unit_bytes, unit_items);
         let mut got = Vec::new();
         let stats = decode(
             trace,
@@ -131,13 +137,7 @@ fn same_untimed<M: ReadMemory + Sync>(
         .collect();
     let mut total = ParallelStats::default();
     for (threads, unit_bytes, unit_items) in SPLITS {
-        let pc = ParallelConfig {
-            unit_bytes,
-            window: 2 * threads,
-            unit_items,
-            batch: 7,
-            ..ParallelConfig::new(threads)
-        };
+        let pc = split(threads, unit_bytes, unit_items);
         let mut got = Vec::new();
         let emit = |batch: Vec<FlowItem>| {
             got.extend(batch.iter().map(untimed));
@@ -296,13 +296,7 @@ fn same_fast<M: ReadMemory + Sync>(
     check_placed(what, "sequential, runs passed over", &got, &want_placed)?;
     let passed = (got.passed, got.passed_status);
     for (threads, unit_bytes, unit_items) in [(2, 1, 1 << 17), (3, 700, 1 << 17), (2, 4096, 20)] {
-        let pc = ParallelConfig {
-            unit_bytes,
-            window: 2 * threads,
-            unit_items,
-            batch: 7,
-            ..ParallelConfig::new(threads)
-        };
+        let pc = split(threads, unit_bytes, unit_items);
         let how = format!("{threads} threads, units of {unit_bytes} B, {unit_items} items");
         let mut got = Vec::new();
         let mut got_counted = Vec::new();
