@@ -58,6 +58,13 @@ fn split(threads: usize, unit_bytes: u64, unit_items: usize) -> ParallelConfig {
     }
 }
 
+/// Adds a decode's seam statistics to `total`.
+fn add(total: &mut ParallelStats, stats: ParallelStats) {
+    total.units += stats.units;
+    total.spliced += stats.spliced;
+    total.continued += stats.continued;
+}
+
 /// Decodes `trace` sequentially and in parallel with every split in
 /// [`SPLITS`]; fails naming the first differing item. Returns the
 /// parallel decodes' seam statistics, summed.
@@ -92,9 +99,7 @@ fn same<M: ReadMemory + Sync>(
             );
         }
         ensure!(stats.spliced + stats.continued >= stats.units.min(1));
-        total.units += stats.units;
-        total.spliced += stats.spliced;
-        total.continued += stats.continued;
+        add(&mut total, stats);
     }
     Ok(total)
 }
@@ -148,9 +153,7 @@ fn same_untimed<M: ReadMemory + Sync>(
             decode(trace, &pc, make, emit).map_err(|()| anyhow::anyhow!("emit cannot fail"))?;
         let how = format!("{threads} threads, units of {unit_bytes} B, untimed");
         check(what, &how, &got, &want)?;
-        total.units += stats.units;
-        total.spliced += stats.spliced;
-        total.continued += stats.continued;
+        add(&mut total, stats);
     }
     Ok(total)
 }
@@ -334,9 +337,7 @@ fn same_fast<M: ReadMemory + Sync>(
                 || (stats.spliced, stats.continued) == (one_by_one.spliced, one_by_one.continued),
             "{what}: {how}: runs passed over {stats:?}, one by one {one_by_one:?}"
         );
-        total.units += stats.units;
-        total.spliced += stats.spliced;
-        total.continued += stats.continued;
+        add(&mut total, stats);
         check_placed(
             what,
             &format!("{how}, runs passed over"),

@@ -4,7 +4,7 @@ use super::queue::{Binding, EventQueue};
 use super::{Event, EventKind};
 use crate::config::Config;
 use crate::error::ErrorKind;
-use crate::time::{ClockState, Time, TimeCal, TimeError};
+use crate::time::{Time, TimeCal, TimeError};
 use hwtrace_packet::{DecodedPacket, IpPayload, LastIp, LastIpError, Packet, PacketDecoder, Tnt};
 use hwtrace_types::{TraceOffset, Tsc};
 
@@ -33,7 +33,7 @@ struct Clock {
     time: Time,
     tcal: TimeCal,
     /// A CYC packet was applied since the last reset: `tcal` can decide
-    /// times from now on ([`ClockState::cal`]).
+    /// times from now on ([`ClockState::cal`](crate::time::ClockState::cal)).
     cyc_seen: bool,
 }
 
@@ -174,14 +174,10 @@ impl<'a> EventDecoder<'a> {
         &self.clock.time
     }
 
-    /// The timing state that decides the times to come (its `answered`
-    /// field left for the query layer to fill in).
-    pub fn clock_state(&self) -> ClockState {
-        ClockState {
-            time: self.clock.time,
-            cal: self.clock.cyc_seen.then_some(self.clock.tcal),
-            answered: Time::new(),
-        }
+    /// The fast-counter calibration, once a CYC packet was seen (before,
+    /// it decides no time: [`ClockState::cal`](crate::time::ClockState::cal)).
+    pub fn calibration(&self) -> Option<TimeCal> {
+        self.clock.cyc_seen.then_some(self.clock.tcal)
     }
 
     fn reset(&mut self) {

@@ -93,8 +93,9 @@ impl<'a> QueryDecoder<'a> {
     /// The timing state that decides the times of the answers to come.
     pub fn clock_state(&self) -> ClockState {
         ClockState {
+            time: *self.evdec.time(),
+            cal: self.evdec.calibration(),
             answered: self.last_time,
-            ..self.evdec.clock_state()
         }
     }
 
