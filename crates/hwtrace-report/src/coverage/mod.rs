@@ -34,8 +34,8 @@ pub mod lcov;
 use crate::exec::{Exec, ExecRun, GapKind};
 use crate::symbols::Space;
 use hwtrace_flow::insn::InsnClass;
-use hwtrace_types::Ip;
 use hwtrace_types::hash::BuildIntHasher;
+use hwtrace_types::{Cr3, Ip};
 use std::collections::HashMap;
 
 /// Branch-only input: two consecutive records further apart than this
@@ -99,28 +99,79 @@ struct Chain {
     space: Space,
 }
 
+/// A transfer seen before: from block `from` into the block running from
+/// `start` to `end` (in `from`'s space: edges stay in one chain), which
+/// is block `to`, counted in edge `edge`.
+#[derive(Clone, Copy, Debug)]
+struct Seen {
+    from: u32,
+    start: u64,
+    end: u64,
+    to: u32,
+    edge: u32,
+}
+
+/// Slots of [`CoverageBuilder`]'s memo of transfers: more than the
+/// distinct edges of most programs' hot code, few enough to stay in the
+/// processor's second-level cache (32 bytes each).
+const SEEN_SLOTS: usize = 1 << 13;
+
 /// Folds [`Exec`] records into [`Coverage`]; memory grows with the
 /// number of distinct blocks and edges, not with the trace.
-#[derive(Debug, Default)]
+///
+/// Most records are runs that make a block of their own, entered from
+/// the block before on the same chain along an edge seen before: those
+/// are counted through a direct-mapped memo of transfers (`seen`), one
+/// slot compared and two counters added, without building the block or
+/// hashing its key. Everything else (the first time a transfer is seen,
+/// runs that end inside a block, thread switches, gaps) goes the general
+/// way, which fills the memo.
+#[derive(Debug)]
 pub struct CoverageBuilder {
     blocks: Vec<Block>,
     ids: HashMap<(Space, u64, u64), u32, BuildIntHasher>,
-    /// Each block's first two successors and their hits (most blocks
-    /// have no more: one lookup in the block's own slot per edge), by
-    /// block id; the rest in `edges`.
-    succ: Vec<[(u32, u64); 2]>,
-    edges: HashMap<(u32, u32), u64, BuildIntHasher>,
+    /// Each block's first two successors (most blocks have no more: one
+    /// lookup in the block's own slot per edge) with their edge's index
+    /// in `edge_list`, by block id; the rest in `edges`.
+    succ: Vec<[(u32, u32); 2]>,
+    edges: HashMap<(u32, u32), u32, BuildIntHasher>,
+    /// Every edge seen: its blocks and hits.
+    edge_list: Vec<Edge>,
+    /// The memo of transfers, indexed by a hash of `from` and `start`
+    /// (empty until the first edge).
+    seen: Vec<Seen>,
     open: Option<Open>,
     /// The last block of each chain, but the current one's, which is
     /// `last` (consecutive blocks are mostly on one chain).
     prev: HashMap<Chain, u32, BuildIntHasher>,
     last: Option<(Chain, u32)>,
+    /// `last`'s block and CR3 while `last` is on the current thread's
+    /// chains (`u32::MAX`: it is not, or there is none): a block in that
+    /// CR3 goes on `last`'s chain.
+    here: (u32, Option<Cr3>),
     pid: Option<u32>,
     tid: Option<u32>,
     cpu: Option<u32>,
     /// Branch-only input: where the last branch went.
     branch_to: Option<(Space, Ip)>,
     insns: u64,
+    /// Whether the general way fills the memo (tests turn it off to
+    /// compare).
+    memo: bool,
+}
+
+/// The memo slot of the transfer from block `from` to a block starting
+/// at `start`.
+#[inline]
+fn seen_slot(from: u32, start: u64) -> usize {
+    let h = (start ^ u64::from(from).rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (h >> (64 - SEEN_SLOTS.trailing_zeros())) as usize
+}
+
+impl Default for CoverageBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Whether an instruction of `class` ends a block.
@@ -131,17 +182,51 @@ fn ends_block(class: InsnClass) -> bool {
 impl CoverageBuilder {
     /// No coverage yet.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            blocks: Vec::new(),
+            ids: HashMap::default(),
+            succ: Vec::new(),
+            edges: HashMap::default(),
+            edge_list: Vec::new(),
+            seen: Vec::new(),
+            open: None,
+            prev: HashMap::default(),
+            last: None,
+            here: (u32::MAX, None),
+            pid: None,
+            tid: None,
+            cpu: None,
+            branch_to: None,
+            insns: 0,
+            memo: true,
+        }
     }
 
     /// Instructions in a row (their last may end the block).
+    #[inline]
     fn run(&mut self, r: &ExecRun) {
+        let end = r.last_ip.0.wrapping_add(u64::from(r.last_size));
+        if self.open.is_none()
+            && (ends_block(r.last_class) || r.last_size == 0)
+            && self.count_seen(r.space.cr3, r.ip.0, end)
+        {
+            self.insns += u64::from(r.insns);
+        } else {
+            self.run_general(r);
+        }
+    }
+
+    /// [`CoverageBuilder::run`] when the memo does not know the run: kept
+    /// out of line, so that the memo's path stays short.
+    #[inline(never)]
+    fn run_general(&mut self, r: &ExecRun) {
         self.insns += u64::from(r.insns);
+        let end = Ip(r.last_ip.0.wrapping_add(u64::from(r.last_size)));
+        let whole = ends_block(r.last_class) || r.last_size == 0;
         let space = Space {
             pid: self.pid,
             cr3: r.space.cr3,
         };
-        let end = Ip(r.last_ip.0.wrapping_add(u64::from(r.last_size)));
         match &mut self.open {
             Some(open) if open.space == space && open.end == r.ip => {
                 open.end = end;
@@ -159,12 +244,43 @@ impl CoverageBuilder {
                 });
             }
         }
-        if ends_block(r.last_class) || r.last_size == 0 {
+        if whole {
             self.close();
         }
     }
 
+    /// A block of its own from `start` to `end` in CR3 `cr3`: counted if
+    /// the current chain's last block went there before (the memo knows
+    /// the transfer), otherwise left to the general way.
+    #[inline(always)]
+    fn count_seen(&mut self, cr3: Option<Cr3>, start: u64, end: u64) -> bool {
+        let from = self.here.0;
+        if from == u32::MAX || self.here.1 != cr3 {
+            return false;
+        }
+        let Some(seen) = self.seen.get(seen_slot(from, start)) else {
+            return false;
+        };
+        if seen.from != from || seen.start != start || seen.end != end {
+            return false;
+        }
+        let (Some(block), Some(edge)) = (
+            self.blocks.get_mut(seen.to as usize),
+            self.edge_list.get_mut(seen.edge as usize),
+        ) else {
+            return false;
+        };
+        block.hits += 1;
+        edge.hits += 1;
+        self.here.0 = seen.to;
+        if let Some((_, last)) = &mut self.last {
+            *last = seen.to;
+        }
+        true
+    }
+
     /// Takes one record.
+    #[inline]
     pub fn push(&mut self, exec: &Exec) {
         match *exec {
             Exec::Insn(i) => self.run(&ExecRun::from(i)),
@@ -203,6 +319,7 @@ impl CoverageBuilder {
             Exec::Stretch(_) => self.break_flow(true),
             Exec::Thread { pid, tid, cpu } => {
                 self.close();
+                self.here.0 = u32::MAX;
                 self.branch_to = None;
                 self.pid = pid;
                 self.tid = tid;
@@ -283,35 +400,71 @@ impl CoverageBuilder {
         };
         block.hits += 1;
         self.last = Some((chain, id));
+        self.here = (id, open.space.cr3);
         if let Some(prev) = prev {
-            self.count_edge(prev, id);
+            let edge = self.count_edge(prev, id);
+            if !self.memo {
+                return;
+            }
+            if self.seen.is_empty() {
+                self.seen = vec![
+                    Seen {
+                        from: u32::MAX,
+                        start: 0,
+                        end: 0,
+                        to: 0,
+                        edge: 0,
+                    };
+                    SEEN_SLOTS
+                ];
+            }
+            if let Some(slot) = self.seen.get_mut(seen_slot(prev, open.start.0)) {
+                *slot = Seen {
+                    from: prev,
+                    start: open.start.0,
+                    end: open.end.0,
+                    to: id,
+                    edge,
+                };
+            }
         }
     }
 
     /// Puts the current chain's last block back among the others'.
     fn park_last(&mut self) {
+        self.here.0 = u32::MAX;
         if let Some((chain, id)) = self.last.take() {
             self.prev.insert(chain, id);
         }
     }
 
-    /// One more time from block `from` to block `to`.
-    fn count_edge(&mut self, from: u32, to: u32) {
+    /// One more time from block `from` to block `to`: the edge's index in
+    /// `edge_list`.
+    fn count_edge(&mut self, from: u32, to: u32) -> u32 {
         let i = from as usize;
         if self.succ.len() <= i {
             self.succ.resize(i + 1, [(u32::MAX, 0); 2]);
         }
+        let next = u32::try_from(self.edge_list.len()).unwrap_or(u32::MAX);
+        let mut index = None;
         for slot in &mut self.succ[i] {
             if slot.0 == to {
-                slot.1 += 1;
-                return;
+                index = Some(slot.1);
+                break;
             }
             if slot.0 == u32::MAX {
-                *slot = (to, 1);
-                return;
+                *slot = (to, next);
+                break;
             }
         }
-        *self.edges.entry((from, to)).or_insert(0) += 1;
+        let index = index.unwrap_or_else(|| *self.edges.entry((from, to)).or_insert(next));
+        if index == next {
+            self.edge_list.push(Edge { from, to, hits: 0 });
+        }
+        if let Some(edge) = self.edge_list.get_mut(index as usize) {
+            edge.hits += 1;
+        }
+        index
     }
 
     /// The coverage so far (the open block counted).
@@ -328,17 +481,13 @@ impl CoverageBuilder {
             new_id[old as usize] = new as u32;
         }
         let blocks = order.iter().map(|&i| self.blocks[i as usize]).collect();
-        let slots = self.succ.iter().enumerate().flat_map(|(from, s)| {
-            s.iter()
-                .filter(|(to, _)| *to != u32::MAX)
-                .map(move |&(to, hits)| ((from as u32, to), hits))
-        });
-        let mut edges: Vec<Edge> = slots
-            .chain(self.edges)
-            .map(|((from, to), hits)| Edge {
-                from: new_id[from as usize],
-                to: new_id[to as usize],
-                hits,
+        let mut edges: Vec<Edge> = self
+            .edge_list
+            .iter()
+            .map(|e| Edge {
+                from: new_id[e.from as usize],
+                to: new_id[e.to as usize],
+                hits: e.hits,
             })
             .collect();
         edges.sort_by_key(|e| (e.from, e.to));

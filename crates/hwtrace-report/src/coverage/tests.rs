@@ -329,3 +329,91 @@ fn lcov_counts_lines_of_the_blocks_that_ran() {
     assert!(text.contains("LH:3\nend_of_record\n"), "{text}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A pseudo-random flow over a small program: blocks of one to four
+/// instructions ending in every kind of control transfer (or running on
+/// into the next block), walked by two threads of two processes, under
+/// two CR3s, with disables, lost data and overflows in between; then cut
+/// into runs of at most `max` instructions.
+fn random_flow(seed: u64, len: usize, max: u32) -> Vec<Exec> {
+    let mut x = seed | 1;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    const BLOCKS: u64 = 40;
+    let classes = [
+        InsnClass::CondJump,
+        InsnClass::Jump,
+        InsnClass::Call,
+        InsnClass::Return,
+        InsnClass::Other,
+    ];
+    // Block k: at 0x1000 + 0x20 k, `1 + k % 4` instructions of 2 bytes.
+    let class_of = |k: u64| classes[(k.wrapping_mul(7) % 5) as usize];
+    let mut flow = Vec::new();
+    let mut k = 0u64;
+    let mut space = AddressSpace::UNKNOWN;
+    for _ in 0..len {
+        match next(100) {
+            0 => flow.push(gap(GapKind::Disabled)),
+            1 => flow.push(gap([GapKind::Lost, GapKind::Overflow][next(2) as usize])),
+            2 => {
+                let tid = next(2) as u32;
+                flow.push(Exec::Thread {
+                    pid: Some(7 + tid % 2),
+                    tid: Some(tid),
+                    cpu: None,
+                });
+            }
+            3 => space.cr3 = [None, Some(Cr3(0x5000))][next(2) as usize],
+            _ => {}
+        }
+        let n = 1 + k % 4;
+        let base = 0x1000 + 0x20 * k;
+        for i in 0..n {
+            let class = if i + 1 == n {
+                class_of(k)
+            } else {
+                InsnClass::Other
+            };
+            flow.push(Exec::Insn(ExecInsn {
+                space,
+                ip: Ip(base + 2 * i),
+                size: 2,
+                class,
+            }));
+        }
+        // Mostly the next few blocks (loops), sometimes anywhere.
+        k = match (class_of(k), next(4)) {
+            (InsnClass::Other, _) => k + 1,
+            (_, 0) => next(BLOCKS),
+            _ => (k + 1 + next(3)) % BLOCKS,
+        } % BLOCKS;
+    }
+    crate::exec::as_runs(&flow, max)
+}
+
+#[test]
+fn the_memo_of_transfers_counts_as_the_general_way() {
+    for seed in 1..40u64 {
+        for max in [1, 3, u32::MAX] {
+            let flow = random_flow(seed, 3000, max);
+            let mut with = CoverageBuilder::new();
+            let mut without = CoverageBuilder::new();
+            without.memo = false;
+            for e in &flow {
+                with.push(e);
+                without.push(e);
+            }
+            let used = with.seen.iter().filter(|s| s.from != u32::MAX).count();
+            assert!(used > 10, "seed {seed}: the memo was not filled ({used})");
+            assert!(without.seen.is_empty());
+            let (with, without) = (with.finish(), without.finish());
+            assert!(with.edges.len() > 20, "seed {seed}: {with:?}");
+            assert_eq!(with, without, "seed {seed}, runs of at most {max}");
+        }
+    }
+}
