@@ -11,7 +11,14 @@ use hwtrace_types::{AddressSpace, Cr3, Ip, TraceOffset};
 use std::path::PathBuf;
 
 /// One record of the executed flow.
+///
+/// The tag is a whole word (`repr(u64)`): with a one-byte tag, a record
+/// built on the stack was copied into place from byte 1 on, its padding
+/// included, and the copy's loads straddled the stores that had just
+/// written the fields, which the processor cannot forward (a stall per
+/// record: 16% of `hwtrace coverage`'s time on the real traces).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
 pub enum Exec {
     /// An instruction was executed.
     Insn(ExecInsn),
