@@ -93,8 +93,9 @@ pub struct SourceArgs {
     #[arg(long, value_name = "N", requires = "lbr")]
     pub lbr_tos: Option<String>,
     /// Decode on a thread of its own beside the answer (2, the default on
-    /// a machine with two cores or more) or on the answer's (1). The
-    /// answer is the same; more than 2 uses no more threads.
+    /// a machine with two cores or more, but for coverage, whose own work
+    /// per run costs less than handing the run over) or on the answer's
+    /// (1). The answer is the same; more than 2 uses no more threads.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub jobs: Option<u64>,
 }
