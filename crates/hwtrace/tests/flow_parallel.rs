@@ -19,7 +19,7 @@ use hwtrace_flow::parallel::{
     FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, PassedRun, Sink, Skipped,
     decode, decode_into,
 };
-use hwtrace_flow::{Config, Errata};
+use hwtrace_flow::{Config, Errata, TimeConfig};
 use hwtrace_mem::image::{Image, parse_image_arg};
 use hwtrace_mem::pagecache::PageCache;
 use hwtrace_sim::{
@@ -541,7 +541,9 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
     // TSC in PSB+, MTC, and CYC or not. With CYC, a unit's first items
     // may take their times from a calibration the decode before it learned
     // earlier (a PSB every 256 B and TNT-64 packets put a CYC-timed
-    // disable right after a seam): such units are not spliced on.
+    // disable right after a seam): a unit's clock is warmed over the
+    // packets before its PSB, and where that does not give the same
+    // timing state, the unit is not spliced on.
     let timing = |cyc_thresh| Timing {
         mtc_freq: Some(4),
         cyc_thresh,
@@ -604,8 +606,32 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
         );
         let stats = same(&what, &encoded.bytes, Config::default(), code)?;
         same_fast(&what, &encoded.bytes, Config::default(), code, Seams::Exact)?;
-        ensure!(cyc || stats.spliced * 2 > stats.units, "{what}: {stats:?}");
+        ensure!(stats.spliced * 2 > stats.units, "{what}: {stats:?}");
         if cyc {
+            // Decoded as its configuration says (the CTC:TSC ratio, MTC
+            // frequency and nominal ratio), CYC packets become time
+            // through a measured calibration: the units' clocks, warmed
+            // over the packets before their PSBs, learn the same one.
+            let timed = Config {
+                time: TimeConfig {
+                    mtc_freq: 4,
+                    nom_freq: 20,
+                    cpuid_0x15_eax: 2,
+                    cpuid_0x15_ebx: 125,
+                    skl168: false,
+                },
+                ..Config::default()
+            };
+            let calibrated = Flow::new(InsnDecoder::new(&encoded.bytes, timed, code))
+                .filter_map(|item| match item {
+                    FlowItem::Event { event, .. } => Some(event),
+                    _ => None,
+                })
+                .filter(|e| e.has_tsc && e.lost_cyc == 0)
+                .count();
+            ensure!(calibrated > 0, "{what}: no event timed without lost CYCs");
+            let stats = same(&format!("{what}, timed"), &encoded.bytes, timed, code)?;
+            ensure!(stats.spliced * 2 > stats.units, "{what}, timed: {stats:?}");
             // A caller that reads no times (`hwtrace flow`) splices the
             // units on all the same.
             let stats = same_untimed(&what, &encoded.bytes, Config::default(), code)?;

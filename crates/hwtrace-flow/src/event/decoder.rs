@@ -1,6 +1,7 @@
 //! [`EventDecoder`]: packets to events.
 
 use super::queue::{Binding, EventQueue};
+use super::quirks;
 use super::{Event, EventKind};
 use crate::config::Config;
 use crate::error::ErrorKind;
@@ -10,6 +11,7 @@ use hwtrace_types::{TraceOffset, Tsc};
 
 mod filtered_psb;
 mod overflow;
+mod warm;
 
 pub(crate) use filtered_psb::passes_over;
 pub use filtered_psb::{PassState, StatusPass, passable_status};
@@ -135,6 +137,9 @@ pub struct EventDecoder<'a> {
     /// Event data (EVD) waiting for its CFE.
     evd: super::trace::EventData,
     config: Config,
+    /// How far back the next [`sync_set`](Self::sync_set) warms its clock
+    /// from ([`warm_clock`](Self::warm_clock)).
+    warm: Option<u64>,
 }
 
 fn last_ip_error(e: LastIpError) -> ErrorKind {
@@ -161,7 +166,17 @@ impl<'a> EventDecoder<'a> {
             deferred: std::collections::VecDeque::new(),
             after_fup: std::collections::VecDeque::new(),
             config,
+            warm: None,
         }
+    }
+
+    /// Makes the next [`sync_set`](Self::sync_set) start with the clock
+    /// the packets before its PSB leave, from the first PSB at most
+    /// `window` bytes back (see the `warm` module), instead of a fresh
+    /// one: what a decode from further back would have learned of the CYC
+    /// calibration there.
+    pub fn warm_clock(&mut self, window: u64) {
+        self.warm = Some(window);
     }
 
     /// The configuration.
@@ -298,6 +313,15 @@ impl<'a> EventDecoder<'a> {
     /// Synchronises at `offset`, which must hold a PSB.
     pub fn sync_set(&mut self, offset: TraceOffset) -> Result<(), ErrorKind> {
         self.reset();
+        if let Some(window) = self.warm.take() {
+            let back = usize::try_from(offset.0.saturating_sub(window)).unwrap_or(usize::MAX);
+            if let Some(from) = hwtrace_packet::find_psb_forward(self.pkt.data(), back)
+                .map(|at| TraceOffset(at as u64))
+                .filter(|&from| from < offset)
+            {
+                self.clock = Clock::warmed(self.pkt.data(), from, offset, &self.config);
+            }
+        }
         self.pkt
             .sync_at(offset)
             .map_err(|e| ErrorKind::from(e.kind))?;

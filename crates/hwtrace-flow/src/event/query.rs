@@ -94,7 +94,7 @@ impl<'a> QueryDecoder<'a> {
     pub fn clock_state(&self) -> ClockState {
         ClockState {
             time: *self.evdec.time(),
-            cal: self.evdec.calibration(),
+            cal: self.evdec.calibration().map(|c| c.settled()),
             answered: self.last_time,
         }
     }
@@ -154,6 +154,13 @@ impl<'a> QueryDecoder<'a> {
         self.reset();
         self.evdec.sync_forward()?;
         self.start()
+    }
+
+    /// Makes the next [`sync_set`](Self::sync_set) warm its clock over the
+    /// packets up to `window` bytes before its PSB
+    /// ([`EventDecoder::warm_clock`]).
+    pub fn warm_clock(&mut self, window: u64) {
+        self.evdec.warm_clock(window);
     }
 
     /// Synchronises at the PSB at `offset`.

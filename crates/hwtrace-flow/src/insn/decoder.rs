@@ -278,6 +278,13 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         }
     }
 
+    /// Makes the next [`sync_set`](Self::sync_set) warm its clock over the
+    /// packets up to `window` bytes before its PSB
+    /// ([`EventDecoder::warm_clock`](crate::event::EventDecoder::warm_clock)).
+    pub fn warm_clock(&mut self, window: u64) {
+        self.query.warm_clock(window);
+    }
+
     /// Synchronises at the PSB at `offset`.
     pub fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error> {
         self.reset();

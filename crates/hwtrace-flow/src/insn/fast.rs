@@ -287,6 +287,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         Ok(self.restart(status))
     }
 
+    /// Makes the next [`sync_set`](Self::sync_set) warm its clock
+    /// ([`InsnDecoder::warm_clock`]).
+    pub fn warm_clock(&mut self, window: u64) {
+        self.dec.warm_clock(window);
+    }
+
     /// Synchronises at the PSB at `offset`.
     pub fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error> {
         self.pending = None;

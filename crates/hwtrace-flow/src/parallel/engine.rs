@@ -367,6 +367,23 @@ fn anchor<S: StepSource>(flow: &mut Flow<S>, unit: Unit) -> Option<Seam> {
     None
 }
 
+/// Trace bytes before a unit's PSB whose timing packets warm its clock.
+/// The CYC calibration a decode from the start has at a PSB was measured
+/// over the last MTC period with cycles counted, a few hundred bytes of
+/// trace back at the MTC frequencies perf uses (an MTC every 8 crystal
+/// ticks, ~320 ns) and within this at up to 64 times that period. The
+/// scan is a packet decode (several times faster than the decode proper)
+/// and only sources that stamp times do it.
+const WARM_WINDOW: u64 = 16 << 10;
+
+/// A decode of `unit` from its PSB, its clock warmed over the
+/// [`WARM_WINDOW`] before it ([`StepSource::warm_clock`]): the same for
+/// the unit's own worker and the one looking for its anchor.
+fn at_unit<S: StepSource>(mut src: S, unit: Unit) -> Flow<S> {
+    src.warm_clock(WARM_WINDOW);
+    Flow::at(src, unit.start)
+}
+
 /// One worker's job: unit `i` from its PSB, then on to the next unit's
 /// anchor.
 fn work<S: StepSource, K: Sink>(
@@ -381,7 +398,7 @@ fn work<S: StepSource, K: Sink>(
     // The next unit's anchor, found as its own worker will find it.
     let (next_anchor, src) = match next {
         Some(n) => {
-            let mut flow = Flow::at(src, n.start).with_max_stall(max_stall);
+            let mut flow = at_unit(src, n).with_max_stall(max_stall);
             (anchor(&mut flow, n), flow.into_source())
         }
         None => (None, src),
@@ -393,7 +410,7 @@ fn work<S: StepSource, K: Sink>(
         drop(src);
         Flow::new(make()).with_max_stall(max_stall)
     } else {
-        let mut flow = Flow::at(src, unit.start).with_max_stall(max_stall);
+        let mut flow = at_unit(src, unit).with_max_stall(max_stall);
         own = anchor(&mut flow, unit);
         if own.is_none() {
             return Decoded {

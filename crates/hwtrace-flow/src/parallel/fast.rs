@@ -162,11 +162,14 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
 
     /// For a caller that does not read its items' times (events' TSC
     /// estimates): a parallel decode then splices a unit's decode on where
-    /// all but its timing state is the decode's before it. A unit starts
-    /// with no CYC calibration where the decode before it has one, so with
-    /// CYC packets in the trace nearly no unit would splice otherwise
-    /// (see [`Probe::clock`](super::Probe::clock)); its items' times may
-    /// then differ from a sequential decode's, nothing else.
+    /// all but its timing state is the decode's before it, and spends
+    /// nothing on warming units' clocks ([`StepSource::warm_clock`]).
+    /// Where the warmed clock of a unit still differs from the decode's
+    /// before it (the calibration was measured further back, or that
+    /// decode resynchronised in between), a timed decode does not splice
+    /// there (see [`Probe::clock`](super::Probe::clock)); an untimed one
+    /// does, and its items' times may then differ from a sequential
+    /// decode's, nothing else.
     pub fn untimed(mut self) -> Self {
         self.untimed = true;
         self
@@ -481,6 +484,13 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error> {
         self.drop_run();
         self.dec.sync_set(offset)
+    }
+
+    fn warm_clock(&mut self, window: u64) {
+        // Seams leave an untimed source's clock out: nothing to warm.
+        if !self.untimed {
+            self.dec.warm_clock(window);
+        }
     }
 
     fn offset(&self) -> TraceOffset {

@@ -18,7 +18,9 @@
 //!   resynchronisation;
 //! - what the clock learned before: a CYC packet's cycles become time
 //!   through a calibration measured over earlier MTC periods, which a
-//!   decode from the PSB has not seen.
+//!   decode from the PSB has not seen (a unit's clock is therefore warmed
+//!   over the timing packets before its PSB, [`StepSource::warm_clock`],
+//!   which usually teaches it the same calibration).
 //!
 //! So nothing is assumed. The trace is split at PSBs into [`Unit`]s. Each
 //! worker decodes its unit from the unit's PSB ([`Flow::at`]); the state
@@ -192,6 +194,15 @@ pub trait StepSource {
         None
     }
 
+    /// Makes the next [`sync_set`](Self::sync_set) start with the clock the
+    /// timing packets up to `window` bytes before its PSB leave, where
+    /// the source stamps times (a unit decoded from its PSB then knows the
+    /// CYC calibration the decode from the start has there, and can be
+    /// spliced on). Nothing by default.
+    fn warm_clock(&mut self, window: u64) {
+        let _ = window;
+    }
+
     /// Takes the caches of `warm` (a source of the same code that has
     /// decoded before), if this one has decoded nothing yet: a parallel
     /// decode's sources each start cold, and warming up (decoding the hot
@@ -213,6 +224,10 @@ impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
 
     fn sync_set(&mut self, offset: TraceOffset) -> Result<Status, Error> {
         InsnDecoder::sync_set(self, offset)
+    }
+
+    fn warm_clock(&mut self, window: u64) {
+        InsnDecoder::warm_clock(self, window);
     }
 
     fn offset(&self) -> TraceOffset {

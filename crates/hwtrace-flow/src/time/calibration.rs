@@ -87,6 +87,27 @@ impl TimeCal {
         }
     }
 
+    /// The same calibration with the history only the past needs left
+    /// out: the smallest and largest ratios measured so far decide nothing
+    /// but whether there is one, and the count of MTC packets that gave
+    /// none ([`lost_mtc`](Self::lost_mtc)) decides nothing. Two decoders
+    /// whose settled calibrations are equal time what follows alike,
+    /// however differently they got there ([`ClockState`](super::ClockState)
+    /// compares these).
+    pub fn settled(&self) -> TimeCal {
+        let (min_fcr, max_fcr) = if self.have_fcr() {
+            (self.fcr, self.fcr)
+        } else {
+            (u64::MAX, 0)
+        };
+        TimeCal {
+            min_fcr,
+            max_fcr,
+            lost_mtc: 0,
+            ..*self
+        }
+    }
+
     /// The number of MTC packets since the last successful MTC calibration
     /// that did not give one.
     pub fn lost_mtc(&self) -> u32 {
@@ -273,6 +294,34 @@ mod tests {
         tcal.set_fcr(Fcr(0x180));
         assert_eq!(tcal.fcr(), Ok(Fcr(0x180)));
         assert_eq!(Fcr(0x180).as_f64(), 1.5);
+    }
+
+    #[test]
+    fn settled_calibrations_forget_how_they_got_there() {
+        let cfg = config(0);
+        // One decoder measured a ratio, then (after an MTC without
+        // cycles) another; the other only the second.
+        let mut long = TimeCal::new();
+        long.update_mtc(1, &cfg).unwrap();
+        long.update_cyc(8);
+        long.update_mtc(2, &cfg).unwrap();
+        long.update_mtc(3, &cfg).unwrap();
+        let mut short = TimeCal::new();
+        short.update_mtc(2, &cfg).unwrap();
+        short.update_mtc(3, &cfg).unwrap();
+        for t in [&mut long, &mut short] {
+            t.update_tsc(100);
+            t.update_cyc(4);
+            t.update_mtc(4, &cfg).unwrap();
+        }
+        // 4 cycles over the two ticks since MTC 2 (MTC 3 counted none).
+        assert_eq!(long.fcr(), Ok(Fcr(2 * ONE)));
+        assert_ne!(long, short);
+        assert_eq!(long.settled(), short.settled());
+        assert_eq!(long.settled().fcr(), Ok(Fcr(2 * ONE)));
+        // No ratio yet stays no ratio.
+        assert_eq!(TimeCal::new().settled().fcr(), Err(TimeError::NoTime));
+        assert_ne!(TimeCal::new().settled(), short.settled());
     }
 
     #[test]

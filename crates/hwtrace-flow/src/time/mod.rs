@@ -32,10 +32,12 @@ pub use clock::{Time, TscEstimate};
 /// it decodes next: two decoders of one trace whose states are equal stamp
 /// the same times from there on. Compared where a parallel decode splices
 /// one unit's decode onto the decode before it
-/// ([`Probe`](crate::parallel::Probe)): a unit starts at its PSB with no
-/// history, and its first items' times (an MTC period's length, a CYC's
-/// cycles turned into TSC ticks) may hang on what the decode before it
-/// learned earlier.
+/// ([`Probe`](crate::parallel::Probe)): a unit starts at its PSB with
+/// only what the timing packets shortly before it told its clock, and its
+/// first items' times (an MTC period's length, a CYC's cycles turned into
+/// TSC ticks) may hang on what the decode before it learned earlier. The
+/// calibration is compared [`settled`](TimeCal::settled): what it keeps
+/// only about the past is left out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ClockState {
     /// The estimate as the packets so far left it.

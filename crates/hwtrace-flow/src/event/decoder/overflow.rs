@@ -39,16 +39,11 @@ impl<'a> EventDecoder<'a> {
                 return Ok(Step::Event);
             }
         }
-        let clock = self.clock.clone();
+        let clock = self.clock.after_overflow(&self.config);
         self.reset();
         self.status = Ok(());
         self.packet = None;
-        self.clock.time = clock.time;
-        if self.config.keep_tcal_on_ovf {
-            let mut tcal = clock.tcal;
-            tcal.update_ovf();
-            self.clock.tcal = tcal;
-        }
+        self.clock = clock;
         let found = self.find_ovf_fup();
         let offset = match found {
             Ok(Some(n)) => n,
