@@ -9,6 +9,10 @@ cr3_scan:      8 bytes of parameters (flags, MAXPHYADDR, reference page, pages t
                kernel half into, region split, hole, table limit, PCID bits) followed by
                pages holding a top-level table whose kernel half points into the dump,
                so the fuzzer starts from scans that find tables and walk their user halves.
+parallel_decode: fast_decode's seeds (pass corpus/fast_decode as a second directory) and
+               pair-loop's rounds timed: a PSB+ (TSC, TMA, CBR) every few rounds, CYC
+               packets before each TNT-8 and disable and MTC packets between, so units'
+               clocks are warmed over calibrating packets and compared at every seam.
 fast_decode:   the libipt corpus's traces under 8 KiB, and traces over the targets' code image
                (fuzz_targets/branchy_code.rs) that reach the block-cached decoder's bursts:
                TNT-8 packets round the backward loop at 0x1010, and that loop calling out of
@@ -143,6 +147,39 @@ def fast_decode_seeds():
             f.write(start + rounds)
 
 
+def timed_loop(rounds, psb_every, cycles):
+    """pair-loop's rounds (TNT-8, out of the range through `call rax` and back) with TSC,
+    TMA and CBR in every PSB+ (one every `psb_every` rounds), a CYC of `cycles` before the
+    TNT-8 and before the disable of each, and an MTC after every other round: the disables
+    are stamped with CYC-timed TSC estimates."""
+    def psb_plus(tsc, ctc):
+        return (PSB + bytes([0x19]) + struct.pack("<Q", tsc)[:7]
+                + bytes([0x02, 0x73]) + struct.pack("<H", ctc) + bytes([0, 0, 0])
+                + bytes([0x02, 0x03, 20, 0]) + MODE_EXEC_64 + ip_packet(0x1D, 0x1010) + PSBEND)
+    cyc = bytes([(cycles << 3) | 3])
+    pair = ip_packet(0x01, 0x5000) + ip_packet(0x11, 0x1017)
+    back = ip_packet(0x0D, 0x1007) + ip_packet(0x0D, 0x1010)
+    out = psb_plus(0x100000, 0)
+    ctc = 0
+    for i in range(1, rounds + 1):
+        out += cyc + tnt8("110") + cyc + pair + back
+        if i % 2 == 0:
+            ctc += 8
+            out += bytes([0x59, (ctc >> 3) & 0xFF])
+        if i % psb_every == 0:
+            out += psb_plus(0x100000 + ctc * 62, ctc)
+    return out
+
+
+def parallel_decode_seeds():
+    out = os.path.join(OUT, "parallel_decode")
+    os.makedirs(out, exist_ok=True)
+    for rounds, psb_every, cycles in ((40, 4, 20), (150, 16, 7), (60, 3, 31)):
+        name = "timed-loop-x%d-psb%d-cyc%d.pt" % (rounds, psb_every, cycles)
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(timed_loop(rounds, psb_every, cycles))
+
+
 def perf_seeds():
     out = os.path.join(OUT, "perf_data")
     os.makedirs(out, exist_ok=True)
@@ -192,4 +229,5 @@ if __name__ == "__main__":
     page_walk_seeds()
     cr3_scan_seeds()
     fast_decode_seeds()
+    parallel_decode_seeds()
     perf_seeds()

@@ -325,6 +325,38 @@ mod tests {
     }
 
     #[test]
+    fn settled_calibrations_keep_what_times_the_packets_to_come() {
+        // The cycles counted towards the next calibration and the TSC and
+        // CTC they are counted from each decide a later ratio: two
+        // decoders that differ in one of them alone must not compare equal.
+        let cfg = config(0);
+        let mut base = TimeCal::new();
+        base.update_mtc(1, &cfg).unwrap();
+        base.update_cyc(4);
+        base.update_mtc(2, &cfg).unwrap();
+        let at_tsc = |cyc: u64, tsc: u64| {
+            let mut t = base;
+            t.update_cyc(cyc);
+            t.update_tsc(tsc);
+            t
+        };
+        let at_mtc = |payload: u8| {
+            let mut t = TimeCal::new();
+            t.update_mtc(payload, &cfg).unwrap();
+            t
+        };
+        let pairs = [
+            ("cycles since the MTC", at_tsc(0, 100), at_tsc(3, 100)),
+            ("the TSC", at_tsc(0, 100), at_tsc(0, 200)),
+            ("the CTC", at_mtc(1), at_mtc(2)),
+        ];
+        for (what, a, b) in pairs {
+            assert_ne!(a, b, "{what}");
+            assert_ne!(a.settled(), b.settled(), "{what}");
+        }
+    }
+
+    #[test]
     fn two_mtcs_with_cycles_calibrate() {
         let cfg = config(0);
         let mut tcal = TimeCal::new();
