@@ -12,6 +12,8 @@
 //!
 //! Needs `qemu-x86_64` (`scripts/setup.sh`) for the recorded executions.
 
+mod common;
+
 use anyhow::{Context, Result, ensure};
 use hwtrace_flow::event::{EventKind, passable_status};
 use hwtrace_flow::insn::{FastDecoder, Insn, InsnDecoder};
@@ -19,7 +21,7 @@ use hwtrace_flow::parallel::{
     FastSource, Flow, FlowItem, MAX_STALL, ParallelConfig, ParallelStats, PassedRun, Sink, Skipped,
     decode, decode_into,
 };
-use hwtrace_flow::{Config, Errata, TimeConfig};
+use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::image::{Image, parse_image_arg};
 use hwtrace_mem::pagecache::PageCache;
 use hwtrace_sim::{
@@ -613,13 +615,7 @@ fn real_executions_decode_the_same_in_parallel() -> Result<()> {
             // through a measured calibration: the units' clocks, warmed
             // over the packets before their PSBs, learn the same one.
             let timed = Config {
-                time: TimeConfig {
-                    mtc_freq: 4,
-                    nom_freq: 20,
-                    cpuid_0x15_eax: 2,
-                    cpuid_0x15_ebx: 125,
-                    skl168: false,
-                },
+                time: common::decoder_time(&config.timing),
                 ..Config::default()
             };
             let calibrated = Flow::new(InsnDecoder::new(&encoded.bytes, timed, code))

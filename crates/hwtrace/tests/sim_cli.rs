@@ -494,7 +494,6 @@ fn sim_pt_timing_cr3_filter_and_no_branches() {
 /// (`3 · ticks_per_insn + 3 + ⌈cycles per MTC period / 256⌉`).
 #[test]
 fn flow_time_follows_the_simulated_clock() -> Result<()> {
-    use hwtrace_flow::TimeConfig;
     use hwtrace_flow::event::EventKind;
     use hwtrace_sim::{Timing, TscModel};
 
@@ -524,13 +523,7 @@ fn flow_time_follows_the_simulated_clock() -> Result<()> {
         trace.stats
     );
     let flow_config = Config {
-        time: TimeConfig {
-            mtc_freq: 4,
-            nom_freq: 20,
-            cpuid_0x15_eax: 2,
-            cpuid_0x15_ebx: 125,
-            skl168: false,
-        },
+        time: common::decoder_time(&timing),
         ..Config::default()
     };
     let mut dec = InsnDecoder::new(&trace.bytes, flow_config, execution.memory());

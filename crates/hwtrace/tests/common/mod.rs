@@ -86,3 +86,18 @@ pub fn libipt_flow_cases(step: usize) -> anyhow::Result<Vec<FlowCase>> {
     }
     Ok(cases)
 }
+
+/// The timing configuration a decoder needs for traces the simulator wrote
+/// with `timing` (what `perf` reads from the CPU and passes to its
+/// decoder): the MTC frequency, the crystal clock's CPUID ratio and the
+/// nominal core:bus ratio, so MTC and CYC packets become time.
+pub fn decoder_time(timing: &hwtrace_sim::Timing) -> hwtrace_flow::TimeConfig {
+    let (eax, ebx) = timing.tsc_ctc_ratio.unwrap_or((0, 0));
+    hwtrace_flow::TimeConfig {
+        mtc_freq: timing.mtc_freq.unwrap_or(0),
+        nom_freq: timing.tsc_bus_ratio,
+        cpuid_0x15_eax: eax,
+        cpuid_0x15_ebx: ebx,
+        skl168: false,
+    }
+}
