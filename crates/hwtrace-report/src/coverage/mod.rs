@@ -137,9 +137,10 @@ const SEEN_SLOTS: usize = 1 << 13;
 /// are counted in a direct-mapped memo of transfers (`seen`), one slot
 /// compared and its counter added to, without building the block,
 /// hashing its key or touching the block and edge (random accesses that
-/// missed the cache: a third of the builder's time before). Everything else (the first time a transfer is seen,
-/// runs that end inside a block, thread switches, gaps) goes the general
-/// way, which fills the memo.
+/// missed the cache: a third of the builder's time before). Everything
+/// else (the first time a transfer is seen, runs that end inside a
+/// block, thread switches, gaps) goes the general way, which fills the
+/// memo.
 #[derive(Debug)]
 pub struct CoverageBuilder {
     blocks: Vec<Block>,
