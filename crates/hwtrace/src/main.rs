@@ -13,6 +13,7 @@ mod progress;
 mod ptdump;
 mod ptxed;
 mod symbols;
+mod timing_args;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -4,6 +4,7 @@
 //! ```text
 //! TRACE                         raw Intel PT, or perf.data (by its magic)
 //!   --image/--elf/--pe/--pages/--cr3, --dump/--la57, --cpu   (raw PT, as `hwtrace flow`)
+//!   --mtc-freq, --nom-freq, --cpuid-0x15.eax/.ebx             (raw PT's timing, as ptdump)
 //!   --sysroot DIR, --vdso FILE, --kcore DIR|FILE             (perf.data, as `hwtrace perf decode`)
 //!   --kallsyms FILE                                          (kernel symbols, any input)
 //! --bts FILE | --bts-ds DS --bts-buffer BUF [--bts-format 32|64]
@@ -21,7 +22,9 @@ use crate::image_args::ImageArgs;
 use crate::input::MappedFile;
 use crate::perfdecode::kernel::Kallsyms;
 use crate::ptdump::cpu::Cpu;
+use crate::timing_args::TimingArgs;
 use anyhow::{Result, bail};
+use hwtrace_flow::Config;
 use hwtrace_flow::insn::FastDecoder;
 use hwtrace_flow::parallel::{FastSource, MAX_STALL};
 use hwtrace_report::exec::{Detail, Exec, GapKind, Mapping};
@@ -51,6 +54,8 @@ pub struct SourceArgs {
     /// --lenient`): raw PT and perf.data.
     #[arg(long)]
     pub lenient: bool,
+    #[command(flatten)]
+    pub timing: TimingArgs,
     /// perf.data: prefix for every file the MMAP records name.
     #[arg(long, value_name = "DIR")]
     pub sysroot: Option<PathBuf>,
@@ -261,7 +266,13 @@ impl Source {
                 path: path.clone(),
                 trace,
                 memory,
-                config: decoder_config(args.cpu, args.lenient),
+                config: {
+                    let config = decoder_config(args.cpu, args.lenient);
+                    Config {
+                        time: args.timing.apply(config.time),
+                        ..config
+                    }
+                },
             },
             mappings,
             kallsyms: kallsyms()?,
@@ -546,6 +557,61 @@ mod tests {
         assert!(!report.has_problems(), "{:?}", report.problems);
         let _ = std::fs::remove_file(trace);
         let _ = std::fs::remove_file(code);
+    }
+
+    #[test]
+    fn timing_options_turn_mtc_and_cyc_packets_into_time() {
+        // The loop at 0x1000 four times, an MTC period of 100 cycles each
+        // (one crystal-clock tick, 4 TSC ticks), then 100 cycles more to
+        // the disable.
+        let mut t = TraceBuilder::new();
+        t.push(Packet::Psb).unwrap();
+        t.push(Packet::Tsc(0x5000)).unwrap();
+        t.push(Packet::Tma(hwtrace_packet::Tma { ctc: 0, fc: 0 }))
+            .unwrap();
+        t.push(Packet::ModeExec(hwtrace_packet::ModeExec {
+            csl: true,
+            csd: false,
+            iflag: false,
+        }))
+        .unwrap();
+        t.ip(Packet::Fup, 0x1000).unwrap();
+        t.push(Packet::Psbend).unwrap();
+        for ctc in 1..=4u8 {
+            t.push(Packet::Cyc(100)).unwrap();
+            tnt(&mut t, 1, 1);
+            t.push(Packet::Mtc(ctc)).unwrap();
+        }
+        t.push(Packet::Cyc(100)).unwrap();
+        tnt(&mut t, 0, 1);
+        t.ip(Packet::TipPgd, 0).unwrap();
+        let trace = tmp("timing", &t.finish());
+        let code = tmp("timing-code", &CODE);
+        let image = format!("{}@1000", code.display());
+        let times = |timing: &[&str]| -> Vec<u64> {
+            let mut args = vec![trace.to_str().unwrap(), "--image", &image];
+            args.extend(timing);
+            let (all, _) = collect(&Source::open(&parse(&args).unwrap()).unwrap());
+            all.iter()
+                .filter_map(|e| match e {
+                    Exec::Time(tsc) => Some(*tsc),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Without the options only the TSC packet gives time.
+        assert_eq!(times(&[]), [0x5000]);
+        // With them: 4 MTC periods and 100 cycles at 0.04 ticks a cycle
+        // (in fixed point, 10/256: 3 ticks).
+        let timing = [
+            "--mtc-freq",
+            "0",
+            "--cpuid-0x15.eax",
+            "1",
+            "--cpuid-0x15.ebx",
+            "4",
+        ];
+        assert_eq!(times(&timing), [0x5000, 0x5000 + 16 + 3]);
     }
 
     #[test]

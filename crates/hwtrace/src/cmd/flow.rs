@@ -13,7 +13,7 @@ use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
 use hwtrace_flow::parallel::{
     self, FastSource, Flow, FlowItem, ParallelConfig, Sink, Skipped, StepSource,
 };
-use hwtrace_flow::{Config, Errata};
+use hwtrace_flow::{Config, Errata, TimeConfig};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
 use hwtrace_mem::virt::DumpMemory;
@@ -109,7 +109,16 @@ pub(crate) fn decoder_config(cpu: Option<Cpu>, lenient: bool) -> Config {
         return base;
     };
     match Errata::for_model(cpu.family, cpu.model) {
-        Ok(errata) => Config { errata, ..base },
+        Ok(errata) => Config {
+            errata,
+            // SKL168 also makes calibration distrust the first MTC period
+            // after a PSB (as ptxed's `--cpu` does).
+            time: TimeConfig {
+                skl168: errata.skl168,
+                ..base.time
+            },
+            ..base
+        },
         Err(_) => {
             eprintln!(
                 "hwtrace flow: warning: no Intel PT errata known for cpu {}/{}: decoding without workarounds",
@@ -632,6 +641,16 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         flow: FlowArgs,
+    }
+
+    #[test]
+    fn cpu_errata_reach_the_clock() {
+        // Skylake (6/94) has SKL168: calibration distrusts the first MTC
+        // period after a PSB, as ptxed's --cpu makes it.
+        let skl = decoder_config(Some(parse_cpu("6/94").unwrap()), false);
+        assert!(skl.errata.skl168 && skl.time.skl168);
+        let none = decoder_config(None, true);
+        assert!(!none.time.skl168 && none.lenient_status);
     }
 
     fn parse(args: &[&str]) -> FlowArgs {
