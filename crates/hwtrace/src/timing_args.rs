@@ -18,7 +18,7 @@ pub struct TimingArgs {
     /// perf's `mtc_period`).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(0..=15))]
     pub mtc_freq: Option<u8>,
-    /// Raw PT: the nominal core:bus ratio (MSR_PLATFORM_INFO[15:8]); with
+    /// Raw PT: the nominal core:bus ratio (MSR_PLATFORM_INFO bits 15:8); with
     /// it, a CBR packet calibrates CYC packets.
     #[arg(long, value_name = "N", value_parser = parse_number::<u8>)]
     pub nom_freq: Option<u8>,
