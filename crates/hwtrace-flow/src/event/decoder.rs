@@ -184,6 +184,19 @@ impl<'a> EventDecoder<'a> {
         &self.config
     }
 
+    /// Whether no event waits to be handed out later: none queued for the
+    /// FUP, TIP, PSBEND or EXSTOP it binds to, no C-state entry waiting
+    /// for its MWAIT's FUP, none deferred, no event data waiting for its
+    /// CFE. A parallel decode only splices where this holds
+    /// ([`StepSource::seam_ready`](crate::parallel::StepSource::seam_ready)):
+    /// what waits here decides events to come, and seams do not compare it.
+    pub fn nothing_pending(&self) -> bool {
+        self.evq.all_empty()
+            && self.after_fup.is_empty()
+            && self.deferred.is_empty()
+            && self.evd.is_empty()
+    }
+
     /// The current time estimate.
     pub fn time(&self) -> &Time {
         &self.clock.time

@@ -90,6 +90,12 @@ impl<'a> QueryDecoder<'a> {
         &self.last_time
     }
 
+    /// Whether the event decoder holds no event for later
+    /// ([`EventDecoder::nothing_pending`]).
+    pub fn nothing_pending(&self) -> bool {
+        self.evdec.nothing_pending()
+    }
+
     /// The timing state that decides the times of the answers to come.
     pub fn clock_state(&self) -> ClockState {
         ClockState {

@@ -78,6 +78,11 @@ impl EventQueue {
         self.lists[index(b)].is_empty()
     }
 
+    /// Whether no event waits under any binding.
+    pub fn all_empty(&self) -> bool {
+        self.lists.iter().all(VecDeque::is_empty)
+    }
+
     /// The position of the first event of `b` matching `pred`.
     pub fn find(&self, b: Binding, pred: impl Fn(&Event) -> bool) -> Option<usize> {
         self.lists[index(b)].iter().position(pred)

@@ -205,6 +205,12 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.query.clock_state()
     }
 
+    /// Whether no event waits in the event decoder to be handed out later
+    /// ([`EventDecoder::nothing_pending`](crate::event::EventDecoder::nothing_pending)).
+    pub fn nothing_pending(&self) -> bool {
+        self.query.nothing_pending()
+    }
+
     /// The address space (CR3, VMCS) last reported.
     pub const fn address_space(&self) -> AddressSpace {
         self.space

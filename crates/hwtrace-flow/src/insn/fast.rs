@@ -254,6 +254,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         self.dec.clock_state()
     }
 
+    /// Whether no event waits to be handed out later
+    /// ([`InsnDecoder::nothing_pending`]).
+    pub fn nothing_pending(&self) -> bool {
+        self.dec.nothing_pending()
+    }
+
     /// What the instruction decoder returned for the last instruction of
     /// the step just taken: its status, or the error (the end of the
     /// trace included) met after it. A driver that hands a run out one

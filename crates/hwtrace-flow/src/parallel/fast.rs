@@ -599,7 +599,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
     }
 
     fn seam_ready(&self) -> bool {
-        self.left == 0 && !self.queued_runs() && self.at_branch
+        self.left == 0 && !self.queued_runs() && self.at_branch && self.dec.nothing_pending()
     }
 
     /// Count mode only: the run's instructions before its last (which

@@ -230,6 +230,12 @@ impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
         InsnDecoder::warm_clock(self, window);
     }
 
+    fn seam_ready(&self) -> bool {
+        // Events waiting for the packet they bind to are not compared at
+        // seams: a decode holding one is not spliced on there.
+        self.nothing_pending()
+    }
+
     fn offset(&self) -> TraceOffset {
         InsnDecoder::offset(self)
     }
