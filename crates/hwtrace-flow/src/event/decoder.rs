@@ -245,8 +245,9 @@ impl<'a> EventDecoder<'a> {
         self.pkt.data()
     }
 
-    /// The last IP (IP compression's state).
-    pub(super) const fn last_ip(&self) -> LastIp {
+    /// The last IP (IP compression's state: the reference of the
+    /// compressed IPs to come).
+    pub const fn last_ip(&self) -> LastIp {
         self.ip
     }
 

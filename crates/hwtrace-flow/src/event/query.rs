@@ -90,6 +90,11 @@ impl<'a> QueryDecoder<'a> {
         &self.last_time
     }
 
+    /// The last IP, the reference of the compressed IPs to come.
+    pub fn last_ip(&self) -> LastIp {
+        self.evdec.last_ip()
+    }
+
     /// Whether the event decoder holds no event for later
     /// ([`EventDecoder::nothing_pending`]).
     pub fn nothing_pending(&self) -> bool {

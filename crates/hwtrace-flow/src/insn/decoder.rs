@@ -15,7 +15,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::event::{Event, EventKind, QueryDecoder, Status};
 use crate::time::ClockState;
-use hwtrace_packet::ExecMode;
+use hwtrace_packet::{ExecMode, LastIp};
 use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
 
 mod chain;
@@ -203,6 +203,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// events to come.
     pub fn clock_state(&self) -> ClockState {
         self.query.clock_state()
+    }
+
+    /// The last IP, the reference of the compressed IPs to come.
+    pub fn last_ip(&self) -> LastIp {
+        self.query.last_ip()
     }
 
     /// Whether no event waits in the event decoder to be handed out later

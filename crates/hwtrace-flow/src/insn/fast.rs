@@ -64,7 +64,7 @@ use crate::config::Config;
 use crate::error::{Error, ErrorKind};
 use crate::event::{Event, Status};
 use crate::time::ClockState;
-use hwtrace_packet::ExecMode;
+use hwtrace_packet::{ExecMode, LastIp};
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
 
 /// Instructions executed one after the other, in consecutive memory.
@@ -252,6 +252,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// ([`InsnDecoder::clock_state`]).
     pub fn clock_state(&self) -> ClockState {
         self.dec.clock_state()
+    }
+
+    /// The last IP, the reference of compressed IPs
+    /// ([`InsnDecoder::last_ip`]).
+    pub fn last_ip(&self) -> LastIp {
+        self.dec.last_ip()
     }
 
     /// Whether no event waits to be handed out later

@@ -595,6 +595,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             } else {
                 self.dec.clock_state()
             },
+            last_ip: self.dec.last_ip(),
         }
     }
 

@@ -28,9 +28,10 @@
 //! ([`Seam`]). Then it decodes on past the end of its unit, as the decode
 //! from the start would, until its state after an instruction equals the
 //! next unit's anchor (same item, trace position, IP, address space, time
-//! and timing state, status and stall count; a source whose caller reads
-//! no times, [`FastSource::untimed`], leaves the time out, and its items'
-//! times may differ): from there the two decoders read the same
+//! and timing state, last IP, status and stall count, with no event
+//! waiting in either decoder for the packet it binds to; a source whose
+//! caller reads no times, [`FastSource::untimed`], leaves the time out,
+//! and its items' times may differ): from there the two decoders read the same
 //! trace in the same state and produce the same items, so the next unit's
 //! items after its anchor are spliced on. The return stack cannot be
 //! compared, but (as above) a unit decode that differs because of it
@@ -68,6 +69,7 @@ use crate::Error;
 use crate::event::{Event, Status};
 use crate::insn::{BlockRun, Insn, InsnDecoder};
 use crate::time::ClockState;
+use hwtrace_packet::LastIp;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
 
 /// What of a decoder's state can be seen from outside, compared at seams.
@@ -85,6 +87,11 @@ pub struct Probe {
     /// calibration, say) is not spliced on, even where its time so far
     /// is the same.
     pub clock: ClockState,
+    /// The last IP, the reference of the compressed IPs to come: two
+    /// decodes that meet at one trace offset read them alike only with the
+    /// same one (a PSB that one of them read as the inside of another
+    /// packet reset only the other's).
+    pub last_ip: LastIp,
 }
 
 /// What [`StepSource::take_runs`] passed over.
@@ -258,6 +265,7 @@ impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
             space: self.address_space(),
             time: self.time(),
             clock: self.clock_state(),
+            last_ip: self.last_ip(),
         }
     }
 }
