@@ -83,6 +83,27 @@ const BDM64_MAX_STEPS: usize = 0x100;
 
 type Flow<T> = Result<T, ErrorKind>;
 
+/// The instruction layer's own state beyond its IP, address space and
+/// status, as far as it decides the items to come: the execution mode and
+/// what was last reported of it and of RFLAGS.IF (a PSB+ report is news
+/// or not by them), the transaction state, instructions since trace was
+/// last consumed (TRIG.ICNT), and whether an error's resynchronisation, an
+/// event or an instruction waits. Compared where a parallel decode
+/// splices ([`Probe`](crate::parallel::Probe)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InsnState {
+    mode: Option<ExecMode>,
+    reported_mode: Option<ExecMode>,
+    iflag: Option<bool>,
+    enabled: bool,
+    speculative: bool,
+    process_event: bool,
+    resyncing: bool,
+    waiting: bool,
+    bound: [bool; 3],
+    icount: u64,
+}
+
 /// Reconstructs the executed instructions from a trace and the memory the
 /// code ran from.
 #[derive(Debug)]
@@ -208,6 +229,23 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// The last IP, the reference of the compressed IPs to come.
     pub fn last_ip(&self) -> LastIp {
         self.query.last_ip()
+    }
+
+    /// The layer's own state that decides the items to come
+    /// ([`InsnState`]).
+    pub fn insn_state(&self) -> InsnState {
+        InsnState {
+            mode: self.mode,
+            reported_mode: self.reported_mode,
+            iflag: self.iflag,
+            enabled: self.enabled,
+            speculative: self.speculative,
+            process_event: self.process_event,
+            resyncing: self.resyncing,
+            waiting: self.stashed.is_some() || self.postponed.is_some(),
+            bound: [self.bound_paging, self.bound_vmcs, self.bound_ptwrite],
+            icount: self.icount,
+        }
     }
 
     /// Whether no event waits in the event decoder to be handed out later

@@ -57,7 +57,7 @@
 
 use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK, PathRun, TntPath};
 use super::classify::InsnClass;
-use super::decoder::{BurstEnd, Insn, InsnDecoder, RunSink};
+use super::decoder::{BurstEnd, Insn, InsnDecoder, InsnState, RunSink};
 use super::runs::RunBuffer;
 use super::tally::{Counted, RunTally};
 use crate::config::Config;
@@ -252,6 +252,18 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// ([`InsnDecoder::clock_state`]).
     pub fn clock_state(&self) -> ClockState {
         self.dec.clock_state()
+    }
+
+    /// The instruction layer's own state ([`InsnDecoder::insn_state`]).
+    pub fn insn_state(&self) -> InsnState {
+        self.dec.insn_state()
+    }
+
+    /// Whether no error waits to be returned after the run just handed out
+    /// and no event waits in the event decoder: where a parallel decode
+    /// may splice.
+    pub fn nothing_waiting(&self) -> bool {
+        self.pending.is_none() && self.dec.nothing_pending()
     }
 
     /// The last IP, the reference of compressed IPs

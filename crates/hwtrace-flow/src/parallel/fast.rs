@@ -596,11 +596,12 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
                 self.dec.clock_state()
             },
             last_ip: self.dec.last_ip(),
+            insn: self.dec.insn_state(),
         }
     }
 
     fn seam_ready(&self) -> bool {
-        self.left == 0 && !self.queued_runs() && self.at_branch && self.dec.nothing_pending()
+        self.left == 0 && !self.queued_runs() && self.at_branch && self.dec.nothing_waiting()
     }
 
     /// Count mode only: the run's instructions before its last (which

@@ -28,8 +28,9 @@
 //! ([`Seam`]). Then it decodes on past the end of its unit, as the decode
 //! from the start would, until its state after an instruction equals the
 //! next unit's anchor (same item, trace position, IP, address space, time
-//! and timing state, last IP, status and stall count, with no event
-//! waiting in either decoder for the packet it binds to; a source whose
+//! and timing state, last IP, the instruction layer's mode, reports and
+//! counts ([`InsnState`]), status and stall count, with no event, error
+//! or instruction waiting in either decoder; a source whose
 //! caller reads no times, [`FastSource::untimed`], leaves the time out,
 //! and its items' times may differ): from there the two decoders read the same
 //! trace in the same state and produce the same items, so the next unit's
@@ -67,7 +68,7 @@ pub use segment::{Splitter, Unit, psb_offsets, units};
 
 use crate::Error;
 use crate::event::{Event, Status};
-use crate::insn::{BlockRun, Insn, InsnDecoder};
+use crate::insn::{BlockRun, Insn, InsnDecoder, InsnState};
 use crate::time::ClockState;
 use hwtrace_packet::LastIp;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
@@ -92,6 +93,9 @@ pub struct Probe {
     /// same one (a PSB that one of them read as the inside of another
     /// packet reset only the other's).
     pub last_ip: LastIp,
+    /// The instruction layer's own state (execution mode and what was
+    /// reported of it, transaction state, what waits).
+    pub insn: InsnState,
 }
 
 /// What [`StepSource::take_runs`] passed over.
@@ -266,6 +270,7 @@ impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
             time: self.time(),
             clock: self.clock_state(),
             last_ip: self.last_ip(),
+            insn: self.insn_state(),
         }
     }
 }
