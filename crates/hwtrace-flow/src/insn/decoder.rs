@@ -87,9 +87,11 @@ type Flow<T> = Result<T, ErrorKind>;
 /// status, as far as it decides the items to come: the execution mode and
 /// what was last reported of it and of RFLAGS.IF (a PSB+ report is news
 /// or not by them), the transaction state, instructions since trace was
-/// last consumed (TRIG.ICNT), and whether an error's resynchronisation, an
-/// event or an instruction waits. Compared where a parallel decode
-/// splices ([`Probe`](crate::parallel::Probe)).
+/// last consumed (TRIG.ICNT), and whether an error's resynchronisation is
+/// under way. Compared where a parallel decode splices
+/// ([`Probe`](crate::parallel::Probe)); what waits to be handed out is not
+/// compared but keeps a decoder from splicing
+/// ([`InsnDecoder::nothing_pending`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InsnState {
     mode: Option<ExecMode>,
@@ -99,7 +101,6 @@ pub struct InsnState {
     speculative: bool,
     process_event: bool,
     resyncing: bool,
-    waiting: bool,
     bound: [bool; 3],
     icount: u64,
 }
@@ -242,16 +243,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             speculative: self.speculative,
             process_event: self.process_event,
             resyncing: self.resyncing,
-            waiting: self.stashed.is_some() || self.postponed.is_some(),
             bound: [self.bound_paging, self.bound_vmcs, self.bound_ptwrite],
             icount: self.icount,
         }
     }
 
-    /// Whether no event waits in the event decoder to be handed out later
+    /// Whether nothing waits to be handed out later: no event stashed
+    /// while resynchronising, no instruction postponed behind the events
+    /// bound to it, nothing in the event decoder
     /// ([`EventDecoder::nothing_pending`](crate::event::EventDecoder::nothing_pending)).
     pub fn nothing_pending(&self) -> bool {
-        self.query.nothing_pending()
+        self.stashed.is_none() && self.postponed.is_none() && self.query.nothing_pending()
     }
 
     /// The address space (CR3, VMCS) last reported.

@@ -260,8 +260,9 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     }
 
     /// Whether no error waits to be returned after the run just handed out
-    /// and no event waits in the event decoder: where a parallel decode
-    /// may splice.
+    /// and nothing waits in the instruction decoder
+    /// ([`InsnDecoder::nothing_pending`]): where a parallel decode may
+    /// splice.
     pub fn nothing_waiting(&self) -> bool {
         self.pending.is_none() && self.dec.nothing_pending()
     }
@@ -270,12 +271,6 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// ([`InsnDecoder::last_ip`]).
     pub fn last_ip(&self) -> LastIp {
         self.dec.last_ip()
-    }
-
-    /// Whether no event waits to be handed out later
-    /// ([`InsnDecoder::nothing_pending`]).
-    pub fn nothing_pending(&self) -> bool {
-        self.dec.nothing_pending()
     }
 
     /// What the instruction decoder returned for the last instruction of

@@ -242,8 +242,9 @@ impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
     }
 
     fn seam_ready(&self) -> bool {
-        // Events waiting for the packet they bind to are not compared at
-        // seams: a decode holding one is not spliced on there.
+        // What waits to be handed out (events bound to a later packet, a
+        // postponed instruction) is not compared at seams: a decode
+        // holding any is not spliced on there.
         self.nothing_pending()
     }
 
