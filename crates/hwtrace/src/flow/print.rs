@@ -68,6 +68,11 @@ impl Stats {
 pub struct Printer {
     format: Format,
     disasm: bool,
+    /// Whether lines carry times ([`Printer::with_time`]).
+    time: bool,
+    /// The time of the last event seen (PSB+ status reports included):
+    /// what the instructions after it are stamped with.
+    now: u64,
     dis: Disassembler,
     text: String,
     line: String,
@@ -78,6 +83,7 @@ impl std::fmt::Debug for Printer {
         f.debug_struct("Printer")
             .field("format", &self.format)
             .field("disasm", &self.disasm)
+            .field("time", &self.time)
             .finish_non_exhaustive()
     }
 }
@@ -88,9 +94,32 @@ impl Printer {
         Self {
             format,
             disasm,
+            time: false,
+            now: 0,
             dis: Disassembler::new(Syntax::Objdump),
             text: String::with_capacity(64),
             line: String::with_capacity(128),
+        }
+    }
+
+    /// With `time`, lines carry times as ptxed's `--time` and
+    /// `--event:time` print them: an instruction (or block) has the time
+    /// (TSC) of the last event before it, PSB+ status reports included,
+    /// which is when the decoder last learned the time; an event has its
+    /// own; a branch that of its instruction. Text lines start with it
+    /// (16 hex digits, inside the brackets for events), JSON objects have
+    /// a `"tsc"` field (a number).
+    pub fn with_time(mut self, time: bool) -> Self {
+        self.time = time;
+        self
+    }
+
+    /// The time `item` is printed with.
+    fn time_of(&self, item: &Item) -> u64 {
+        match item {
+            Item::Event { event, .. } => event.tsc,
+            Item::Branch(b) => b.time,
+            _ => self.now,
         }
     }
 
@@ -102,10 +131,11 @@ impl Printer {
 
     /// Writes `item` as one line (nothing for a PSB+ status report).
     pub fn item(&mut self, item: &Item, out: &mut dyn Write) -> io::Result<()> {
-        if let Item::Event { event, .. } = item
-            && event.status_update
-        {
-            return Ok(());
+        if let Item::Event { event, .. } = item {
+            self.now = event.tsc;
+            if event.status_update {
+                return Ok(());
+            }
         }
         self.line.clear();
         match self.format {
@@ -140,6 +170,11 @@ impl Printer {
     }
 
     fn text_line(&mut self, item: &Item) {
+        if self.time && matches!(item, Item::Insn { .. } | Item::Block(_) | Item::Branch(_)) {
+            let time = self.time_of(item);
+            push_hex16(&mut self.line, time);
+            self.line.push_str("  ");
+        }
         match item {
             Item::Insn { insn, .. } => {
                 if insn.speculative {
@@ -157,6 +192,10 @@ impl Printer {
             }
             Item::Event { event, .. } => {
                 self.line.push('[');
+                if self.time {
+                    push_hex16(&mut self.line, event.tsc);
+                    self.line.push_str("  ");
+                }
                 describe_event(event, &mut self.line);
                 self.line.push(']');
             }
@@ -212,6 +251,22 @@ impl Printer {
     }
 
     fn json_line(&mut self, item: &Item) {
+        self.json_object(item);
+        if self.time
+            && matches!(
+                item,
+                Item::Insn { .. } | Item::Event { .. } | Item::Block(_) | Item::Branch(_)
+            )
+            && self.line.ends_with('}')
+        {
+            // The time as the object's last field.
+            let time = self.time_of(item);
+            self.line.pop();
+            let _ = write!(self.line, r#","tsc":{time}}}"#);
+        }
+    }
+
+    fn json_object(&mut self, item: &Item) {
         match item {
             Item::Insn { offset, insn } => {
                 let _ = write!(self.line, r#"{{"type":"insn","offset":{offset},"ip":""#);
@@ -553,6 +608,70 @@ mod tests {
         let mut s = String::new();
         json_string("a\"b\\c\u{1}", &mut s);
         assert_eq!(serde_json::from_str::<String>(&s).unwrap(), "a\"b\\c\u{1}");
+    }
+
+    #[test]
+    fn times_are_the_last_events() {
+        // A PSB+ status report prints nothing but brings the time.
+        let mut status = Event::new(EventKind::Enabled {
+            ip: 0x40_1005,
+            resumed: false,
+        });
+        (status.status_update, status.tsc) = (true, 0x99);
+        let mut items = sample();
+        items.insert(
+            2,
+            Item::Event {
+                offset: 0x30,
+                event: status,
+            },
+        );
+        let got = lines(
+            &mut Printer::new(Format::Text, false).with_time(true),
+            &items,
+        );
+        assert_eq!(
+            got[..3],
+            [
+                "[0000000000000005  enabled]",
+                "0000000000000005  0000000000401000",
+                "0000000000000099  0000000000401005",
+            ]
+        );
+        // Errors and resynchronisations are not stamped.
+        assert_eq!(got[3], "[31, 401006: error: unknown opcode]");
+        let json = lines(
+            &mut Printer::new(Format::Json, false).with_time(true),
+            &items,
+        );
+        let tsc: Vec<serde_json::Value> = json
+            .iter()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["tsc"].clone())
+            .collect();
+        assert_eq!(tsc[..3], [5, 5, 0x99]);
+        assert!(tsc[3].is_null() && tsc[4].is_null());
+        // A branch has its own time, a block the last event's.
+        let branch = Item::Branch(crate::flow::shape::Branch {
+            offset: 0x40,
+            from: Some(0x10),
+            to: Some(0x20),
+            kind: crate::flow::shape::BranchKind::Jump,
+            ends_trace: false,
+            time: 0x77,
+        });
+        let got = lines(
+            &mut Printer::new(Format::Text, false).with_time(true),
+            &[items[0], branch],
+        );
+        assert_eq!(
+            got[1],
+            "0000000000000077  0000000000000010 => 0000000000000020  jmp"
+        );
+        // Without --time, nothing changes.
+        assert_eq!(
+            lines(&mut Printer::new(Format::Text, false), &items)[0],
+            "[enabled]"
+        );
     }
 
     #[test]

@@ -182,6 +182,10 @@ pub struct Branch {
     pub kind: BranchKind,
     /// Tracing stopped with this branch (a SYSCALL leaving user mode, say).
     pub ends_trace: bool,
+    /// The time (TSC) of the last event before the branch instruction, as
+    /// ptxed stamps instructions; for a trace begin or end, an interrupt,
+    /// the event's own.
+    pub time: u64,
 }
 
 /// [`Item`]s reduced to taken branches, as `perf script --itrace=b` shows
@@ -192,9 +196,12 @@ pub struct Branch {
 pub struct Branches<I> {
     inner: I,
     /// The last instruction, if it was a branch whose target the next
-    /// instruction (or event) will tell.
-    pending: Option<Insn>,
+    /// instruction (or event) will tell, and the time it was executed at.
+    pending: Option<(Insn, u64)>,
     queued: VecDeque<Item>,
+    /// The time of the last event (PSB+ status reports included, though
+    /// they are not passed on): what an instruction is stamped with.
+    now: u64,
 }
 
 impl<I: Iterator<Item = Item>> Branches<I> {
@@ -204,13 +211,14 @@ impl<I: Iterator<Item = Item>> Branches<I> {
             inner,
             pending: None,
             queued: VecDeque::with_capacity(4),
+            now: 0,
         }
     }
 
     /// The pending branch, resolved by execution going on at `to`
     /// (`None`: tracing stopped); whether a branch was taken (and queued).
     fn resolve(&mut self, offset: u64, to: Option<u64>, ends_trace: bool) -> bool {
-        let Some(b) = self.pending.take() else {
+        let Some((b, time)) = self.pending.take() else {
             return false;
         };
         let Some(kind) = BranchKind::of(b.class) else {
@@ -226,10 +234,12 @@ impl<I: Iterator<Item = Item>> Branches<I> {
             to,
             kind,
             ends_trace,
+            time,
         }));
         true
     }
 
+    /// A branch an event stands for (at the event's time, `self.now`).
     fn branch(&mut self, offset: u64, from: Option<u64>, to: Option<u64>, kind: BranchKind) {
         self.queued.push_back(Item::Branch(Branch {
             offset,
@@ -237,6 +247,7 @@ impl<I: Iterator<Item = Item>> Branches<I> {
             to,
             kind,
             ends_trace: kind == BranchKind::TraceEnd,
+            time: self.now,
         }));
     }
 
@@ -247,12 +258,13 @@ impl<I: Iterator<Item = Item>> Branches<I> {
             Item::Insn { offset, insn } => {
                 self.resolve(offset, Some(insn.ip), false);
                 if BranchKind::of(insn.class).is_some() {
-                    self.pending = Some(insn);
+                    self.pending = Some((insn, self.now));
                 }
             }
-            // PSB+ status reports change nothing.
-            Item::Event { event, .. } if event.status_update => {}
+            // PSB+ status reports change nothing but the time.
+            Item::Event { event, .. } if event.status_update => self.now = event.tsc,
             Item::Event { offset, event } => {
+                self.now = event.tsc;
                 let known = |ip| (!event.ip_suppressed).then_some(ip);
                 match event.kind {
                     EventKind::Enabled { ip, .. } => {
@@ -364,6 +376,50 @@ mod tests {
                 (Some(0x104), Some(0x200), BranchKind::Call, false),
                 (Some(0x200), Some(0x109), BranchKind::Return, false),
                 (Some(0x109), None, BranchKind::FarCall, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn branches_are_stamped_at_their_instruction() {
+        let timed = |mut item: Item, tsc: u64| {
+            if let Item::Event { event, .. } = &mut item {
+                event.tsc = tsc;
+            }
+            item
+        };
+        let mut items = run();
+        items[0] = timed(items[0], 10);
+        // A status report between a jump and its target: the branch keeps
+        // the time its instruction had.
+        let mut status = Event::new(EventKind::Enabled {
+            ip: 0x100,
+            resumed: false,
+        });
+        (status.status_update, status.tsc) = (true, 20);
+        items.insert(
+            3,
+            Item::Event {
+                offset: 8,
+                event: status,
+            },
+        );
+        let last = items.len() - 1;
+        items[last] = timed(items[last], 30);
+        let times: Vec<(BranchKind, u64)> = Branches::new(items.into_iter())
+            .map(|item| match item {
+                Item::Branch(b) => (b.kind, b.time),
+                other => panic!("not a branch: {other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            times,
+            [
+                (BranchKind::TraceBegin, 10),
+                (BranchKind::CondJump, 10),
+                (BranchKind::Call, 20),
+                (BranchKind::Return, 20),
+                (BranchKind::FarCall, 20),
             ]
         );
     }
