@@ -7,6 +7,7 @@ use crate::flow::{
 };
 use crate::image_args::ImageArgs;
 use crate::ptdump::cpu::Cpu;
+use crate::timing_args::TimingArgs;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
@@ -50,6 +51,24 @@ pub struct FlowArgs {
     /// Print counts at the end.
     #[arg(long)]
     stats: bool,
+    /// Print times: each instruction, block or branch with the time (TSC,
+    /// hex) of the last event before it, each event with its own, as
+    /// ptxed's `--time` and `--event:time` do (JSON: a `"tsc"` field). MTC
+    /// and CYC packets become time only with the timing options below.
+    #[arg(long)]
+    time: bool,
+    /// Tick events, as ptxed's `--event:tick`: a `[tick]` where a timing
+    /// packet moved the time at a branch, so the instructions after it
+    /// carry a finer time (CYC-timed traces).
+    #[arg(long)]
+    ticks: bool,
+    #[command(flatten)]
+    timing: TimingArgs,
+    /// Keep the CYC calibration across an overflow (libipt's
+    /// `--insn:keep-tcal-on-ovf`): by default it is measured again, the
+    /// clock having been unknown for the overflow's time.
+    #[arg(long)]
+    keep_tcal_on_ovf: bool,
     /// The processor that wrote the trace (display family/model[/stepping],
     /// e.g. 6/85): applies the Intel PT errata workarounds known for it, as
     /// libipt's `--cpu` does.
@@ -251,7 +270,10 @@ fn memory(args: &FlowArgs) -> Result<FlowMemory> {
 pub fn run(args: FlowArgs) -> Result<ExitCode> {
     let trace = MappedTrace::open(&args.trace)?;
     let mem = memory(&args)?;
-    let config = decoder_config(args.cpu, args.lenient);
+    let mut config = decoder_config(args.cpu, args.lenient);
+    config.time = args.timing.apply(config.time);
+    config.tick_events = args.ticks;
+    config.keep_tcal_on_ovf = args.keep_tcal_on_ovf;
     let bytes = trace.bytes();
     // Only counts are printed: the fast decoder's runs need not be
     // expanded into instructions, and units cost no memory for their
@@ -282,24 +304,45 @@ pub fn run(args: FlowArgs) -> Result<ExitCode> {
         parallel: &parallel,
         counting,
     };
-    // Nothing `flow` prints is timed: the fast sources leave the timing
-    // state out of their seams, so CYC-timed traces split as well as others.
+    // Without --time and --ticks nothing printed depends on the time: the
+    // fast sources then leave the timing state out of their seams, so
+    // CYC-timed traces split as well as others. Ticks are events the clock
+    // decides, so they keep it.
+    let timed = args.time || args.ticks;
+    let source = |s| timing(s, timed);
     match args.decoder {
         Decoder::Insn => job.decode(|| InsnDecoder::new(bytes, config, mem)),
         Decoder::Fast if counting => job.decode(|| {
-            FastSource::counting(FastDecoder::new(bytes, config, mem), max_stall).untimed()
+            source(FastSource::counting(
+                FastDecoder::new(bytes, config, mem),
+                max_stall,
+            ))
         }),
         Decoder::Fast if args.branches => job.branches(|| {
-            FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall).untimed()
+            source(FastSource::runs(
+                FastDecoder::new(bytes, config, mem),
+                max_stall,
+            ))
         }),
         Decoder::Fast if args.blocks => job.blocks(
-            || FastSource::runs(FastDecoder::new(bytes, config, mem), max_stall).untimed(),
+            || {
+                source(FastSource::runs(
+                    FastDecoder::new(bytes, config, mem),
+                    max_stall,
+                ))
+            },
             mem,
         ),
         Decoder::Fast => {
-            job.decode(|| FastSource::new(FastDecoder::new(bytes, config, mem)).untimed())
+            job.decode(|| source(FastSource::new(FastDecoder::new(bytes, config, mem))))
         }
     }
+}
+
+/// `source`, left timed when `timed`, else told no times are read
+/// ([`FastSource::untimed`]).
+fn timing<M: ReadMemory>(source: FastSource<'_, M>, timed: bool) -> FastSource<'_, M> {
+    if timed { source } else { source.untimed() }
 }
 
 /// One decode `hwtrace flow` runs: what was asked, the trace, on how many
@@ -603,7 +646,7 @@ fn output(
     } else {
         Format::Text
     };
-    let mut printer = Printer::new(format, !args.no_disasm);
+    let mut printer = Printer::new(format, !args.no_disasm).with_time(args.time);
     let mut stats = Stats::default();
     // Unlocked, as in `quiet`: decoder threads may print a panic.
     let mut err = BufWriter::new(std::io::stderr());
