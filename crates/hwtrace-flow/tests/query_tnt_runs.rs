@@ -129,3 +129,31 @@ fn tnt_bits_come_out_in_order_with_the_time_of_their_packet() {
     );
     assert!(s.eos);
 }
+
+/// What a parallel decode compares at its seams: the bits held for the
+/// branches to come, cached or read ahead, change as bits are used, and
+/// two decodes that used a packet's bits differently do not look alike.
+#[test]
+fn the_tnt_state_says_which_bits_are_held() {
+    let (bytes, _) = trace();
+    let mut query = QueryDecoder::new(&bytes, Config::default());
+    let mut status = query.sync_forward().unwrap().1;
+    while status.event_pending {
+        status = query.event().unwrap().1;
+    }
+    let fresh = query.tnt_state();
+    let mut other = query.clone();
+    // The first packet's three bits (taken, not, taken) are loaded by the
+    // first question: two are then left.
+    assert!(query.cond_branch().unwrap().0);
+    let one = query.tnt_state();
+    assert_ne!(one, fresh);
+    assert_eq!(query.cached_tnt(), (0b01, 2));
+    // The same bits used alike: the same state.
+    assert!(other.cond_branch().unwrap().0);
+    assert_eq!(other.tnt_state(), one);
+    // One more bit used: not the same.
+    assert!(!query.cond_branch().unwrap().0);
+    assert_ne!(query.tnt_state(), other.tnt_state());
+    assert_eq!(query.cached_tnt(), (0b1, 1));
+}

@@ -24,7 +24,7 @@ pub use decoder::passable_status;
 pub(crate) use decoder::{PassState, StatusPass, passes_over};
 pub use lane::TraceLane;
 pub(crate) use lane::{LaneAt, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
-pub use query::{QueryDecoder, Status};
+pub use query::{QueryDecoder, Status, TntState};
 pub use queue::{Binding, EventQueue};
 pub use tnt::TntCache;
 pub(crate) use tnt::low_bits;

@@ -51,6 +51,18 @@ pub struct QueryDecoder<'a> {
     handed: StatusPass,
 }
 
+/// The TNT bits a decode holds for the branches to come: those cached
+/// (the next one highest, and how many) and a TNT packet read ahead but
+/// not loaded yet. Two decodes that meet at one trace offset with the same
+/// IP hold the same ones unless they used a packet's bits differently
+/// (one of them started at a PSB after bits the other still held): a
+/// parallel decode compares them at its seams.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TntState {
+    cached: (u64, u8),
+    next: Option<Tnt>,
+}
+
 const fn is_user_event(ev: &Event) -> bool {
     !matches!(ev.kind, EventKind::Tnt { .. } | EventKind::Tip { .. })
 }
@@ -311,6 +323,15 @@ impl<'a> QueryDecoder<'a> {
             return None;
         }
         Some((taken, self.take_tnt()))
+    }
+
+    /// The TNT bits this decode holds for the branches to come
+    /// ([`TntState`]).
+    pub fn tnt_state(&self) -> TntState {
+        TntState {
+            cached: self.tnt.pending(),
+            next: self.next_tnt,
+        }
     }
 
     /// The TNT bits cached and how many ([`TntCache::pending`]).

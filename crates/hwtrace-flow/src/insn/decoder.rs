@@ -13,7 +13,7 @@ use super::classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special,
 use super::retstack::RetStack;
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
-use crate::event::{Event, EventKind, QueryDecoder, Status};
+use crate::event::{Event, EventKind, QueryDecoder, Status, TntState};
 use crate::time::ClockState;
 use hwtrace_packet::{ExecMode, LastIp};
 use hwtrace_types::{AddressSpace, Cr3, Ip, ReadMemory, TraceOffset};
@@ -230,6 +230,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// The last IP, the reference of the compressed IPs to come.
     pub fn last_ip(&self) -> LastIp {
         self.query.last_ip()
+    }
+
+    /// The TNT bits held for the branches to come ([`TntState`]).
+    pub fn tnt_state(&self) -> TntState {
+        self.query.tnt_state()
     }
 
     /// The layer's own state that decides the items to come

@@ -62,7 +62,7 @@ use super::runs::RunBuffer;
 use super::tally::{Counted, RunTally};
 use crate::config::Config;
 use crate::error::{Error, ErrorKind};
-use crate::event::{Event, Status};
+use crate::event::{Event, Status, TntState};
 use crate::time::ClockState;
 use hwtrace_packet::{ExecMode, LastIp};
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
@@ -271,6 +271,12 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// ([`InsnDecoder::last_ip`]).
     pub fn last_ip(&self) -> LastIp {
         self.dec.last_ip()
+    }
+
+    /// The TNT bits held for the branches to come, between steps
+    /// ([`InsnDecoder::tnt_state`]).
+    pub fn tnt_state(&self) -> TntState {
+        self.dec.tnt_state()
     }
 
     /// What the instruction decoder returned for the last instruction of

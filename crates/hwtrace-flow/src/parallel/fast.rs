@@ -597,6 +597,7 @@ impl<M: ReadMemory> StepSource for FastSource<'_, M> {
             },
             last_ip: self.dec.last_ip(),
             insn: self.dec.insn_state(),
+            tnt: self.dec.tnt_state(),
         }
     }
 

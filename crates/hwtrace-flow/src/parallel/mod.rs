@@ -29,8 +29,9 @@
 //! from the start would, until its state after an instruction equals the
 //! next unit's anchor (same item, trace position, IP, address space, time
 //! and timing state, last IP, the instruction layer's mode, reports and
-//! counts ([`InsnState`]), status and stall count, with no event, error
-//! or instruction waiting in either decoder; a source whose
+//! counts ([`InsnState`]), the TNT bits held ([`TntState`]), status and
+//! stall count, with no event, error or instruction waiting in either
+//! decoder; a source whose
 //! caller reads no times, [`FastSource::untimed`], leaves the time out,
 //! and its items' times may differ): from there the two decoders read the same
 //! trace in the same state and produce the same items, so the next unit's
@@ -67,7 +68,7 @@ pub use fast::FastSource;
 pub use segment::{Splitter, Unit, psb_offsets, units};
 
 use crate::Error;
-use crate::event::{Event, Status};
+use crate::event::{Event, Status, TntState};
 use crate::insn::{BlockRun, Insn, InsnDecoder, InsnState};
 use crate::time::ClockState;
 use hwtrace_packet::LastIp;
@@ -96,6 +97,10 @@ pub struct Probe {
     /// The instruction layer's own state (execution mode and what was
     /// reported of it, transaction state, what waits).
     pub insn: InsnState,
+    /// The TNT bits held for the branches to come: a decode from the start
+    /// may still hold bits where a unit's decode, started at a PSB after
+    /// their packet, holds none.
+    pub tnt: TntState,
 }
 
 /// What [`StepSource::take_runs`] passed over.
@@ -272,6 +277,7 @@ impl<M: ReadMemory> StepSource for InsnDecoder<'_, M> {
             clock: self.clock_state(),
             last_ip: self.last_ip(),
             insn: self.insn_state(),
+            tnt: self.tnt_state(),
         }
     }
 }
