@@ -10,13 +10,17 @@
 //! a clock as the event decoder would apply them: PSB+ headers, TSC, TMA,
 //! MTC, CYC, CBR and overflows. The calibration is the last one measured,
 //! so a stretch that holds it gives the same clock as the decode from the
-//! start; where it does not (or where that decode resynchronised in
+//! start (the clock is taken as that of a decode that saw MTC packets
+//! before the stretch where the stretch holds any, since such a decode no
+//! longer calibrates from PSB+ TSCs); where it does not (or where that
+//! decode resynchronised in
 //! between, which a timing scan cannot see), the seam compares unequal and
 //! the unit is decoded on from the start as before: the warm-up decides
 //! speed, never the items.
 
 use super::{Clock, quirks};
 use crate::config::Config;
+use crate::error::ErrorKind;
 use hwtrace_packet::{Packet, PacketDecoder};
 use hwtrace_types::TraceOffset;
 
@@ -31,10 +35,23 @@ impl Clock {
     ) -> Clock {
         let end = usize::try_from(to.0).unwrap_or(usize::MAX).min(data.len());
         let mut pkt = PacketDecoder::new(data.get(..end).unwrap_or_default());
-        let mut clock = Clock::default();
         if pkt.sync_at(from).is_err() {
-            return clock;
+            return Clock::default();
         }
+        // Two clocks: `fresh` as a decode starting at `from` has it, and
+        // `seasoned` as one that saw MTC packets before `from`. Once a
+        // decode has seen an MTC it calibrates CYC from MTC periods only,
+        // never again from the cycles between two PSB+ TSCs; where the
+        // stretch holds MTCs, a decode from further back had almost
+        // surely seen one before it too (unless the stretch starts the
+        // trace), and `seasoned` is its clock. Without a CTC ratio MTCs
+        // calibrate nothing, and the two differ from the second PSB+ on.
+        let mut fresh = Clock::default();
+        let mut seasoned = Clock::default();
+        // `seasoned` still assumes an MTC before the stretch: none since,
+        // and no overflow or error that would have reset it.
+        let mut assumed = true;
+        let mut mtc_seen = false;
         // Inside a PSB+ header (its TSC and CBR calibrate differently).
         let mut header = false;
         // After a packet the decoder would stop at: it would resynchronise
@@ -43,39 +60,69 @@ impl Clock {
         loop {
             let packet = match quirks::next_packet(&mut pkt, &config.errata) {
                 Ok(Some(p)) => p.packet,
-                Ok(None) => return clock,
+                Ok(None) => break,
                 Err(_) => return Clock::default(),
             };
             if lost && !matches!(packet, Packet::Psb) {
                 continue;
             }
-            let applied = match packet {
+            match packet {
                 Packet::Psb => {
                     lost = false;
                     header = true;
-                    clock.tcal.update_psb(&config.time);
-                    Ok(())
                 }
-                Packet::Psbend => {
-                    header = false;
-                    Ok(())
-                }
+                Packet::Psbend => header = false,
                 Packet::Ovf => {
                     header = false;
-                    clock = clock.after_overflow(config);
-                    Ok(())
+                    assumed &= config.keep_tcal_on_ovf;
                 }
-                Packet::Tsc(t) => clock.tsc(t, header, config),
-                Packet::Cbr(r) => clock.cbr(r, header, config),
-                Packet::Tma(t) => clock.tma(t.ctc, t.fc, config),
-                Packet::Mtc(m) => clock.mtc(m, config),
-                Packet::Cyc(c) => clock.cyc(c, config),
-                _ => Ok(()),
-            };
-            if applied.is_err() {
-                clock = Clock::default();
+                Packet::Mtc(_) => {
+                    mtc_seen = true;
+                    assumed = false;
+                }
+                _ => {}
+            }
+            let fresh_ok = fresh.warm_with(&packet, header, config).is_ok();
+            // A decode that saw an MTC takes a PSB+ TSC as a plain one.
+            let seasoned_header = header && !(assumed && matches!(packet, Packet::Tsc(_)));
+            let seasoned_ok = seasoned.warm_with(&packet, seasoned_header, config).is_ok();
+            if !(fresh_ok && seasoned_ok) {
+                fresh = Clock::default();
+                seasoned = Clock::default();
+                assumed = false;
                 lost = true;
             }
+        }
+        if mtc_seen && from.0 > 0 {
+            seasoned
+        } else {
+            fresh
+        }
+    }
+
+    /// Applies one packet of a warm-up as the event decoder would (`header`:
+    /// inside a PSB+).
+    fn warm_with(
+        &mut self,
+        packet: &Packet,
+        header: bool,
+        config: &Config,
+    ) -> Result<(), ErrorKind> {
+        match *packet {
+            Packet::Psb => {
+                self.tcal.update_psb(&config.time);
+                Ok(())
+            }
+            Packet::Ovf => {
+                *self = self.after_overflow(config);
+                Ok(())
+            }
+            Packet::Tsc(t) => self.tsc(t, header, config),
+            Packet::Cbr(r) => self.cbr(r, header, config),
+            Packet::Tma(t) => self.tma(t.ctc, t.fc, config),
+            Packet::Mtc(m) => self.mtc(m, config),
+            Packet::Cyc(c) => self.cyc(c, config),
+            _ => Ok(()),
         }
     }
 
@@ -185,6 +232,55 @@ mod tests {
         short.warm_clock(4);
         short.sync_set(second).unwrap();
         assert_eq!(disable(&mut short), (0x10_0000 + 8 * 4, 1));
+    }
+
+    #[test]
+    fn a_stretch_with_mtcs_warms_a_clock_that_saw_mtcs_before() {
+        // Without a CTC ratio MTCs calibrate nothing, and a decode that saw
+        // one never calibrates from two PSB+ TSCs either: the decode from
+        // the start has no calibration at the last CYC. A stretch from the
+        // second PSB holds two PSB+ TSCs before its MTC; a clock fresh
+        // there would calibrate from them.
+        let mut t = TraceBuilder::new();
+        psb_plus(&mut t, 0x10_0000, 0);
+        for ctc in 1..=2u8 {
+            t.push(Packet::Cyc(100)).unwrap();
+            t.push(Packet::Mtc(ctc)).unwrap();
+        }
+        let second = t.as_bytes().len() as u64;
+        psb_plus(&mut t, 0x10_0010, 2);
+        t.push(Packet::Cyc(100)).unwrap();
+        psb_plus(&mut t, 0x10_0020, 2);
+        t.push(Packet::Cyc(50)).unwrap();
+        t.push(Packet::Mtc(3)).unwrap();
+        let last = TraceOffset(t.as_bytes().len() as u64);
+        psb_plus(&mut t, 0x10_0030, 3);
+        t.push(Packet::Cyc(250)).unwrap();
+        t.ip(Packet::TipPgd, 0x4010).unwrap();
+        let data = t.finish();
+        let config = Config::default();
+
+        let mut whole = EventDecoder::new(&data, config);
+        whole.sync_forward().unwrap();
+        let want = disable(&mut whole);
+        assert_eq!(want, (0x10_0030, 1), "no calibration from the start");
+
+        let mut warm = EventDecoder::new(&data, config);
+        warm.warm_clock(last.0 - second);
+        warm.sync_set(last).unwrap();
+        assert_eq!(disable(&mut warm), want);
+        assert_eq!(
+            warm.calibration().map(|c| c.settled()),
+            whole.calibration().map(|c| c.settled())
+        );
+        // The fresh clock's calibration is what it would have learned.
+        let fresh = super::Clock::warmed(
+            &data[usize::try_from(second).unwrap()..],
+            TraceOffset(0),
+            TraceOffset(last.0 - second),
+            &config,
+        );
+        assert!(fresh.tcal.fcr().is_ok());
     }
 
     #[test]
