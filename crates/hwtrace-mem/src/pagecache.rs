@@ -116,6 +116,70 @@ impl PageCache {
     }
 }
 
+/// Pages gathered from pieces of memory, to be written as a page cache
+/// ([`PageCacheWriter::write`]): what a program ran, say, for tools that
+/// read code from page caches (`hwtrace flow --pages`, libxdc, kAFL).
+/// Bytes of a page no piece covered are zero; where pieces overlap, the
+/// later one's bytes are kept.
+#[derive(Debug, Default)]
+pub struct PageCacheWriter {
+    pages: std::collections::BTreeMap<u64, Box<[u8; PAGE]>>,
+}
+
+impl PageCacheWriter {
+    /// No pages yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `bytes` at virtual address `addr` (across as many pages as
+    /// they span; bytes past the top of the address space are dropped).
+    pub fn add(&mut self, addr: u64, bytes: &[u8]) {
+        let mut done = 0usize;
+        while done < bytes.len() {
+            let Some(va) = addr.checked_add(done as u64) else {
+                return;
+            };
+            let base = va & !(PAGE as u64 - 1);
+            let at = (va - base) as usize;
+            let n = (PAGE - at).min(bytes.len() - done);
+            let page = self
+                .pages
+                .entry(base)
+                .or_insert_with(|| Box::new([0; PAGE]));
+            page[at..at + n].copy_from_slice(&bytes[done..done + n]);
+            done += n;
+        }
+    }
+
+    /// How many pages.
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    /// Whether no page was added.
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// Writes `dir/pages.addr` and `dir/pages.dump` (creating `dir`), in
+    /// ascending address order.
+    pub fn write(&self, dir: &Path) -> Result<(), PageCacheError> {
+        let io_err = |path: PathBuf| move |source| PageCacheError::Io { path, source };
+        std::fs::create_dir_all(dir).map_err(io_err(dir.to_path_buf()))?;
+        let mut addrs = Vec::with_capacity(self.pages.len() * 8);
+        let mut dump = Vec::with_capacity(self.pages.len() * PAGE);
+        for (va, page) in &self.pages {
+            addrs.extend_from_slice(&va.to_le_bytes());
+            dump.extend_from_slice(&page[..]);
+        }
+        let addr_path = dir.join("pages.addr");
+        std::fs::write(&addr_path, addrs).map_err(io_err(addr_path.clone()))?;
+        let dump_path = dir.join("pages.dump");
+        std::fs::write(&dump_path, dump).map_err(io_err(dump_path.clone()))
+    }
+}
+
 impl ReadMemory for PageCache {
     /// Reads across page boundaries; the address space is ignored (a page
     /// cache holds one).
@@ -226,5 +290,31 @@ mod tests {
             seen += 1;
         }
         assert_eq!(seen, 3);
+    }
+
+    #[test]
+    fn written_pages_read_back() {
+        let mut w = PageCacheWriter::new();
+        // Across a page boundary, then overlapping the first piece.
+        w.add(0x40_0ffe, &[1, 2, 3, 4]);
+        w.add(0x40_0fff, &[9]);
+        w.add(0x7000, &[5]);
+        assert_eq!(w.len(), 3);
+        let dir = std::env::temp_dir().join(format!("hwtrace-pagecache-{}", std::process::id()));
+        w.write(&dir).unwrap();
+        let cache = PageCache::open(&dir).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let pages: Vec<u64> = cache.page_addresses().map(|ip| ip.0).collect();
+        assert_eq!(pages, [0x7000, 0x40_0000, 0x40_1000]);
+        let mut buf = [0u8; 6];
+        let n = cache
+            .read_memory(AddressSpace::default(), Ip(0x40_0ffd), &mut buf)
+            .unwrap();
+        assert_eq!((n, buf), (6, [0, 1, 9, 3, 4, 0]));
+        assert_eq!(cache.page(0x7000).unwrap()[..2], [5, 0]);
+        // The top of the address space: what does not fit is dropped.
+        let mut top = PageCacheWriter::new();
+        top.add(u64::MAX, &[1, 2]);
+        assert_eq!(top.len(), 1);
     }
 }

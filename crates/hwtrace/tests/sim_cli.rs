@@ -87,6 +87,38 @@ fn sim_pt_writes_a_trace_that_dump_reads_without_errors() {
     assert_eq!(field_value(&out, "IA32_RTIT_CTL", "TraceEn"), "0x1");
 }
 
+/// `--code-out` writes the code the program ran as a page cache: `hwtrace
+/// flow` decodes the trace over it, every instruction the simulator
+/// encoded and no error, with and without return compression.
+#[test]
+fn sim_pt_code_out_lets_flow_decode_the_trace() {
+    for extra in [&[][..], &["--no-retcomp", "--psb-period", "512"]] {
+        let path = scratch("code-out.pt");
+        let code = scratch("code-out");
+        let (p, c) = (
+            path.to_str().expect("UTF-8 path"),
+            code.to_str().expect("UTF-8 path"),
+        );
+        let args = [
+            &["sim", "pt", "--qemu", "-o", p, "--code-out", c][..],
+            extra,
+            &["--", "/bin/true"],
+        ]
+        .concat();
+        let out = ok(&args);
+        let insns = count_before(&out, "instructions");
+        assert!(insns > 10_000, "{out}");
+        assert!(out.contains(&format!("--pages {c}")), "{out}");
+        let flow = ok(&["flow", p, "--pages", c, "--quiet", "--stats"]);
+        assert!(
+            flow.starts_with(&format!("[stats: {insns} instructions,"))
+                && flow.contains(" 0 errors,"),
+            "{extra:?}: {flow}"
+        );
+        let _ = std::fs::remove_dir_all(&code);
+    }
+}
+
 /// Seed 000's shape: two 4 KiB regions, INT and STOP on the last. The
 /// trace (every RET a TIP, PSB every 256 bytes, TSC) is longer than 8 KiB,
 /// so STOP fires: the file is the first 8 KiB and STATUS.Stopped is set.

@@ -34,6 +34,7 @@ use anyhow::{Context as _, Result, anyhow, bail, ensure};
 use hwtrace_flow::event::EventKind;
 use hwtrace_flow::insn::InsnDecoder;
 use hwtrace_flow::{Config, Errata};
+use hwtrace_mem::pagecache::PageCacheWriter;
 use hwtrace_packet::ExecMode;
 use hwtrace_regs::Uarch;
 use hwtrace_regs::cpuid::{CpuidRegs, PtCaps};
@@ -254,6 +255,12 @@ struct PtArgs {
     /// of the buffer gets at the end, oldest byte first).
     #[arg(short = 'o', long = "output", required = true)]
     output: PathBuf,
+    /// Also write the code the program ran (the bytes of every instruction
+    /// executed; the rest of each page zero) as a page cache folder
+    /// (`pages.addr`, `pages.dump`), so `hwtrace flow OUTPUT --pages DIR`
+    /// decodes the trace.
+    #[arg(long, value_name = "DIR")]
+    code_out: Option<PathBuf>,
     /// No return compression (IA32_RTIT_CTL.DisRETC = 1): every RET is a TIP.
     #[arg(long)]
     no_retcomp: bool,
@@ -610,6 +617,25 @@ fn pt(a: &PtArgs, out: &mut dyn Write) -> Result<()> {
             out,
             "{} traced stretches, each from a PSB+",
             executions.len()
+        )?;
+    }
+    if let Some(dir) = &a.code_out {
+        let mut pages = PageCacheWriter::new();
+        for execution in &executions {
+            for seg in execution.memory().segments() {
+                pages.add(seg.addr.0, &seg.bytes);
+            }
+        }
+        pages
+            .write(dir)
+            .with_context(|| format!("--code-out {}", dir.display()))?;
+        writeln!(
+            out,
+            "code: {} pages in {} (hwtrace flow {} --pages {})",
+            pages.len(),
+            dir.display(),
+            a.output.display(),
+            dir.display()
         )?;
     }
     let s = &stats;
