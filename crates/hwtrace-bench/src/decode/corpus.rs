@@ -13,6 +13,7 @@
 
 use crate::corpus::real_dir;
 use anyhow::{Context, Result, anyhow, ensure};
+use hwtrace_mem::pagecache::PageCacheWriter;
 use hwtrace_sim::{Execution, Limits, PtConfig, PtEncoder, RecordEnd};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -327,14 +328,11 @@ fn build(dir: &Path) -> Result<()> {
         std::fs::write(tmp.join(format!("piece-{k}.pt")), bytes)?;
     }
     std::fs::write(tmp.join("traces.tsv"), list)?;
-    let mut addr_file = Vec::new();
-    let mut dump_file = Vec::new();
+    let mut cache = PageCacheWriter::new();
     for (addr, page) in &pages.0 {
-        addr_file.extend_from_slice(&addr.to_le_bytes());
-        dump_file.extend_from_slice(page);
+        cache.add(*addr, page);
     }
-    std::fs::write(tmp.join("pages/pages.addr"), addr_file)?;
-    std::fs::write(tmp.join("pages/pages.dump"), dump_file)?;
+    cache.write(&tmp.join("pages"))?;
     std::fs::write(tmp.join("unit.pt"), &unit)?;
     std::fs::write(tmp.join("pieces.tsv"), pieces)?;
     let _ = std::fs::remove_dir_all(dir);
