@@ -10,13 +10,12 @@
 //! a clock as the event decoder would apply them: PSB+ headers, TSC, TMA,
 //! MTC, CYC, CBR and overflows. The calibration is the last one measured,
 //! so a stretch that holds it gives the same clock as the decode from the
-//! start (the clock is taken as that of a decode that saw MTC packets
-//! before the stretch where the stretch holds any, since such a decode no
-//! longer calibrates from PSB+ TSCs); where it does not (or where that
-//! decode resynchronised in
-//! between, which a timing scan cannot see), the seam compares unequal and
-//! the unit is decoded on from the start as before: the warm-up decides
-//! speed, never the items.
+//! start (taken as that of a decode that saw MTC packets before the
+//! stretch where the stretch holds any: such a decode no longer
+//! calibrates from PSB+ TSCs). Where it does not (or where that decode
+//! resynchronised in between, which a timing scan cannot see), the seam
+//! compares unequal and the unit is decoded on from the start as before:
+//! the warm-up decides speed, never the items.
 
 use super::{Clock, quirks};
 use crate::config::Config;
