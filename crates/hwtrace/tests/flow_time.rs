@@ -17,7 +17,7 @@
 mod common;
 
 use anyhow::{Context, Result, bail, ensure};
-use common::qemu::{Scratch, record};
+use common::qemu::{Scratch, record, text};
 use common::{hwtrace_in, shared};
 use hwtrace_sim::{PtConfig, PtEncoder, Timing, TscModel};
 use std::path::Path;
@@ -203,7 +203,13 @@ fn run(dir: &Path, args: &[&str]) -> Result<String> {
 
 #[test]
 fn times_of_a_real_execution_follow_its_clock() -> Result<()> {
-    let rec = record("/usr/bin/sort", &["/etc/passwd"], 250_000)?;
+    let scratch = Scratch::new("flow-time", "sort")?;
+    let input = scratch.file("input.txt", text(40, &["tsc", "mtc", "cyc"], 4).as_bytes())?;
+    let rec = record(
+        "/usr/bin/sort",
+        &[input.to_str().context("UTF-8 path")?],
+        250_000,
+    )?;
     let execution = &rec.execution;
     let config = PtConfig {
         tsc: Some(CLOCK),
@@ -213,7 +219,6 @@ fn times_of_a_real_execution_follow_its_clock() -> Result<()> {
     };
     let trace = PtEncoder::new(config).encode(execution)?;
     ensure!(trace.stats.cycs > 0 && trace.stats.mtcs > 0, "no timing");
-    let scratch = Scratch::new("flow-time", "sort")?;
     scratch.file("trace.pt", &trace.bytes)?;
     let mut base: Vec<String> = vec!["flow".into(), "trace.pt".into()];
     for (n, seg) in execution.memory().segments().iter().enumerate() {
