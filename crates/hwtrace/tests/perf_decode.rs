@@ -2138,3 +2138,83 @@ fn a_process_that_execs_decodes_each_program_over_its_own_image() {
     assert_same("true, then echo after the exec", &ips, &want);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--time`: each instruction with the perf time of the last timing event
+/// before it. The timed layout's TSC packets (in each PSB+) follow the
+/// [`TSC`] model and the conversion written is the identity, so an
+/// instruction's time is the clock's at the last PSB+ before it: never
+/// after the clock at the instruction itself, never going back, and
+/// moving at every PSB+.
+#[test]
+fn times_are_the_last_psb_tsc_in_perf_time() {
+    let dir = scratch("time");
+    let want = executed();
+    let file = write_perf_data(
+        &dir,
+        &Layout {
+            switch_at: Some(want.len() / 2),
+            ..PLAIN
+        },
+    );
+    let out = hwtrace(&["perf", "decode", "--time", file.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut times = Vec::new();
+    let mut ips = Vec::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(f.len(), 4, "not `tid cpu time ip`: {l:?}");
+        let (s, ns) = f[2].split_once('.').unwrap_or_else(|| panic!("{l:?}"));
+        assert_eq!(ns.len(), 9, "{l:?}");
+        times.push(s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap());
+        ips.push(u64::from_str_radix(f[3], 16).unwrap());
+    }
+    assert_same("perf decode --time", &ips, &want);
+    for (i, t) in times.iter().enumerate() {
+        let clock = TSC.start + TSC.ticks_per_insn * i as u64;
+        assert!(*t <= clock, "instruction {i} at {t}, the clock {clock}");
+    }
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "time went back");
+    let moves = times.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(moves >= 3, "the time moved {moves} times");
+    assert_eq!(times[0], TSC.start, "the first PSB+'s TSC");
+    // JSON says the same in nanoseconds; taken branches carry the time of
+    // their instruction.
+    let json = hwtrace(&["perf", "decode", "--time", "--json", file.to_str().unwrap()]);
+    let json_times: Vec<u64> = String::from_utf8_lossy(&json.stdout)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["time"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(json_times == times, "JSON times differ from the text's");
+    let branches = hwtrace(&[
+        "perf",
+        "decode",
+        "--time",
+        "--branches",
+        file.to_str().unwrap(),
+    ]);
+    let branch_times: Vec<String> = String::from_utf8_lossy(&branches.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().nth(2).unwrap().to_string())
+        .collect();
+    assert!(branch_times.len() > 1000, "{} branches", branch_times.len());
+    assert!(
+        branch_times.iter().all(|t| t.contains('.')),
+        "a branch without time"
+    );
+    // A trace without TSC packets has no time to tell.
+    let plain = write_perf_data(&dir, &PLAIN);
+    let untimed = hwtrace(&["perf", "decode", "--time", plain.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&untimed.stdout)
+            .lines()
+            .all(|l| l.split_whitespace().nth(2) == Some("-")),
+        "times without TSC packets"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

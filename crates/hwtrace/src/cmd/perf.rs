@@ -93,6 +93,13 @@ struct DecodeArgs {
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
+    /// Intel PT: each instruction or branch with its perf time (seconds,
+    /// as `perf script` shows it; JSON: `time` in nanoseconds): the TSC
+    /// of the last timing event before it (libipt's and ptxed's time),
+    /// converted with the recording's TSC conversion; `-` where the trace
+    /// has told no time yet.
+    #[arg(long, conflicts_with = "stats")]
+    time: bool,
     /// Only counts per stream.
     #[arg(long)]
     stats: bool,
@@ -546,6 +553,7 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
             Format::Insns
         },
         json: args.json,
+        time: args.time,
     };
     let sb = Sideband::collect(&file);
     let kernel = Kernel::for_sideband(&sb, args.kcore.as_deref(), args.kallsyms.as_deref())?;

@@ -658,6 +658,7 @@ mod tests {
             kind: crate::flow::shape::BranchKind::Jump,
             ends_trace: false,
             time: 0x77,
+            has_tsc: true,
         });
         let got = lines(
             &mut Printer::new(Format::Text, false).with_time(true),

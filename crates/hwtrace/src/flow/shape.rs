@@ -186,6 +186,9 @@ pub struct Branch {
     /// ptxed stamps instructions; for a trace begin or end, an interrupt,
     /// the event's own.
     pub time: u64,
+    /// Whether that time is wall-clock time (a TSC packet was seen:
+    /// [`Event::has_tsc`](hwtrace_flow::event::Event::has_tsc)).
+    pub has_tsc: bool,
 }
 
 /// [`Item`]s reduced to taken branches, as `perf script --itrace=b` shows
@@ -197,11 +200,12 @@ pub struct Branches<I> {
     inner: I,
     /// The last instruction, if it was a branch whose target the next
     /// instruction (or event) will tell, and the time it was executed at.
-    pending: Option<(Insn, u64)>,
+    pending: Option<(Insn, (u64, bool))>,
     queued: VecDeque<Item>,
     /// The time of the last event (PSB+ status reports included, though
-    /// they are not passed on): what an instruction is stamped with.
-    now: u64,
+    /// they are not passed on): what an instruction is stamped with, and
+    /// whether it is wall-clock time.
+    now: (u64, bool),
 }
 
 impl<I: Iterator<Item = Item>> Branches<I> {
@@ -211,14 +215,14 @@ impl<I: Iterator<Item = Item>> Branches<I> {
             inner,
             pending: None,
             queued: VecDeque::with_capacity(4),
-            now: 0,
+            now: (0, false),
         }
     }
 
     /// The pending branch, resolved by execution going on at `to`
     /// (`None`: tracing stopped); whether a branch was taken (and queued).
     fn resolve(&mut self, offset: u64, to: Option<u64>, ends_trace: bool) -> bool {
-        let Some((b, time)) = self.pending.take() else {
+        let Some((b, (time, has_tsc))) = self.pending.take() else {
             return false;
         };
         let Some(kind) = BranchKind::of(b.class) else {
@@ -235,6 +239,7 @@ impl<I: Iterator<Item = Item>> Branches<I> {
             kind,
             ends_trace,
             time,
+            has_tsc,
         }));
         true
     }
@@ -247,7 +252,8 @@ impl<I: Iterator<Item = Item>> Branches<I> {
             to,
             kind,
             ends_trace: kind == BranchKind::TraceEnd,
-            time: self.now,
+            time: self.now.0,
+            has_tsc: self.now.1,
         }));
     }
 
@@ -262,9 +268,11 @@ impl<I: Iterator<Item = Item>> Branches<I> {
                 }
             }
             // PSB+ status reports change nothing but the time.
-            Item::Event { event, .. } if event.status_update => self.now = event.tsc,
+            Item::Event { event, .. } if event.status_update => {
+                self.now = (event.tsc, event.has_tsc);
+            }
             Item::Event { offset, event } => {
-                self.now = event.tsc;
+                self.now = (event.tsc, event.has_tsc);
                 let known = |ip| (!event.ip_suppressed).then_some(ip);
                 match event.kind {
                     EventKind::Enabled { ip, .. } => {

@@ -43,6 +43,8 @@ pub struct Options {
     pub format: Format,
     /// JSON objects instead of text lines.
     pub json: bool,
+    /// Each line with its perf time.
+    pub time: bool,
 }
 
 /// The decoder settings the recording used: AUXTRACE_INFO's words applied
@@ -162,6 +164,10 @@ struct Printer<'s> {
     /// there are none).
     status_errors: u64,
     lenient: bool,
+    /// TSC → perf time, and the TSC of the last event that carried one
+    /// (what instructions are stamped with, as ptxed does).
+    tsc: TscConversion,
+    now: Option<u64>,
 }
 
 impl<'s> QueueDecoder<'s> {
@@ -193,6 +199,8 @@ impl<'s> QueueDecoder<'s> {
                 report: QueueReport::default(),
                 status_errors: 0,
                 lenient: settings.config.lenient_status,
+                tsc: settings.tsc,
+                now: None,
             },
         })
     }
@@ -296,19 +304,24 @@ impl Printer<'_> {
                     let pid = n.pid_of(tid);
                     n.name(pid, insn.ip)
                 });
+                let time = self.perf_time(self.now);
                 if self.opts.json {
                     let mut v = json!({"tid": tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu), "ip": format!("{:#x}", insn.ip)});
                     if let Some(sym) = sym {
                         v["sym"] = json!(sym);
+                    }
+                    if let Some(t) = time {
+                        v["time"] = json!(t);
                     }
                     writeln!(out, "{v}")?;
                 } else {
                     let sym = sym.map(|s| format!(" ({})", s.as_deref().unwrap_or("?")));
                     writeln!(
                         out,
-                        "{} {} {:x}{}",
+                        "{} {} {}{:x}{}",
                         tid_text,
                         show(key.cpu),
+                        self.time_text(time),
                         insn.ip,
                         sym.as_deref().unwrap_or("")
                     )?;
@@ -322,12 +335,16 @@ impl Printer<'_> {
                     let mut name = |a: Option<u64>| a.and_then(|a| n.name(pid, a));
                     (name(b.from), name(b.to))
                 });
+                let time = self.perf_time(b.has_tsc.then_some(b.time));
                 if self.opts.json {
                     let mut v = json!({"tid": tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
                         "from": b.from.map(|v| format!("{v:#x}")), "to": b.to.map(|v| format!("{v:#x}")), "kind": b.kind.name()});
                     if let Some((f, t)) = syms {
                         v["from_sym"] = json!(f);
                         v["to_sym"] = json!(t);
+                    }
+                    if let Some(t) = time {
+                        v["time"] = json!(t);
                     }
                     writeln!(out, "{v}")?;
                 } else {
@@ -340,9 +357,10 @@ impl Printer<'_> {
                     };
                     writeln!(
                         out,
-                        "{} {} {}{fs} -> {}{ts} {}",
+                        "{} {} {}{}{fs} -> {}{ts} {}",
                         tid_text,
                         show(key.cpu),
+                        self.time_text(time),
                         hex(b.from),
                         hex(b.to),
                         b.kind.name()
@@ -407,9 +425,33 @@ impl Printer<'_> {
                     start + offset
                 )?;
             }
-            Item::Event { .. } | Item::Block(_) => {}
+            Item::Event { event, .. } => {
+                if event.has_tsc {
+                    self.now = Some(event.tsc);
+                }
+            }
+            Item::Block(_) => {}
         }
         Ok(())
+    }
+
+    /// With `--time`, the perf time (ns) of `tsc`; `None` without a time.
+    fn perf_time(&self, tsc: Option<u64>) -> Option<u64> {
+        self.opts
+            .time
+            .then_some(tsc)
+            .flatten()
+            .map(|t| perf_time(&self.tsc, t))
+    }
+
+    /// A text line's time column (empty without `--time`): seconds with
+    /// nine decimals, as `perf script` prints them, or `-`.
+    fn time_text(&self, time: Option<u64>) -> String {
+        match (self.opts.time, time) {
+            (false, _) => String::new(),
+            (true, Some(ns)) => format!("{}.{:09} ", ns / 1_000_000_000, ns % 1_000_000_000),
+            (true, None) => "- ".into(),
+        }
     }
 
     fn report_missing(&mut self, diag: &mut dyn Write) -> Result<()> {
