@@ -114,12 +114,17 @@ impl Printer {
         self
     }
 
-    /// The time `item` is printed with.
-    fn time_of(&self, item: &Item) -> u64 {
+    /// The time `item` is printed with, with `--time`; `None` for items
+    /// that carry none (errors, resynchronisations, stats).
+    fn time_of(&self, item: &Item) -> Option<u64> {
+        if !self.time {
+            return None;
+        }
         match item {
-            Item::Event { event, .. } => event.tsc,
-            Item::Branch(b) => b.time,
-            _ => self.now,
+            Item::Event { event, .. } => Some(event.tsc),
+            Item::Branch(b) => Some(b.time),
+            Item::Insn { .. } | Item::Block(_) => Some(self.now),
+            Item::Error(_) | Item::Resync { .. } | Item::Stuck { .. } => None,
         }
     }
 
@@ -170,8 +175,8 @@ impl Printer {
     }
 
     fn text_line(&mut self, item: &Item) {
-        if self.time && matches!(item, Item::Insn { .. } | Item::Block(_) | Item::Branch(_)) {
-            let time = self.time_of(item);
+        // Events carry theirs inside the brackets.
+        if let (Some(time), false) = (self.time_of(item), matches!(item, Item::Event { .. })) {
             push_hex16(&mut self.line, time);
             self.line.push_str("  ");
         }
@@ -192,8 +197,8 @@ impl Printer {
             }
             Item::Event { event, .. } => {
                 self.line.push('[');
-                if self.time {
-                    push_hex16(&mut self.line, event.tsc);
+                if let Some(time) = self.time_of(item) {
+                    push_hex16(&mut self.line, time);
                     self.line.push_str("  ");
                 }
                 describe_event(event, &mut self.line);
@@ -252,15 +257,10 @@ impl Printer {
 
     fn json_line(&mut self, item: &Item) {
         self.json_object(item);
-        if self.time
-            && matches!(
-                item,
-                Item::Insn { .. } | Item::Event { .. } | Item::Block(_) | Item::Branch(_)
-            )
+        if let Some(time) = self.time_of(item)
             && self.line.ends_with('}')
         {
             // The time as the object's last field.
-            let time = self.time_of(item);
             self.line.pop();
             let _ = write!(self.line, r#","tsc":{time}}}"#);
         }

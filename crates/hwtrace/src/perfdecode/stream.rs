@@ -136,6 +136,36 @@ pub(super) fn show(v: u32) -> Shown {
     }
 }
 
+/// `--time`'s column of a text line, written in place (no string per
+/// line): perf time in seconds with nine decimals, as `perf script` prints
+/// it, `-` before the trace told a time, nothing without `--time`.
+#[derive(Clone, Copy)]
+enum TimeColumn {
+    Off,
+    Unknown,
+    Ns(u64),
+}
+
+impl TimeColumn {
+    /// The time for JSON's `time` field, in nanoseconds.
+    fn ns(self) -> Option<u64> {
+        match self {
+            Self::Ns(ns) => Some(ns),
+            Self::Off | Self::Unknown => None,
+        }
+    }
+}
+
+impl std::fmt::Display for TimeColumn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Off => Ok(()),
+            Self::Unknown => f.write_str("- "),
+            Self::Ns(ns) => write!(f, "{}.{:09} ", ns / 1_000_000_000, ns % 1_000_000_000),
+        }
+    }
+}
+
 /// Per missing mapping: decoding stops inside it and trace bytes skipped.
 #[derive(Clone, Debug)]
 struct Blame {
@@ -304,13 +334,13 @@ impl Printer<'_> {
                     let pid = n.pid_of(tid);
                     n.name(pid, insn.ip)
                 });
-                let time = self.perf_time(self.now);
+                let time = self.time_column(self.now);
                 if self.opts.json {
                     let mut v = json!({"tid": tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu), "ip": format!("{:#x}", insn.ip)});
                     if let Some(sym) = sym {
                         v["sym"] = json!(sym);
                     }
-                    if let Some(t) = time {
+                    if let Some(t) = time.ns() {
                         v["time"] = json!(t);
                     }
                     writeln!(out, "{v}")?;
@@ -321,7 +351,7 @@ impl Printer<'_> {
                         "{} {} {}{:x}{}",
                         tid_text,
                         show(key.cpu),
-                        self.time_text(time),
+                        time,
                         insn.ip,
                         sym.as_deref().unwrap_or("")
                     )?;
@@ -335,7 +365,7 @@ impl Printer<'_> {
                     let mut name = |a: Option<u64>| a.and_then(|a| n.name(pid, a));
                     (name(b.from), name(b.to))
                 });
-                let time = self.perf_time(b.has_tsc.then_some(b.time));
+                let time = self.time_column(b.has_tsc.then_some(b.time));
                 if self.opts.json {
                     let mut v = json!({"tid": tid, "cpu": (key.cpu != u32::MAX).then_some(key.cpu),
                         "from": b.from.map(|v| format!("{v:#x}")), "to": b.to.map(|v| format!("{v:#x}")), "kind": b.kind.name()});
@@ -343,7 +373,7 @@ impl Printer<'_> {
                         v["from_sym"] = json!(f);
                         v["to_sym"] = json!(t);
                     }
-                    if let Some(t) = time {
+                    if let Some(t) = time.ns() {
                         v["time"] = json!(t);
                     }
                     writeln!(out, "{v}")?;
@@ -360,7 +390,7 @@ impl Printer<'_> {
                         "{} {} {}{}{fs} -> {}{ts} {}",
                         tid_text,
                         show(key.cpu),
-                        self.time_text(time),
+                        time,
                         hex(b.from),
                         hex(b.to),
                         b.kind.name()
@@ -435,22 +465,12 @@ impl Printer<'_> {
         Ok(())
     }
 
-    /// With `--time`, the perf time (ns) of `tsc`; `None` without a time.
-    fn perf_time(&self, tsc: Option<u64>) -> Option<u64> {
-        self.opts
-            .time
-            .then_some(tsc)
-            .flatten()
-            .map(|t| perf_time(&self.tsc, t))
-    }
-
-    /// A text line's time column (empty without `--time`): seconds with
-    /// nine decimals, as `perf script` prints them, or `-`.
-    fn time_text(&self, time: Option<u64>) -> String {
-        match (self.opts.time, time) {
-            (false, _) => String::new(),
-            (true, Some(ns)) => format!("{}.{:09} ", ns / 1_000_000_000, ns % 1_000_000_000),
-            (true, None) => "- ".into(),
+    /// The time column of a line stamped with `tsc` (`None`: no TSC seen).
+    fn time_column(&self, tsc: Option<u64>) -> TimeColumn {
+        match (self.opts.time, tsc) {
+            (false, _) => TimeColumn::Off,
+            (true, Some(t)) => TimeColumn::Ns(perf_time(&self.tsc, t)),
+            (true, None) => TimeColumn::Unknown,
         }
     }
 
