@@ -39,11 +39,16 @@ fn text(n: usize) -> String {
     qemu::text(n, &["block", "edge", "drcov", "lcov", "bitmap", "hit"], 3)
 }
 
-/// libxdc's edge hash, written out again from its definition.
-fn afl_map(t: &Truth) -> Vec<u8> {
+/// libxdc's edge hash, written out again from its definition, over the
+/// edges out of blocks that end in a conditional branch (libxdc's map,
+/// `hwtrace coverage`'s default) or, `all`, over every edge.
+fn afl_map(t: &Truth, all: bool) -> Vec<u8> {
     let mix = |v: u64| (v ^ (v >> 31)).wrapping_mul(0x7fb5_d329_728e_a185);
     let mut map = vec![0u8; 1 << 16];
     for (&(from, to), &hits) in &t.edges {
+        if !all && !t.cond.contains(&from) {
+            continue;
+        }
         let last = t.blocks[&from].0;
         let index = ((mix(to.0) ^ (mix(last) >> 1)) & 0xffff) as usize;
         for _ in 0..hits {
@@ -187,10 +192,23 @@ fn check(name: &str, rec: &Recording, extra: &[String]) -> Result<(Scratch, Trut
     );
 
     let map = std::fs::read(dir.0.join("cov.afl"))?;
+    let all = extra
+        .windows(2)
+        .any(|w| w[0] == "--afl-edges" && w[1] == "all");
     ensure!(
-        map == afl_map(&want),
-        "the AFL bitmap differs from the truth's"
+        map == afl_map(&want, all),
+        "the AFL bitmap (all edges: {all}) differs from the truth's"
     );
+    // Conditional branches are a part of the edges (most of a loop's).
+    ensure!(
+        all || map != afl_map(&want, true),
+        "the conditional branches' map is every edge's"
+    );
+    let hash = format!(
+        "libxdc hash {:#018x}",
+        hwtrace_report::coverage::afl::libxdc_hash(&map)
+    );
+    ensure!(summary.contains(&hash), "no {hash:?} in {summary}");
     Ok((dir, want))
 }
 
@@ -220,7 +238,8 @@ fn sort() -> Result<()> {
         &[input.to_str().unwrap_or_default()],
         MAX_INSNS,
     )?;
-    check("sort", &rec, &[]).map(|_| ())
+    let all = ["--afl-edges".to_owned(), "all".to_owned()];
+    check("sort", &rec, &all).map(|_| ())
 }
 
 #[test]

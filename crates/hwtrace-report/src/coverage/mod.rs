@@ -53,6 +53,10 @@ pub struct Block {
     pub end: Ip,
     /// Its last instruction (the control transfer that ends it).
     pub last: Ip,
+    /// That instruction's class (a branch record's class for branch-only
+    /// input): which edges out of the block an AFL map counts
+    /// ([`afl::AflEdges`]).
+    pub last_class: InsnClass,
     /// Its instructions (0 for branch-only input: unknown).
     pub insns: u32,
     /// How many times it ran.
@@ -88,6 +92,7 @@ struct Open {
     start: Ip,
     end: Ip,
     last: Ip,
+    last_class: InsnClass,
     insns: u32,
 }
 
@@ -246,6 +251,7 @@ impl CoverageBuilder {
             Some(open) if open.space == space && open.end == r.ip => {
                 open.end = end;
                 open.last = r.last_ip;
+                open.last_class = r.last_class;
                 open.insns = open.insns.saturating_add(r.insns);
             }
             _ => {
@@ -255,6 +261,7 @@ impl CoverageBuilder {
                     start: r.ip,
                     end,
                     last: r.last_ip,
+                    last_class: r.last_class,
                     insns: r.insns,
                 });
             }
@@ -316,7 +323,7 @@ impl CoverageBuilder {
         match *exec {
             Exec::Insn(i) => self.run(&ExecRun::from(i)),
             Exec::Run(r) => self.run(&r),
-            Exec::Branch { from, to, .. } => {
+            Exec::Branch { from, to, class } => {
                 let space = Space {
                     pid: self.pid,
                     cr3: None,
@@ -330,6 +337,7 @@ impl CoverageBuilder {
                             start,
                             end: Ip(from.0 + 1),
                             last: from,
+                            last_class: class,
                             insns: 0,
                         });
                         self.close();
@@ -419,6 +427,7 @@ impl CoverageBuilder {
                         start: open.start,
                         end: open.end,
                         last: open.last,
+                        last_class: open.last_class,
                         insns: open.insns,
                         hits: 0,
                     });

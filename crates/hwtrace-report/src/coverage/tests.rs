@@ -236,13 +236,15 @@ fn drcov_lays_blocks_out_per_module_and_unknown_code_gets_a_region() {
 #[test]
 fn the_afl_map_counts_each_edge_at_libxdcs_index() {
     let cov = Coverage::from_execs(&loop_flow());
-    let map = afl::bitmap(&cov);
-    assert_eq!(map.len(), afl::MAP_SIZE);
-    let back = afl::edge_index(Ip(0x1001), Ip(0x1000));
-    let out = afl::edge_index(Ip(0x1001), Ip(0x1003));
-    assert_ne!(back, out);
-    assert_eq!((map[back], map[out]), (2, 1));
-    assert_eq!(map.iter().map(|&c| u64::from(c)).sum::<u64>(), 3);
+    for which in [afl::AflEdges::Conditional, afl::AflEdges::All] {
+        let map = afl::bitmap(&cov, which);
+        assert_eq!(map.len(), afl::MAP_SIZE);
+        let back = afl::edge_index(Ip(0x1001), Ip(0x1000));
+        let out = afl::edge_index(Ip(0x1001), Ip(0x1003));
+        assert_ne!(back, out);
+        assert_eq!((map[back], map[out]), (2, 1));
+        assert_eq!(map.iter().map(|&c| u64::from(c)).sum::<u64>(), 3);
+    }
     // The mixer and index, worked by hand for one pair.
     assert_eq!(afl::mix(1), 0x7fb5_d329_728e_a185);
     assert_eq!(afl::edge_index(Ip(0), Ip(1)), 0xa185);
@@ -250,6 +252,65 @@ fn the_afl_map_counts_each_edge_at_libxdcs_index() {
         afl::edge_index(Ip(1), Ip(0)),
         (0x7fb5_d329_728e_a185u64 >> 1) as usize & 0xffff
     );
+}
+
+#[test]
+fn libxdcs_map_counts_conditional_branches_alone() {
+    // A call, a loop's jcc taken twice and not taken once, a return, a
+    // jump: the conditional map holds the jcc's two edges, all of them
+    // the call's, the return's and the jump's too; the jcc's edge across
+    // a disable counts, one across lost data does not (no edge at all).
+    let mut flow = vec![insn(0x500, 5, InsnClass::Call)];
+    flow.extend(loop_flow());
+    flow.push(insn(0x505, 2, InsnClass::Jump));
+    flow.push(insn(0x1000, 1, InsnClass::Other));
+    flow.push(insn(0x1001, 2, InsnClass::CondJump));
+    flow.push(gap(GapKind::Disabled));
+    flow.push(insn(0x1000, 1, InsnClass::Other));
+    flow.push(insn(0x1001, 2, InsnClass::CondJump));
+    flow.push(gap(GapKind::Lost));
+    flow.push(insn(0x1003, 1, InsnClass::Return));
+    let cov = Coverage::from_execs(&flow);
+    let cond = afl::bitmap(&cov, afl::AflEdges::Conditional);
+    let all = afl::bitmap(&cov, afl::AflEdges::All);
+    let back = afl::edge_index(Ip(0x1001), Ip(0x1000));
+    let out = afl::edge_index(Ip(0x1001), Ip(0x1003));
+    let call = afl::edge_index(Ip(0x500), Ip(0x1000));
+    let ret = afl::edge_index(Ip(0x1003), Ip(0x505));
+    let jump = afl::edge_index(Ip(0x505), Ip(0x1000));
+    assert_eq!((cond[back], cond[out]), (3, 1));
+    assert_eq!(cond.iter().map(|&c| u64::from(c)).sum::<u64>(), 4);
+    assert_eq!(
+        (all[back], all[out], all[call], all[ret], all[jump]),
+        (3, 1, 1, 1, 1)
+    );
+    assert_eq!(all.iter().map(|&c| u64::from(c)).sum::<u64>(), 7);
+    let block = cov.blocks.iter().find(|b| b.start == Ip(0x1000)).unwrap();
+    assert_eq!(
+        (block.last, block.last_class),
+        (Ip(0x1001), InsnClass::CondJump)
+    );
+}
+
+/// SMHasher's check of a hash function: keys of 0 to 255 bytes
+/// (`0, 1, 2, ...`), each hashed with seed 256 - length; the digests
+/// one after the other hashed with seed 0; the first four bytes of that.
+/// Every tail length and seed goes through it.
+#[test]
+fn murmur3_passes_smhashers_verification() {
+    let key: Vec<u8> = (0..=255u8).collect();
+    let mut digests = Vec::new();
+    for len in 0..256usize {
+        let (h1, h2) = afl::murmur3_x64_128(&key[..len], 256 - len as u32);
+        digests.extend_from_slice(&h1.to_le_bytes());
+        digests.extend_from_slice(&h2.to_le_bytes());
+    }
+    let (h1, _) = afl::murmur3_x64_128(&digests, 0);
+    // SMHasher's table: MurmurHash3_x64_128 ("Murmur3F"), 0x6384BA69.
+    assert_eq!(h1 as u32, 0x6384_ba69);
+    // An empty input with seed 0 hashes to zero (the finaliser of 0 is 0).
+    assert_eq!(afl::murmur3_x64_128(&[], 0), (0, 0));
+    assert_ne!(afl::libxdc_hash(&[0; afl::MAP_SIZE]), 0);
 }
 
 #[test]
@@ -305,6 +366,7 @@ fn lcov_counts_lines_of_the_blocks_that_ran() {
             start: Ip(start),
             end: Ip(start + twice.size),
             last: Ip(start + twice.size - 1),
+            last_class: InsnClass::Return,
             insns: 0,
             hits: 5,
         }],

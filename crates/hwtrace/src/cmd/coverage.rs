@@ -36,15 +36,42 @@ pub struct CoverageArgs {
         requires = "lcov"
     )]
     test_name: String,
-    /// Write a 64 KiB AFL-style edge bitmap (libxdc's edge hash, 8-bit counters).
+    /// Write a 64 KiB AFL-style edge bitmap (libxdc's edge hash, 8-bit
+    /// counters). The summary prints libxdc's hash of it; with `--lenient`
+    /// (tracing's on/off status read as libxdc reads it) map and hash are
+    /// the ones kAFL/Nyx's libxdc computes for the same trace.
     #[arg(long, value_name = "FILE")]
     afl_map: Option<PathBuf>,
+    /// Which edges the AFL map counts: `conditional` (libxdc's: the outcome
+    /// of each conditional branch, which with the code decides every other
+    /// transfer) or `all` (every block-to-block transfer, as a
+    /// compiler-instrumented target's map).
+    #[arg(long, value_enum, value_name = "EDGES", default_value_t = AflEdgesArg::Conditional)]
+    afl_edges: AflEdgesArg,
     /// Write every block and edge with hit counts as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// No progress bar, no summary on stdout, no problems on stderr.
     #[arg(long)]
     quiet: bool,
+}
+
+/// `--afl-edges`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum AflEdgesArg {
+    /// Conditional branches' outcomes (libxdc's map).
+    Conditional,
+    /// Every transfer between blocks.
+    All,
+}
+
+impl From<AflEdgesArg> for afl::AflEdges {
+    fn from(a: AflEdgesArg) -> Self {
+        match a {
+            AflEdgesArg::Conditional => Self::Conditional,
+            AflEdgesArg::All => Self::All,
+        }
+    }
 }
 
 fn create(path: &Path, what: &str) -> Result<BufWriter<File>> {
@@ -106,8 +133,9 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
         }
         write_file(path, "lcov", |w| lcov::write(&counts, &args.test_name, w))?;
     }
+    let map = afl::bitmap(&cov, args.afl_edges.into());
     if let Some(path) = &args.afl_map {
-        write_file(path, "afl-map", |w| afl::write(&cov, w))?;
+        write_file(path, "afl-map", |w| afl::write(&map, w))?;
     }
     if let Some(path) = &args.json {
         write_file(path, "json", |w| json::write(&cov, &table, &symbols, w))?;
@@ -131,6 +159,17 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
         let stdout = std::io::stdout();
         let mut out = BufWriter::new(stdout.lock());
         summary(&cov, &table, &report, &mut out)?;
+        let set = map.iter().filter(|&&c| c != 0).count();
+        let which = match args.afl_edges {
+            AflEdgesArg::Conditional => "conditional branches",
+            AflEdgesArg::All => "all edges",
+        };
+        writeln!(
+            out,
+            "  AFL map ({which}): {set} of {} counters set, libxdc hash {:#018x}",
+            afl::MAP_SIZE,
+            afl::libxdc_hash(&map)
+        )?;
         out.flush()?;
     }
     Ok(if report.has_problems() {

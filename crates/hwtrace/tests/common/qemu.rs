@@ -9,7 +9,7 @@ use anyhow::{Context, Result, ensure};
 use hwtrace_flow::insn::{Decoded, InsnClass, MAX_INSN_SIZE, classify};
 use hwtrace_sim::{Execution, Limits, Recording};
 use hwtrace_types::{AddressSpace, ReadMemory};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -90,6 +90,9 @@ pub struct Truth {
     /// Block → (address of its last instruction, hits).
     pub blocks: BTreeMap<Key, (u64, u64)>,
     pub edges: BTreeMap<(Key, Key), u64>,
+    /// The blocks whose last instruction is a conditional branch (filled
+    /// by [`truth`] alone).
+    pub cond: BTreeSet<Key>,
 }
 
 /// The `i`th recorded instruction, classified (iced-x86) from the recorded
@@ -112,9 +115,12 @@ pub fn truth(execution: &Execution) -> Result<Truth> {
     let mut t = Truth::default();
     let mut open: Option<(u64, u64, u64)> = None;
     let mut prev: Option<Key> = None;
-    let mut close = |open: &mut Option<(u64, u64, u64)>, t: &mut Truth| {
+    let mut close = |open: &mut Option<(u64, u64, u64)>, t: &mut Truth, cond: bool| {
         if let Some((start, end, last)) = open.take() {
             let key = (start, end);
+            if cond {
+                t.cond.insert(key);
+            }
             t.blocks.entry(key).or_insert((last, 0)).1 += 1;
             if let Some(p) = prev.replace(key) {
                 *t.edges.entry((p, key)).or_insert(0) += 1;
@@ -124,16 +130,16 @@ pub fn truth(execution: &Execution) -> Result<Truth> {
     for (i, ip) in execution.insns().iter().enumerate() {
         let d = classified(execution, i)?;
         if open.is_some_and(|(_, end, _)| end != ip.0) {
-            close(&mut open, &mut t);
+            close(&mut open, &mut t, false);
         }
         let end = ip.0 + u64::from(d.size);
         let (start, _, _) = open.unwrap_or((ip.0, 0, 0));
         open = Some((start, end, ip.0));
         if !matches!(d.class, InsnClass::Other | InsnClass::Ptwrite) {
-            close(&mut open, &mut t);
+            close(&mut open, &mut t, d.class == InsnClass::CondJump);
         }
     }
-    close(&mut open, &mut t);
+    close(&mut open, &mut t, false);
     Ok(t)
 }
 

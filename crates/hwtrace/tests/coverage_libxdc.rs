@@ -1,0 +1,144 @@
+//! `hwtrace coverage --afl-map` against libxdc, the Intel PT decoder of
+//! kAFL/Nyx, on the real hardware traces of `../shared/corpus/real`:
+//!
+//! - the hash libxdc gave each trace's bitmap (`case.json`'s
+//!   `libxdc_bitmap_hash`, libxdc's `libxdc_bitmap_get_hash`) is the one
+//!   the summary prints and the one of the map written, with one decode
+//!   thread and with two;
+//! - the map is, counter for counter, the one libxdc's own edge list
+//!   (`reference/libxdc-edges.txt`, written by its trace mode) gives when
+//!   only the edges out of conditional branches are counted, as libxdc's
+//!   bitmap mode counts them (the branches found by classifying the
+//!   source instruction from the page cache; the list's
+//!   `ffffffffffffffff` ends, tracing switched on or off, left out).
+//!
+//! `--lenient` reads tracing's on/off status as libxdc does (these traces'
+//! PSB+ after a VM exit say tracing is on where it was off).
+
+mod common;
+
+use anyhow::{Context, Result, ensure};
+use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
+use hwtrace_mem::pagecache::PageCache;
+use hwtrace_packet::ExecMode;
+use hwtrace_report::coverage::afl;
+use hwtrace_types::{AddressSpace, Ip, ReadMemory};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const CASES: [&str; 3] = ["foo", "Unzip", "icelake_tip"];
+
+fn case_dir(name: &str) -> PathBuf {
+    common::shared().join("real").join(name)
+}
+
+/// libxdc's hash of the case's bitmap, from `case.json`.
+fn libxdc_hash(dir: &Path) -> Result<u64> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("case.json"))?)?;
+    let text = v["libxdc_bitmap_hash"]
+        .as_str()
+        .context("case.json: libxdc_bitmap_hash")?;
+    Ok(u64::from_str_radix(text.trim_start_matches("0x"), 16)?)
+}
+
+/// The map libxdc's bitmap mode fills, from its trace mode's edge list:
+/// the edges whose source instruction is a conditional branch.
+fn map_from_libxdc_edges(dir: &Path) -> Result<Vec<u8>> {
+    let pages = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
+    let list = std::fs::read_to_string(dir.join("reference/libxdc-edges.txt"))?;
+    let mut map = vec![0u8; afl::MAP_SIZE];
+    let mut counted = 0;
+    for line in list.lines().filter(|l| !l.is_empty()) {
+        let (from, to) = line.split_once("->").context("src->dst")?;
+        let (from, to) = (u64::from_str_radix(from, 16)?, u64::from_str_radix(to, 16)?);
+        if from == u64::MAX || to == u64::MAX {
+            continue;
+        }
+        let mut code = [0u8; MAX_INSN_SIZE];
+        let n = pages
+            .read_memory(AddressSpace::UNKNOWN, Ip(from), &mut code)
+            .map_err(|e| anyhow::anyhow!("{from:#x}: {e}"))?;
+        let insn = classify(&code[..n], from, ExecMode::Bits64)
+            .map_err(|e| anyhow::anyhow!("{from:#x}: {e:?}"))?;
+        if insn.class == InsnClass::CondJump {
+            let slot = &mut map[afl::edge_index(Ip(from), Ip(to))];
+            *slot = slot.wrapping_add(1);
+            counted += 1;
+        }
+    }
+    ensure!(counted > 0, "{}: no conditional branch", dir.display());
+    Ok(map)
+}
+
+/// Runs `hwtrace coverage --lenient --afl-map` (with `extra`): the map and
+/// the hash the summary prints.
+fn coverage(dir: &Path, out: &Path, extra: &[&str]) -> Result<(Vec<u8>, u64)> {
+    let run = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .arg("coverage")
+        .arg(dir.join("trace.pt"))
+        .arg("--pages")
+        .arg(dir)
+        .arg("--lenient")
+        .arg("--afl-map")
+        .arg(out)
+        .args(extra)
+        .output()?;
+    let summary = String::from_utf8(run.stdout)?;
+    ensure!(
+        run.status.success(),
+        "{}: {:?}: {}{summary}",
+        dir.display(),
+        run.status,
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let hash = summary
+        .lines()
+        .find_map(|l| l.split_once("libxdc hash 0x"))
+        .with_context(|| format!("no libxdc hash in {summary}"))?
+        .1;
+    Ok((std::fs::read(out)?, u64::from_str_radix(hash.trim(), 16)?))
+}
+
+#[test]
+fn afl_maps_are_libxdcs_on_real_traces() -> Result<()> {
+    let scratch = std::env::temp_dir().join(format!("hwtrace-libxdc-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = (|| -> Result<()> {
+        for name in CASES {
+            let dir = case_dir(name);
+            let want_hash = libxdc_hash(&dir)?;
+            let want_map = map_from_libxdc_edges(&dir)?;
+            ensure!(
+                afl::libxdc_hash(&want_map) == want_hash,
+                "{name}: libxdc's edge list and its hash disagree: the test's reading of libxdc is wrong"
+            );
+            for jobs in ["1", "2"] {
+                let out = scratch.join(format!("{name}-{jobs}.afl"));
+                let (map, printed) = coverage(&dir, &out, &["--jobs", jobs])?;
+                let differ: Vec<_> = (0..afl::MAP_SIZE)
+                    .filter(|&i| map[i] != want_map[i])
+                    .take(5)
+                    .map(|i| (i, map[i], want_map[i]))
+                    .collect();
+                ensure!(
+                    differ.is_empty(),
+                    "{name} --jobs {jobs}: counters (index, ours, libxdc's) {differ:?}"
+                );
+                ensure!(
+                    printed == want_hash && afl::libxdc_hash(&map) == want_hash,
+                    "{name} --jobs {jobs}: hash {printed:#x}, libxdc's {want_hash:#x}"
+                );
+            }
+            // Every edge, not libxdc's map: another hash.
+            let out = scratch.join(format!("{name}-all.afl"));
+            let (all, printed) = coverage(&dir, &out, &["--afl-edges", "all"])?;
+            ensure!(
+                all != want_map && printed != want_hash,
+                "{name}: --afl-edges all gave libxdc's map"
+            );
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
