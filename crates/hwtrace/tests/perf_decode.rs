@@ -230,9 +230,13 @@ const TSC: TscModel = TscModel {
 /// Writes perf.data (and the code no real file holds) into `dir`; returns
 /// the perf.data path.
 fn write_perf_data(dir: &Path, layout: &Layout) -> PathBuf {
+    // `pt,branch`, and `tsc` for the timed layout (`hwtrace record`'s
+    // default terms): perf then decodes with timestamps.
     let mut attr = intel_pt_attr(8, 1 | 1 << 13);
     if layout.switch_at.is_none() {
         attr.sample_type &= !sample::TIME;
+    } else {
+        attr.config |= 1 << 10;
     }
     attr.set(flag::MMAP2, true);
     attr.set(flag::COMM, true);
@@ -339,11 +343,18 @@ fn write_records(w: &mut impl RecordWriter, dir: &Path, layout: &Layout) {
     } else {
         (PID, u32::MAX)
     };
+    // The AUX data read when the program ended, as `hwtrace record` (and
+    // perf) stamp it: the TSC then (timed layout; 0 leaves perf's timed
+    // decoding nothing to start from, and perf 6.1 dies on it).
+    let reference = match layout.switch_at {
+        Some(_) => TSC.start + TSC.ticks_per_insn * r.execution.len() as u64,
+        None => 0,
+    };
     match layout.split {
-        None => w.auxtrace(pt, 0, 0, 0, tid, cpu).unwrap(),
+        None => w.auxtrace(pt, 0, reference, 0, tid, cpu).unwrap(),
         Some((at, lost)) => {
-            w.auxtrace(&pt[..at], 0, 0, 0, tid, cpu).unwrap();
-            w.auxtrace(&pt[at..], at as u64 + lost, 0, 0, tid, cpu)
+            w.auxtrace(&pt[..at], 0, reference, 0, tid, cpu).unwrap();
+            w.auxtrace(&pt[at..], at as u64 + lost, reference, 0, tid, cpu)
                 .unwrap();
         }
     }
@@ -1015,7 +1026,8 @@ fn perf_script(file: &Path, args: &[&str]) -> String {
         .unwrap_or_else(|e| panic!("`perf` cannot run (scripts/setup.sh installs it): {e}"));
     assert!(
         perf.status.success(),
-        "perf script {args:?}: {}",
+        "perf script {args:?}: {:?}: {}",
+        perf.status,
         String::from_utf8_lossy(&perf.stderr)
     );
     String::from_utf8_lossy(&perf.stdout).into_owned()
@@ -2217,4 +2229,92 @@ fn times_are_the_last_psb_tsc_in_perf_time() {
         "times without TSC packets"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `(tid, time in ns, ip)` of `perf script --ns -F tid,time,ip` lines.
+fn perf_script_times(file: &Path) -> Vec<(String, u64, u64)> {
+    perf_script(file, &["--ns", "--itrace=i0ns", "-F", "tid,time,ip"])
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 3, "not `tid time: ip`: {l:?}");
+            let (s, ns) = f[1].trim_end_matches(':').split_once('.').unwrap();
+            let time = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+            (
+                f[0].to_string(),
+                time,
+                u64::from_str_radix(f[2], 16).unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A timed recording as `hwtrace record` writes one (the `tsc` term,
+/// TIME samples, each AUXTRACE record stamped with the TSC it was read at)
+/// is one `perf script` decodes with timestamps: the same instructions,
+/// per thread and per CPU, each given to the same thread (per CPU, the
+/// switch takes effect at the same instruction), and the same times
+/// wherever ours move (at each PSB+'s TSC; perf's own estimate runs ahead
+/// of the last TSC between them, ours stays at it, so ours are never
+/// later). Before the AUXTRACE records carried the TSC (they said 0),
+/// perf 6.1 crashed on such files (SIGSEGV, nothing printed).
+#[test]
+fn timed_recordings_decode_like_perf_script() {
+    for per_cpu in [false, true] {
+        let dir = scratch(if per_cpu { "timed-cpu" } else { "timed-thread" });
+        let want = executed();
+        let file = write_perf_data(
+            &dir,
+            &Layout {
+                per_cpu,
+                switch_at: Some(want.len() / 2),
+                ..PLAIN
+            },
+        );
+        let theirs = perf_script_times(&file);
+        let out = hwtrace(&["perf", "decode", "--time", file.to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ours: Vec<(String, u64, u64)> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let (s, ns) = f[2].split_once('.').unwrap();
+                let time = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
+                (
+                    f[0].to_string(),
+                    time,
+                    u64::from_str_radix(f[3], 16).unwrap(),
+                )
+            })
+            .collect();
+        let ips = |v: &[(String, u64, u64)]| v.iter().map(|l| l.2).collect::<Vec<u64>>();
+        assert_same(
+            "perf script vs perf decode --time",
+            &ips(&theirs),
+            &ips(&ours),
+        );
+        let threads = |v: &[(String, u64, u64)]| v.iter().map(|l| l.0.clone()).collect::<Vec<_>>();
+        assert!(
+            threads(&theirs) == threads(&ours),
+            "per CPU {per_cpu}: threads differ first at {:?}",
+            theirs.iter().zip(&ours).position(|(a, b)| a.0 != b.0)
+        );
+        if per_cpu {
+            assert!(ours.iter().any(|l| l.0 == (PID + 1).to_string()));
+        }
+        let moves: Vec<usize> = (1..ours.len())
+            .filter(|&i| ours[i].1 != ours[i - 1].1)
+            .collect();
+        assert!(moves.len() >= 3, "our time moved {} times", moves.len());
+        for &i in std::iter::once(&0).chain(&moves) {
+            assert_eq!(ours[i].1, theirs[i].1, "per CPU {per_cpu}: instruction {i}");
+        }
+        let later = ours.iter().zip(&theirs).position(|(a, b)| a.1 > b.1);
+        assert_eq!(later, None, "per CPU {per_cpu}: ours after perf's");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -14,7 +14,7 @@ use super::access;
 use super::error::{CaptureError, Tracer};
 use super::plan::{Plan, RecordOptions};
 use super::procfs;
-use super::sys::{PerfEvent, Rings, page_size};
+use super::sys::{PerfEvent, Rings, page_size, tsc_now};
 use crate::data::attr::flag;
 use crate::data::auxtrace::{IntelBtsInfo, IntelPtInfo};
 use crate::data::header::EventAttr;
@@ -379,8 +379,10 @@ impl<W: Write + Seek> Drain<'_, W> {
             return Ok(0);
         }
         let (a, b) = raw.parts();
+        // The TSC when the data was read, as perf writes it: perf's timed
+        // decoding needs it ([`tsc_now`]).
         self.w
-            .auxtrace_parts(&[a, b], tail, 0, idx, u32::MAX, s.cpu)
+            .auxtrace_parts(&[a, b], tail, tsc_now(), idx, u32::MAX, s.cpu)
             .map_err(CaptureError::Output)?;
         self.summary.aux_buffers += 1;
         self.summary.aux_bytes += raw.len() as u64;

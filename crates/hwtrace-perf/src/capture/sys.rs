@@ -23,6 +23,22 @@ pub struct PerfEvent {
     fd: OwnedFd,
 }
 
+/// The processor's time-stamp counter now, the clock the trace's TSC
+/// packets count: what perf writes as each AUXTRACE record's `reference`
+/// (`intel_pt_reference`, `intel_bts_reference`: RDTSC when the AUX data
+/// is read). perf's timed decoding (the `tsc` term) starts a buffer's
+/// clock from it; with a zero reference `perf script` 6.1 decodes nothing
+/// of a timed Intel PT recording and dies (SIGSEGV).
+pub fn tsc_now() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: RDTSC reads a counter into registers: no memory is touched,
+    // and every x86-64 processor has the instruction.
+    let tsc = unsafe { core::arch::x86_64::_rdtsc() };
+    #[cfg(not(target_arch = "x86_64"))]
+    let tsc = 0;
+    tsc
+}
+
 fn last_error() -> io::Error {
     io::Error::last_os_error()
 }

@@ -423,3 +423,13 @@ fn filters_and_sizes() {
     };
     assert!(matches!(plan(&o, 4096), Err(CaptureError::BadOption(_))));
 }
+
+/// The AUXTRACE reference the capture writes is the TSC now: never zero
+/// (perf's timed decoding dies on a zero one) and moving on.
+#[test]
+fn aux_references_are_the_tsc_now() {
+    let a = super::sys::tsc_now();
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let b = super::sys::tsc_now();
+    assert!(a != 0 && b > a, "{a} then {b}");
+}
