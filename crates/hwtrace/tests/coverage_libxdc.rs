@@ -142,3 +142,33 @@ fn afl_maps_are_libxdcs_on_real_traces() -> Result<()> {
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
+
+/// Read as libipt reads it (no `--lenient`), Unzip's PSB+ after VM exits
+/// are errors, each skipping to the next PSB: the map is not libxdc's, and
+/// the command says which option reads the trace as libxdc does.
+#[test]
+fn strict_decoding_names_the_option_libxdc_reads_by() -> Result<()> {
+    let dir = case_dir("Unzip");
+    let run = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .arg("coverage")
+        .arg(dir.join("trace.pt"))
+        .arg("--pages")
+        .arg(&dir)
+        .output()?;
+    let (summary, stderr) = (
+        String::from_utf8(run.stdout)?,
+        String::from_utf8(run.stderr)?,
+    );
+    ensure!(run.status.code() == Some(2), "{:?}: {stderr}", run.status);
+    ensure!(
+        stderr.contains("are PSB+ saying tracing is on where it was off")
+            && stderr.contains("--lenient"),
+        "no hint: {stderr}"
+    );
+    let want = format!("libxdc hash {:#018x}", libxdc_hash(&dir)?);
+    ensure!(
+        summary.contains("libxdc hash") && !summary.contains(&want),
+        "{summary}"
+    );
+    Ok(())
+}

@@ -70,6 +70,9 @@ impl ItemMapper {
             Item::Event { offset, event } => self.event(offset, &event, sink, report)?,
             Item::Error(e) => {
                 report.errors += 1;
+                if e.kind == hwtrace_flow::ErrorKind::BadStatusUpdate {
+                    report.status_errors += 1;
+                }
                 let offset = self.base + e.offset.0;
                 let ip = e.ip.map_or(String::new(), |ip| format!(", ip {ip:#x}"));
                 report.problem(format!(

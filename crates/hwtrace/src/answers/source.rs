@@ -129,6 +129,11 @@ pub struct SourceReport {
     pub problems: Vec<String>,
     /// Problems beyond the first [`pt::MAX_PROBLEMS`], counted only.
     pub more_problems: u64,
+    /// Decode errors that were a PSB+ status update the decoder did not
+    /// expect (after VM exits: tracing said on where it was off).
+    pub status_errors: u64,
+    /// Whether tracing's status was read as perf reads it (`--lenient`).
+    pub lenient: bool,
 }
 
 impl SourceReport {
@@ -145,6 +150,17 @@ impl SourceReport {
     pub fn has_problems(&self) -> bool {
         !self.problems.is_empty()
     }
+
+    /// Where errors were status updates `--lenient` decodes through: a
+    /// line saying so (as `hwtrace flow` prints it).
+    pub fn lenient_hint(&self) -> Option<String> {
+        (self.status_errors > 0 && !self.lenient).then(|| {
+            format!(
+                "{} of the errors are PSB+ saying tracing is on where it was off (seen after VM exits): perf and libxdc decode on there, and so does --lenient",
+                self.status_errors
+            )
+        })
+    }
 }
 
 /// The input opened: files mapped, images loaded, ready to decode.
@@ -156,6 +172,8 @@ pub struct Source {
     kallsyms: Option<Kallsyms>,
     /// Whether [`run`](Self::run) decodes on a thread of its own.
     beside: bool,
+    /// `--lenient`.
+    lenient: bool,
 }
 
 #[derive(Debug)]
@@ -221,6 +239,7 @@ impl Source {
                 mappings,
                 kallsyms: kallsyms()?,
                 beside,
+                lenient: args.lenient,
             });
         }
         if let Some(path) = &args.lbr {
@@ -234,6 +253,7 @@ impl Source {
                 mappings,
                 kallsyms: kallsyms()?,
                 beside,
+                lenient: args.lenient,
             });
         }
         let Some(path) = &args.trace else {
@@ -249,6 +269,7 @@ impl Source {
                 mappings,
                 kallsyms,
                 beside,
+                lenient: args.lenient,
             });
         }
         if !has_code {
@@ -277,6 +298,7 @@ impl Source {
             mappings,
             kallsyms: kallsyms()?,
             beside,
+            lenient: args.lenient,
         })
     }
 
@@ -325,6 +347,7 @@ impl Source {
     pub fn run_here(&self, detail: Detail, sink: Sink<'_>) -> Result<SourceReport> {
         let mut report = SourceReport {
             trace_bytes: self.trace_bytes(),
+            lenient: self.lenient,
             ..SourceReport::default()
         };
         match &self.input {

@@ -172,6 +172,9 @@ pub fn problems(report: &SourceReport) -> ExitCode {
     if report.more_problems > 0 {
         eprintln!("hwtrace: ... and {} more problems", report.more_problems);
     }
+    if let Some(hint) = report.lenient_hint() {
+        eprintln!("hwtrace: {hint}");
+    }
     if report.has_problems() {
         ExitCode::from(2)
     } else {

@@ -150,6 +150,9 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
                 report.more_problems
             );
         }
+        if let Some(hint) = report.lenient_hint() {
+            eprintln!("hwtrace coverage: {hint}");
+        }
         if table.dropped > 0 {
             eprintln!(
                 "hwtrace coverage: warning: --drcov: {} blocks lie more than 4 GiB above their image's base (or past 65535 images) and were left out",
