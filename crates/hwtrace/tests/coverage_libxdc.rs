@@ -5,12 +5,13 @@
 //!   `libxdc_bitmap_hash`, libxdc's `libxdc_bitmap_get_hash`) is the one
 //!   the summary prints and the one of the map written, with one decode
 //!   thread and with two;
-//! - the map is, counter for counter, the one libxdc's own edge list
-//!   (`reference/libxdc-edges.txt`, written by its trace mode) gives when
-//!   only the edges out of conditional branches are counted, as libxdc's
-//!   bitmap mode counts them (the branches found by classifying the
-//!   source instruction from the page cache; the list's
-//!   `ffffffffffffffff` ends, tracing switched on or off, left out).
+//! - the map is, counter for counter (at 64 KiB and at 1 MiB), the one
+//!   libxdc's own edge list (`reference/libxdc-edges.txt`, written by its
+//!   trace mode) gives when only the edges out of conditional branches
+//!   are counted, as libxdc's bitmap mode counts them (the branches found
+//!   by classifying the source instruction from the page cache; the
+//!   list's `ffffffffffffffff` ends, tracing switched on or off, left
+//!   out).
 //!
 //! `--lenient` reads tracing's on/off status as libxdc does (these traces'
 //! PSB+ after a VM exit say tracing is on where it was off).
@@ -41,12 +42,13 @@ fn libxdc_hash(dir: &Path) -> Result<u64> {
     Ok(u64::from_str_radix(text.trim_start_matches("0x"), 16)?)
 }
 
-/// The map libxdc's bitmap mode fills, from its trace mode's edge list:
-/// the edges whose source instruction is a conditional branch.
-fn map_from_libxdc_edges(dir: &Path) -> Result<Vec<u8>> {
+/// The map of `size` bytes libxdc's bitmap mode fills, from its trace
+/// mode's edge list: the edges whose source instruction is a conditional
+/// branch.
+fn map_from_libxdc_edges(dir: &Path, size: usize) -> Result<Vec<u8>> {
     let pages = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
     let list = std::fs::read_to_string(dir.join("reference/libxdc-edges.txt"))?;
-    let mut map = vec![0u8; afl::MAP_SIZE];
+    let mut map = vec![0u8; size];
     let mut counted = 0;
     for line in list.lines().filter(|l| !l.is_empty()) {
         let (from, to) = line.split_once("->").context("src->dst")?;
@@ -61,7 +63,7 @@ fn map_from_libxdc_edges(dir: &Path) -> Result<Vec<u8>> {
         let insn = classify(&code[..n], from, ExecMode::Bits64)
             .map_err(|e| anyhow::anyhow!("{from:#x}: {e:?}"))?;
         if insn.class == InsnClass::CondJump {
-            let slot = &mut map[afl::edge_index(Ip(from), Ip(to))];
+            let slot = &mut map[afl::edge_slot(Ip(from), Ip(to), size)];
             *slot = slot.wrapping_add(1);
             counted += 1;
         }
@@ -107,7 +109,7 @@ fn afl_maps_are_libxdcs_on_real_traces() -> Result<()> {
         for name in CASES {
             let dir = case_dir(name);
             let want_hash = libxdc_hash(&dir)?;
-            let want_map = map_from_libxdc_edges(&dir)?;
+            let want_map = map_from_libxdc_edges(&dir, afl::MAP_SIZE)?;
             ensure!(
                 afl::libxdc_hash(&want_map) == want_hash,
                 "{name}: libxdc's edge list and its hash disagree: the test's reading of libxdc is wrong"
@@ -129,6 +131,14 @@ fn afl_maps_are_libxdcs_on_real_traces() -> Result<()> {
                     "{name} --jobs {jobs}: hash {printed:#x}, libxdc's {want_hash:#x}"
                 );
             }
+            // A map of 1 MiB, as a Nyx target may use: libxdc's edges at
+            // the wider index.
+            let out = scratch.join(format!("{name}-1m.afl"));
+            let (big, printed) = coverage(&dir, &out, &["--afl-map-size", "1M"])?;
+            ensure!(
+                big == map_from_libxdc_edges(&dir, 1 << 20)? && printed == afl::libxdc_hash(&big),
+                "{name}: the 1 MiB map differs from libxdc's edges"
+            );
             // Every edge, not libxdc's map: another hash.
             let out = scratch.join(format!("{name}-all.afl"));
             let (all, printed) = coverage(&dir, &out, &["--afl-edges", "all"])?;

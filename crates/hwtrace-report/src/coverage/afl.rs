@@ -32,6 +32,11 @@ use std::io::{self, Write};
 /// The map size (AFL++'s default `MAP_SIZE`, libxdc's usual bitmap).
 pub const MAP_SIZE: usize = 1 << 16;
 
+/// The largest map libxdc fills: its trace cache keeps counter offsets in
+/// 24 bits. Any power of two up to this works as libxdc's `bitmap_size`
+/// (Nyx and AFL++ targets often use larger maps than 64 KiB).
+pub const MAX_MAP_SIZE: usize = 1 << 24;
+
 /// Which edges the map counts (see the module documentation).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AflEdges {
@@ -47,15 +52,24 @@ pub const fn mix(v: u64) -> u64 {
     (v ^ (v >> 31)).wrapping_mul(0x7fb5_d329_728e_a185)
 }
 
-/// The counter an edge `from` → `to` lands in.
+/// The counter an edge `from` → `to` lands in, in a map of [`MAP_SIZE`].
 pub const fn edge_index(from: Ip, to: Ip) -> usize {
-    ((mix(to.0) ^ (mix(from.0) >> 1)) as usize) & (MAP_SIZE - 1)
+    edge_slot(from, to, MAP_SIZE)
 }
 
-/// The bitmap of the edges of `cov` that `which` selects, each counted as
-/// often as it ran.
-pub fn bitmap(cov: &Coverage, which: AflEdges) -> Vec<u8> {
-    let mut map = vec![0u8; MAP_SIZE];
+/// The counter an edge `from` → `to` lands in, in a map of `size` bytes (a
+/// power of two): libxdc takes the low 32 bits of the mix, then the
+/// index's bits.
+pub const fn edge_slot(from: Ip, to: Ip, size: usize) -> usize {
+    ((mix(to.0) ^ (mix(from.0) >> 1)) as u32 as usize) & (size - 1)
+}
+
+/// The bitmap of `size` bytes (a power of two, at most [`MAX_MAP_SIZE`])
+/// of the edges of `cov` that `which` selects, each counted as often as it
+/// ran.
+pub fn bitmap(cov: &Coverage, which: AflEdges, size: usize) -> Vec<u8> {
+    debug_assert!(size.is_power_of_two() && size <= MAX_MAP_SIZE);
+    let mut map = vec![0u8; size];
     for e in &cov.edges {
         let (Some(from), Some(to)) = (
             cov.blocks.get(e.from as usize),
@@ -66,7 +80,9 @@ pub fn bitmap(cov: &Coverage, which: AflEdges) -> Vec<u8> {
         if which == AflEdges::Conditional && from.last_class != InsnClass::CondJump {
             continue;
         }
-        let slot = &mut map[edge_index(from.last, to.start)];
+        let Some(slot) = map.get_mut(edge_slot(from.last, to.start, size)) else {
+            continue;
+        };
         // hits increments wrap like `hits` single increments would.
         *slot = slot.wrapping_add((e.hits % 256) as u8);
     }

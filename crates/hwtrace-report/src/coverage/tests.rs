@@ -237,7 +237,7 @@ fn drcov_lays_blocks_out_per_module_and_unknown_code_gets_a_region() {
 fn the_afl_map_counts_each_edge_at_libxdcs_index() {
     let cov = Coverage::from_execs(&loop_flow());
     for which in [afl::AflEdges::Conditional, afl::AflEdges::All] {
-        let map = afl::bitmap(&cov, which);
+        let map = afl::bitmap(&cov, which, afl::MAP_SIZE);
         assert_eq!(map.len(), afl::MAP_SIZE);
         let back = afl::edge_index(Ip(0x1001), Ip(0x1000));
         let out = afl::edge_index(Ip(0x1001), Ip(0x1003));
@@ -271,8 +271,8 @@ fn libxdcs_map_counts_conditional_branches_alone() {
     flow.push(gap(GapKind::Lost));
     flow.push(insn(0x1003, 1, InsnClass::Return));
     let cov = Coverage::from_execs(&flow);
-    let cond = afl::bitmap(&cov, afl::AflEdges::Conditional);
-    let all = afl::bitmap(&cov, afl::AflEdges::All);
+    let cond = afl::bitmap(&cov, afl::AflEdges::Conditional, afl::MAP_SIZE);
+    let all = afl::bitmap(&cov, afl::AflEdges::All, afl::MAP_SIZE);
     let back = afl::edge_index(Ip(0x1001), Ip(0x1000));
     let out = afl::edge_index(Ip(0x1001), Ip(0x1003));
     let call = afl::edge_index(Ip(0x500), Ip(0x1000));
@@ -285,6 +285,12 @@ fn libxdcs_map_counts_conditional_branches_alone() {
         (3, 1, 1, 1, 1)
     );
     assert_eq!(all.iter().map(|&c| u64::from(c)).sum::<u64>(), 7);
+    // A larger map: the same counts at the index's wider bits (the low
+    // sixteen the same).
+    let big = afl::bitmap(&cov, afl::AflEdges::Conditional, 1 << 20);
+    let wide = afl::edge_slot(Ip(0x1001), Ip(0x1000), 1 << 20);
+    assert_eq!((big.len(), big[wide], wide & 0xffff), (1 << 20, 3, back));
+    assert_eq!(big.iter().map(|&c| u64::from(c)).sum::<u64>(), 4);
     let block = cov.blocks.iter().find(|b| b.start == Ip(0x1000)).unwrap();
     assert_eq!(
         (block.last, block.last_class),

@@ -36,10 +36,11 @@ pub struct CoverageArgs {
         requires = "lcov"
     )]
     test_name: String,
-    /// Write a 64 KiB AFL-style edge bitmap (libxdc's edge hash, 8-bit
-    /// counters). The summary prints libxdc's hash of it; with `--lenient`
-    /// (tracing's on/off status read as libxdc reads it) map and hash are
-    /// the ones kAFL/Nyx's libxdc computes for the same trace.
+    /// Write an AFL-style edge bitmap: libxdc's edge hash, 8-bit counters,
+    /// 64 KiB unless `--afl-map-size`. The summary prints libxdc's hash of
+    /// it; with `--lenient` (tracing's on/off status read as libxdc reads
+    /// it) map and hash are the ones kAFL/Nyx's libxdc computes for the
+    /// same trace.
     #[arg(long, value_name = "FILE")]
     afl_map: Option<PathBuf>,
     /// Which edges the AFL map counts: `conditional` (libxdc's: the outcome
@@ -48,6 +49,10 @@ pub struct CoverageArgs {
     /// compiler-instrumented target's map).
     #[arg(long, value_enum, value_name = "EDGES", default_value_t = AflEdgesArg::Conditional)]
     afl_edges: AflEdgesArg,
+    /// The AFL map's size in bytes: a power of two from 256 to 16M (libxdc's
+    /// `bitmap_size`, AFL++'s `MAP_SIZE`; suffixes K and M).
+    #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = parse_map_size)]
+    afl_map_size: usize,
     /// Write every block and edge with hit counts as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -72,6 +77,31 @@ impl From<AflEdgesArg> for afl::AflEdges {
             AflEdgesArg::All => Self::All,
         }
     }
+}
+
+/// `--afl-map-size`: bytes, decimal or 0x-hex, or with K or M.
+fn parse_map_size(text: &str) -> Result<usize, String> {
+    let (digits, unit) = match text.strip_suffix(['K', 'k']) {
+        Some(d) => (d, 1 << 10),
+        None => match text.strip_suffix(['M', 'm']) {
+            Some(d) => (d, 1 << 20),
+            None => (text, 1),
+        },
+    };
+    let n = match digits.strip_prefix("0x") {
+        Some(hex) => usize::from_str_radix(hex, 16),
+        None => digits.parse(),
+    }
+    .map_err(|e| format!("{text:?}: {e}"))?;
+    let size = n
+        .checked_mul(unit)
+        .ok_or_else(|| format!("{text:?}: too large"))?;
+    if !size.is_power_of_two() || !(256..=afl::MAX_MAP_SIZE).contains(&size) {
+        return Err(format!(
+            "{text:?}: the map size must be a power of two from 256 to 16M bytes"
+        ));
+    }
+    Ok(size)
 }
 
 fn create(path: &Path, what: &str) -> Result<BufWriter<File>> {
@@ -133,7 +163,7 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
         }
         write_file(path, "lcov", |w| lcov::write(&counts, &args.test_name, w))?;
     }
-    let map = afl::bitmap(&cov, args.afl_edges.into());
+    let map = afl::bitmap(&cov, args.afl_edges.into(), args.afl_map_size);
     if let Some(path) = &args.afl_map {
         write_file(path, "afl-map", |w| afl::write(&map, w))?;
     }
@@ -170,7 +200,7 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
         writeln!(
             out,
             "  AFL map ({which}): {set} of {} counters set, libxdc hash {:#018x}",
-            afl::MAP_SIZE,
+            map.len(),
             afl::libxdc_hash(&map)
         )?;
         out.flush()?;
@@ -218,4 +248,21 @@ fn summary(
         )?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_map_size;
+
+    #[test]
+    fn map_sizes_are_powers_of_two_libxdc_can_fill() {
+        assert_eq!(parse_map_size("64K"), Ok(1 << 16));
+        assert_eq!(parse_map_size("0x10000"), Ok(1 << 16));
+        assert_eq!(parse_map_size("1M"), Ok(1 << 20));
+        assert_eq!(parse_map_size("256"), Ok(256));
+        assert_eq!(parse_map_size("16M"), Ok(1 << 24));
+        for bad in ["100", "0", "128", "32M", "1G", "lots", "0xq"] {
+            assert!(parse_map_size(bad).is_err(), "{bad}");
+        }
+    }
 }
