@@ -26,6 +26,14 @@ perf_data:     the perf.data fixtures of testdata/perf (Debian perf's file and p
                `hwtrace record --portable --pt|--bts|--lbr -- /bin/true` (Intel PT
                AUX data, BTS AUX data, LBR samples with branch stacks), with the
                binary named by $HWTRACE (default: target/debug/hwtrace, if built).
+regs_dumps:    a kind byte, then: a DS management area (32- and 64-bit layouts) with a
+               BTS buffer holding records, linear and wrapped; raw 32- and 64-bit BTS
+               records; LBR MSR text dumps (16 and 32 entries, with LBR_INFO, TOS,
+               IA32_PERF_CAPABILITIES); `NAME VALUE` register lines for `hwtrace msr`.
+object_files:  a kind byte, then: a small static ELF built here with `gcc -g` (two functions,
+               DWARF lines and an inlined call) as an image (kind 0) and for the symboliser
+               (kind 2); a minimal PE32+ image with one .text section (kind 1); image option
+               strings (`FILE@ADDR`, `FILE:OFF-SIZE@ADDR`, `FILE@BIAS`, ptxed's forms; kind 3).
 
 Run from the repository root:  python3 fuzz/make_seeds.py
 """
@@ -224,6 +232,91 @@ def perf_seeds():
                 print("perf_data: no hwtrace writer seed for", kind + ":", e)
 
 
+def regs_seeds():
+    out = os.path.join(OUT, "regs_dumps")
+    os.makedirs(out, exist_ok=True)
+
+    def write(name, data):
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+    for word, fmt in ((4, "<I"), (8, "<Q")):
+        area_size = 0x28 if word == 4 else 0x48  # DsFormat::area_size
+        rec = 3 * word
+        base, cap = 0x8100_0000, 8
+        records = b"".join(
+            struct.pack(fmt, 0x8000_1000 + 16 * i) + struct.pack(fmt, 0x8000_2000 + 16 * i)
+            + struct.pack(fmt, 0x10 if i % 2 else 0)
+            for i in range(cap)
+        )
+        for n, name in ((5, "linear"), (3, "wrapped")):
+            ptrs = [base, base + n * rec, base + cap * rec, base + cap * rec + 1, 0, 0, 0, 0]
+            area = b"".join(struct.pack(fmt, p) for p in ptrs)
+            area += b"\0" * (area_size - len(area))
+            write("ds-%d-%s" % (8 * word, name), b"\0" + area + records)
+        write("raw-%d" % (8 * word), b"\1" + records)
+    for depth, info in ((16, False), (32, True)):
+        lines = ["MSR_LASTBRANCH_TOS %d" % (depth // 3), "IA32_PERF_CAPABILITIES %#x" % (5 if info else 4)]
+        for i in range(depth):
+            lines.append("MSR_LASTBRANCH_%d_FROM_IP %#x" % (i, 0x401000 + 0x10 * i | (1 << 63) * (i % 2)))
+            lines.append("MSR_LASTBRANCH_%d_TO_IP %#x" % (i, 0x402000 + 0x10 * i))
+            if info:
+                lines.append("MSR_LBR_INFO_%d %#x" % (i, 0x20 + i))
+        write("lbr-%d" % depth, b"\2" + "\n".join(lines).encode() + b"\n")
+    for i, line in enumerate(("IA32_RTIT_CTL 0x2609", "0x1d9 0x801", "MSR_LBR_SELECT 0x1c4",
+                              "IA32_RTIT_STATUS 0x10", "0x680 0x8000000000401000")):
+        write("msr-%d" % i, b"\3" + line.encode())
+
+
+def minimal_pe():
+    """A PE32+ image: headers, one .text section of eight bytes of code."""
+    dos = b"MZ" + b"\0" * 0x3A + struct.pack("<I", 0x40)
+    coff = struct.pack("<HHIIIHH", 0x8664, 1, 0, 0, 0, 0xF0, 0x22)
+    opt = struct.pack("<HBBIIIII", 0x20B, 0, 0, 0x200, 0, 0, 0x1000, 0x1000)
+    opt += struct.pack("<QII", 0x1_4000_0000, 0x1000, 0x200)
+    opt += struct.pack("<HHHHHHI", 6, 0, 0, 0, 6, 0, 0)
+    opt += struct.pack("<IIIHH", 0x2000, 0x200, 0, 3, 0)
+    opt += struct.pack("<QQQQII", 0x100000, 0x1000, 0x100000, 0x1000, 0, 16)
+    opt += b"\0" * (16 * 8)
+    section = b".text\0\0\0" + struct.pack("<IIIIIIHHI", 8, 0x1000, 0x200, 0x200, 0, 0, 0, 0, 0x60000020)
+    headers = dos + b"PE\0\0" + coff + opt + section
+    code = bytes([0x55, 0x48, 0x89, 0xE5, 0x31, 0xC0, 0x5D, 0xC3])
+    return headers.ljust(0x200, b"\0") + code.ljust(0x200, b"\0")
+
+
+def object_seeds():
+    out = os.path.join(OUT, "object_files")
+    os.makedirs(out, exist_ok=True)
+
+    def write(name, data):
+        with open(os.path.join(out, name), "wb") as f:
+            f.write(data)
+
+    src = (
+        "static inline int twice(int x) { return 2 * x; }\n"
+        "int work(int n) { int s = 0; for (int i = 0; i < n; i++) s += twice(i); return s; }\n"
+        "void _start(void) { volatile int r = work(10); (void)r; for (;;) {} }\n"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        c, elf = os.path.join(tmp, "tiny.c"), os.path.join(tmp, "tiny")
+        with open(c, "w") as f:
+            f.write(src)
+        try:
+            subprocess.run(["gcc", "-g", "-O1", "-static", "-nostdlib", "-fno-asynchronous-unwind-tables",
+                            "-Wl,--build-id=none", "-o", elf, c], check=True, timeout=60)
+            data = open(elf, "rb").read()
+            write("elf-image", b"\0" + data)
+            write("elf-symbols", b"\2" + data)
+        except (OSError, subprocess.SubprocessError) as e:
+            print("object_files: no ELF seed:", e)
+    pe = minimal_pe()
+    write("pe-image", b"\1" + pe)
+    write("pe-symbols", b"\2" + pe)
+    args = ["code.bin@401000", "code.bin:10-20@0x401000", "/bin/true@5555000", "lib.so",
+            "app.exe@140000000", "code.bin:0x401000", "code.bin:0x10-0x20:0x401000"]
+    write("image-args", b"\3" + "\n".join(args).encode())
+
+
 if __name__ == "__main__":
     packet_seeds()
     page_walk_seeds()
@@ -231,3 +324,5 @@ if __name__ == "__main__":
     fast_decode_seeds()
     parallel_decode_seeds()
     perf_seeds()
+    regs_seeds()
+    object_seeds()

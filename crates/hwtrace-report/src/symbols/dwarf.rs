@@ -54,7 +54,13 @@ impl Dwarf {
         let Ok(data) = std::fs::read(path) else {
             return Ok(None);
         };
-        let Ok(file) = object::File::parse(&*data) else {
+        Self::parse(&data)
+    }
+
+    /// The DWARF of the object file whose bytes are `data` (ELF, PE or
+    /// Mach-O): `Ok(None)` when it is not one or has no `.debug_info`.
+    pub fn parse(data: &[u8]) -> Result<Option<Self>, gimli::Error> {
+        let Ok(file) = object::File::parse(data) else {
             return Ok(None);
         };
         let has_info = file
@@ -83,9 +89,15 @@ impl Dwarf {
     }
 
     /// The frames at link-time address `probe`, innermost first (inlined
-    /// functions, then the function they were inlined into).
+    /// functions, then the function they were inlined into). None at the
+    /// last address of memory: addr2line looks up `[probe, probe + 1)`,
+    /// which overflows there (a panic with overflow checks on; found by the
+    /// `object_files` fuzz target).
     pub fn frames(&self, probe: u64) -> Vec<Frame> {
         let mut out = Vec::new();
+        if probe == u64::MAX {
+            return out;
+        }
         let Ok(mut iter) = self.ctx.find_frames(probe).skip_all_loads() else {
             return out;
         };
@@ -107,8 +119,12 @@ impl Dwarf {
         out
     }
 
-    /// The source line of link-time address `probe`.
+    /// The source line of link-time address `probe` (none at the last
+    /// address of memory, as for [`frames`](Self::frames)).
     pub fn line(&self, probe: u64) -> Option<(String, u32)> {
+        if probe == u64::MAX {
+            return None;
+        }
         let loc = self.ctx.find_location(probe).ok()??;
         Some((loc.file?.to_owned(), loc.line?))
     }

@@ -25,7 +25,7 @@ mod file;
 mod pdbfile;
 mod ranges;
 
-pub use dwarf::{Frame, LineRange};
+pub use dwarf::{Dwarf, Frame, LineRange};
 pub use file::{FileFormat, Func, ObjectInfo, Segment};
 
 use crate::exec::Mapping;

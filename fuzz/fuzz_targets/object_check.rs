@@ -1,0 +1,139 @@
+//! The checks of the `object_files` fuzz target, shared with hwtrace-report's
+//! `tests/object_fuzz_regressions.rs`: arbitrary bytes as the files the
+//! image options and the symboliser read.
+//!
+//! The first byte picks how the rest is read:
+//! - 0: an ELF file loaded as an image (`--elf`, executable segments and
+//!   every `PT_LOAD`, at its addresses and moved) and read back section
+//!   by section;
+//! - 1: a PE image loaded as an image (`--pe`, at its ImageBase and
+//!   moved) and read back;
+//! - 2: an object file's symbols and DWARF for the symboliser: function
+//!   lookups, frames and line tables at addresses across its segments;
+//! - 3: the image options' own syntax (`--image`, `--elf`, `--pe`,
+//!   ptxed's `--raw`/`--elf`), each line of the input as one argument.
+//!
+//! Nothing may panic; an image holds only bytes the file had (or zeros
+//! past its end), every section reads whole.
+//! [`check`] returns how many sections, symbols, frames and arguments it
+//! got, so a test can tell a well-formed input from one refused at once.
+
+use hwtrace_mem::image::{
+    ElfPlacement, Image, SegmentFilter, parse_elf_arg, parse_image_arg, parse_pe_arg,
+    parse_ptxed_elf, parse_ptxed_file, parse_ptxed_raw,
+};
+use hwtrace_report::symbols::{Dwarf, ObjectInfo};
+use hwtrace_types::{AddressSpace, Ip, ReadMemory};
+use std::path::Path;
+
+/// Runs every check on one input; how many things it got.
+pub fn check(data: &[u8]) -> usize {
+    let Some((&kind, rest)) = data.split_first() else {
+        return 0;
+    };
+    match kind % 4 {
+        0 => elf_image(rest),
+        1 => pe_image(rest),
+        2 => symbols(rest),
+        _ => image_args(rest),
+    }
+}
+
+/// Reads every section of `image` back, in pieces of at most 4 KiB.
+fn read_back(image: &Image) -> usize {
+    let mut buf = [0u8; 4096];
+    // Loaded without a CR3: every section is in the unknown space.
+    let space = AddressSpace::UNKNOWN;
+    for s in image.sections() {
+        let n = s.len.min(buf.len() as u64) as usize;
+        let got = image.read_memory(space, s.addr, &mut buf[..n]);
+        assert!(got.is_ok_and(|k| k == n), "{}: {:?}", s.name, got);
+        if s.len > 1 {
+            let last = s.addr.0.checked_add(s.len - 1);
+            assert!(last.is_some(), "{}: past the top of memory", s.name);
+            let last = Ip(last.unwrap_or_default());
+            assert_eq!(image.read_memory(space, last, &mut buf[..1]).ok(), Some(1));
+        }
+    }
+    image.sections().len()
+}
+
+fn elf_image(data: &[u8]) -> usize {
+    let mut got = 0;
+    for placement in [
+        ElfPlacement::Bias(0),
+        ElfPlacement::LowestAt(0x5555_0000_0000),
+    ] {
+        for filter in [SegmentFilter::Executable, SegmentFilter::AllLoad] {
+            let mut image = Image::new();
+            let name = Path::new("fuzz.elf");
+            if image
+                .add_elf_bytes(None, name, data.to_vec(), placement, filter)
+                .is_ok()
+            {
+                got += read_back(&image);
+            }
+        }
+    }
+    got
+}
+
+fn pe_image(data: &[u8]) -> usize {
+    let mut got = 0;
+    for base in [None, Some(0x1_4000_0000)] {
+        for filter in [SegmentFilter::Executable, SegmentFilter::AllLoad] {
+            let mut image = Image::new();
+            let name = Path::new("fuzz.exe");
+            if image
+                .add_pe_bytes(None, name, data.to_vec(), base, filter)
+                .is_ok()
+            {
+                got += read_back(&image);
+            }
+        }
+    }
+    got
+}
+
+fn symbols(data: &[u8]) -> usize {
+    let mut got = 0;
+    // A name with no PDB beside it: the symbols are the file's own.
+    if let Ok(info) = ObjectInfo::parse(Path::new("/nonexistent/fuzz.obj"), data) {
+        got += info.funcs().len() + info.segments().len();
+        let mut probes: Vec<u64> = info.funcs().iter().take(64).map(|f| f.addr).collect();
+        for s in info.segments().iter().take(16) {
+            probes.extend([s.vaddr, s.vaddr.wrapping_add(s.mem_size / 2)]);
+            let _ = info.vaddr_of_offset(s.offset);
+            let _ = info.vaddr_of_offset(s.offset.wrapping_add(s.file_size));
+        }
+        probes.extend([0, 1, u64::MAX, info.lowest()]);
+        for &p in &probes {
+            if let Some(f) = info.func(p) {
+                assert!(f.addr <= p, "{:#x} found for {p:#x}", f.addr);
+                got += 1;
+            }
+        }
+        if let Ok(Some(dwarf)) = Dwarf::parse(data) {
+            for &p in probes.iter().take(32) {
+                got += dwarf.frames(p).len();
+                let _ = dwarf.line(p);
+                got += dwarf.lines(p, p.saturating_add(0x1000)).len();
+            }
+        }
+    }
+    got
+}
+
+fn image_args(data: &[u8]) -> usize {
+    let text = String::from_utf8_lossy(data);
+    let mut got = 0;
+    for arg in text.lines().take(64) {
+        got += usize::from(parse_image_arg(arg).is_ok());
+        got += usize::from(parse_elf_arg(arg).is_ok());
+        got += usize::from(parse_pe_arg(arg).is_ok());
+        got += usize::from(parse_ptxed_file(arg).is_ok());
+        got += usize::from(parse_ptxed_raw(arg).is_ok());
+        let _ = parse_ptxed_elf(arg);
+    }
+    got
+}
