@@ -33,7 +33,9 @@ regs_dumps:    a kind byte, then: a DS management area (32- and 64-bit layouts) 
 object_files:  a kind byte, then: a small static ELF built here with `gcc -g` (two functions,
                DWARF lines and an inlined call) as an image (kind 0) and for the symboliser
                (kind 2); a minimal PE32+ image with one .text section (kind 1); image option
-               strings (`FILE@ADDR`, `FILE:OFF-SIZE@ADDR`, `FILE@BIAS`, ptxed's forms; kind 3).
+               strings (`FILE@ADDR`, `FILE:OFF-SIZE@ADDR`, `FILE@BIAS`, ptxed's forms; kind 3);
+               a QEMU ELF core (kind 4): a "QEMU" note whose CR3 points at 4-level page
+               tables in its one PT_LOAD segment, mapping its RIP.
 
 Run from the repository root:  python3 fuzz/make_seeds.py
 """
@@ -315,6 +317,32 @@ def object_seeds():
     args = ["code.bin@401000", "code.bin:10-20@0x401000", "/bin/true@5555000", "lib.so",
             "app.exe@140000000", "code.bin:0x401000", "code.bin:0x10-0x20:0x401000"]
     write("image-args", b"\3" + "\n".join(args).encode())
+    write("qemu-core", b"\4" + qemu_core())
+
+
+def qemu_core():
+    """A dump-guest-memory ELF core: one vCPU (CR0.PG, CR3 = 0) whose 4-level
+    tables at physical 0 map its RIP 0x401000 to physical 0x4000."""
+    pages = [{0: 0x1000 | P | RW}, {0: 0x2000 | P | RW}, {2: 0x3000 | P | RW}, {1: 0x4000 | P}, {}]
+    mem = bytearray(4096 * len(pages))
+    for i, entries in enumerate(pages):
+        for idx, val in entries.items():
+            struct.pack_into("<Q", mem, i * 4096 + idx * 8, val)
+    cr_offset = 8 + 18 * 8 + 10 * 24
+    state = bytearray(cr_offset + 5 * 8 + 8)
+    struct.pack_into("<II", state, 0, 1, len(state))
+    struct.pack_into("<Q", state, 8 + 16 * 8, 0x401000)  # rip
+    struct.pack_into("<QQQQQ", state, cr_offset, 1 << 31, 0, 0, 0, 0)  # cr0..cr4
+    note = struct.pack("<III", 5, len(state), 0) + b"QEMU\0\0\0\0" + bytes(state)
+    phoff, phnum = 64, 2
+    note_off = phoff + 56 * phnum
+    mem_off = (note_off + len(note) + 4095) // 4096 * 4096
+    ehdr = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
+    ehdr += struct.pack("<HHIQQQIHHHHHH", 4, 62, 1, 0, phoff, 0, 0, 64, 56, phnum, 0, 0, 0)
+    ph_note = struct.pack("<IIQQQQQQ", 4, 0, note_off, 0, 0, len(note), len(note), 1)
+    ph_load = struct.pack("<IIQQQQQQ", 1, 7, mem_off, 0, 0, len(mem), len(mem), 4096)
+    head = ehdr + ph_note + ph_load + note
+    return head.ljust(mem_off, b"\0") + bytes(mem)
 
 
 if __name__ == "__main__":

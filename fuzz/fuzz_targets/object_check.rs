@@ -11,7 +11,9 @@
 //! - 2: an object file's symbols and DWARF for the symboliser: function
 //!   lookups, frames and line tables at addresses across its segments;
 //! - 3: the image options' own syntax (`--image`, `--elf`, `--pe`,
-//!   ptxed's `--raw`/`--elf`), each line of the input as one argument.
+//!   ptxed's `--raw`/`--elf`), each line of the input as one argument;
+//! - 4: a QEMU `dump-guest-memory` ELF core (`--dump`): its regions read
+//!   at both ends, and each vCPU's page tables walked from its CR3.
 //!
 //! Nothing may panic; an image holds only bytes the file had (or zeros
 //! past its end), every section reads whole.
@@ -22,8 +24,10 @@ use hwtrace_mem::image::{
     ElfPlacement, Image, SegmentFilter, parse_elf_arg, parse_image_arg, parse_pe_arg,
     parse_ptxed_elf, parse_ptxed_file, parse_ptxed_raw,
 };
+use hwtrace_mem::paging::{PageTables, PagingConfig};
+use hwtrace_mem::phys::ElfCore;
 use hwtrace_report::symbols::{Dwarf, ObjectInfo};
-use hwtrace_types::{AddressSpace, Ip, ReadMemory};
+use hwtrace_types::{AddressSpace, Ip, PhysAddr, PhysMemory, ReadMemory};
 use std::path::Path;
 
 /// Runs every check on one input; how many things it got.
@@ -31,11 +35,12 @@ pub fn check(data: &[u8]) -> usize {
     let Some((&kind, rest)) = data.split_first() else {
         return 0;
     };
-    match kind % 4 {
+    match kind % 5 {
         0 => elf_image(rest),
         1 => pe_image(rest),
         2 => symbols(rest),
-        _ => image_args(rest),
+        3 => image_args(rest),
+        _ => qemu_core(rest),
     }
 }
 
@@ -134,6 +139,36 @@ fn image_args(data: &[u8]) -> usize {
         got += usize::from(parse_ptxed_file(arg).is_ok());
         got += usize::from(parse_ptxed_raw(arg).is_ok());
         let _ = parse_ptxed_elf(arg);
+    }
+    got
+}
+
+fn qemu_core(data: &[u8]) -> usize {
+    let Ok(core) = ElfCore::from_bytes(data.to_vec()) else {
+        return 0;
+    };
+    let mut got = 0;
+    let mut byte = [0u8; 1];
+    for r in core.regions().iter().take(64) {
+        // A region lies in the file: both its ends read.
+        if r.len > 0 {
+            assert!(core.read_phys(r.phys, &mut byte).is_ok(), "{r:?}");
+            let last = PhysAddr(r.phys.0.saturating_add(r.len - 1));
+            assert!(core.read_phys(last, &mut byte).is_ok(), "{r:?}");
+            got += 1;
+        }
+    }
+    for cpu in core.cpus().iter().take(8) {
+        let config = PagingConfig {
+            mode: cpu.paging_mode(),
+            max_phys_addr: 46,
+            nxe: true,
+        };
+        let tables = PageTables::new(&core, cpu.cr3(), config);
+        for va in [cpu.rip, cpu.rsp, 0, 0xffff_8000_0000_0000] {
+            got += usize::from(tables.translate(Ip(va)).is_ok());
+        }
+        got += tables.mappings_capped(64).take(4096).count();
     }
     got
 }
