@@ -281,12 +281,14 @@ impl ObjectInfo {
         (self.entry != 0).then_some(self.entry)
     }
 
-    /// The link-time address the byte at file offset `offset` loads at.
+    /// The link-time address the byte at file offset `offset` loads at
+    /// (`None` where no segment holds it, or where the header's numbers
+    /// would place it past the top of memory).
     pub fn vaddr_of_offset(&self, offset: u64) -> Option<u64> {
-        self.segments
-            .iter()
-            .find(|s| offset.wrapping_sub(s.offset) < s.file_size)
-            .map(|s| s.vaddr + (offset - s.offset))
+        self.segments.iter().find_map(|s| {
+            let into = offset.checked_sub(s.offset).filter(|&d| d < s.file_size)?;
+            s.vaddr.checked_add(into)
+        })
     }
 
     /// The function symbol covering link-time address `addr`: the first
