@@ -15,6 +15,8 @@ pub struct Region {
 }
 
 impl Region {
+    /// One past its last byte ([`RegionMap::new`] refuses regions for
+    /// which that would overflow).
     fn phys_end(&self) -> u64 {
         self.phys.0.saturating_add(self.len)
     }
@@ -31,6 +33,13 @@ pub enum RegionError {
         region: Region,
         /// The file's length.
         file_len: u64,
+    },
+    /// A region runs past the top of the physical address space (no
+    /// machine has 2^64 bytes of it: a corrupt header).
+    #[error("region at {} ({:#x} bytes) runs past the top of physical memory", region.phys, region.len)]
+    PastTopOfMemory {
+        /// The region.
+        region: Region,
     },
     /// Two regions claim the same physical bytes.
     #[error("regions at {first} and {second} overlap")]
@@ -55,6 +64,9 @@ impl RegionMap {
     pub fn new(mut regions: Vec<Region>, file_len: u64) -> Result<Self, RegionError> {
         regions.retain(|r| r.len != 0);
         for r in &regions {
+            if r.phys.0.checked_add(r.len).is_none() {
+                return Err(RegionError::PastTopOfMemory { region: *r });
+            }
             if r.file_offset
                 .checked_add(r.len)
                 .is_none_or(|end| end > file_len)
@@ -174,6 +186,13 @@ mod tests {
         assert!(matches!(
             RegionMap::new(vec![region(0, u64::MAX, 2)], 0x100),
             Err(RegionError::PastEndOfFile { .. })
+        ));
+        // Ending where its end is still a number is fine; a byte further
+        // wraps past the top of the address space.
+        assert!(RegionMap::new(vec![region(u64::MAX - 0x100, 0, 0x100)], 0x100).is_ok());
+        assert!(matches!(
+            RegionMap::new(vec![region(u64::MAX - 0xff, 0, 0x100)], 0x100),
+            Err(RegionError::PastTopOfMemory { .. })
         ));
     }
 }
