@@ -234,13 +234,20 @@ def perf_seeds():
                 print("perf_data: no hwtrace writer seed for", kind + ":", e)
 
 
-def regs_seeds():
-    out = os.path.join(OUT, "regs_dumps")
+def seed_writer(target):
+    """A function writing one seed file of `target`'s corpus."""
+    out = os.path.join(OUT, target)
     os.makedirs(out, exist_ok=True)
 
     def write(name, data):
         with open(os.path.join(out, name), "wb") as f:
             f.write(data)
+
+    return write
+
+
+def regs_seeds():
+    write = seed_writer("regs_dumps")
 
     for word, fmt in ((4, "<I"), (8, "<Q")):
         area_size = 0x28 if word == 4 else 0x48  # DsFormat::area_size
@@ -287,12 +294,7 @@ def minimal_pe():
 
 
 def object_seeds():
-    out = os.path.join(OUT, "object_files")
-    os.makedirs(out, exist_ok=True)
-
-    def write(name, data):
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(data)
+    write = seed_writer("object_files")
 
     src = (
         "static inline int twice(int x) { return 2 * x; }\n"
