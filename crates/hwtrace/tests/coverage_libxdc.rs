@@ -182,3 +182,65 @@ fn strict_decoding_names_the_option_libxdc_reads_by() -> Result<()> {
     );
     Ok(())
 }
+
+/// The library's [`LibxdcMap`](hwtrace_report::coverage::libxdc::LibxdcMap),
+/// as a fuzzer would use it (one trace per execution, the code learned
+/// kept between them): libxdc's hash and map on each real trace, the same
+/// outcomes counted again for the same trace a second time (every counter
+/// doubled, with the code no longer disassembled), and a map cleared and
+/// code forgotten on request.
+#[test]
+fn the_library_map_is_libxdcs_trace_after_trace() -> Result<()> {
+    use hwtrace_flow::Config;
+    use hwtrace_mem::image::Image;
+    use hwtrace_report::coverage::libxdc::{LibxdcMap, MapSizeError};
+
+    ensure!(LibxdcMap::new(1000).err() == Some(MapSizeError(1000)));
+    for name in CASES {
+        let dir = case_dir(name);
+        let pages = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
+        let mut image = Image::new();
+        image.add_page_cache(None, pages, name);
+        let trace = std::fs::read(dir.join("trace.pt"))?;
+        let config = Config {
+            lenient_status: true,
+            ..Config::default()
+        };
+        let mut map = LibxdcMap::new(afl::MAP_SIZE)?;
+        let first = map.decode(&trace, config, &image);
+        let want = map_from_libxdc_edges(&dir, afl::MAP_SIZE)?;
+        ensure!(
+            map.map() == want.as_slice() && map.hash() == libxdc_hash(&dir)?,
+            "{name}: hash {:#x}, libxdc's {:#x}",
+            map.hash(),
+            libxdc_hash(&dir)?
+        );
+        ensure!(
+            first.edges > 0 && first.insns > first.edges,
+            "{name}: {first:?}"
+        );
+        let known = map.known_blocks();
+        ensure!(known > 0, "{name}: no code learned");
+        let second = map.decode(&trace, config, &image);
+        ensure!(
+            second == first,
+            "{name}: {second:?} the second time, {first:?} the first"
+        );
+        ensure!(map.known_blocks() == known, "{name}: code learned again");
+        let doubled: Vec<u8> = want.iter().map(|c| c.wrapping_mul(2)).collect();
+        ensure!(
+            map.map() == doubled.as_slice(),
+            "{name}: not every counter doubled"
+        );
+        map.reset_map();
+        ensure!(map.map().iter().all(|&c| c == 0));
+        map.forget_code();
+        ensure!(map.known_blocks() == 0);
+        ensure!(map.decode(&trace, config, &image) == first);
+        ensure!(
+            map.map() == want.as_slice(),
+            "{name}: after forgetting the code"
+        );
+    }
+    Ok(())
+}

@@ -209,6 +209,18 @@ fn check(name: &str, rec: &Recording, extra: &[String]) -> Result<(Scratch, Trut
         hwtrace_report::coverage::afl::libxdc_hash(&map)
     );
     ensure!(summary.contains(&hash), "no {hash:?} in {summary}");
+    // The library's libxdc map, straight from the trace over the recorded
+    // code: the truth's conditional outcomes, whatever `--afl-edges` asked.
+    let mut lib = hwtrace_report::coverage::libxdc::LibxdcMap::new(1 << 16)?;
+    let got = lib.decode(
+        &trace.bytes,
+        hwtrace_flow::Config::default(),
+        execution.memory(),
+    );
+    ensure!(
+        lib.map() == afl_map(&want, false).as_slice() && got.errors == 0,
+        "the library's libxdc map differs from the truth's ({got:?})"
+    );
     Ok((dir, want))
 }
 

@@ -194,6 +194,17 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         self.cache = warm.cache.clone();
     }
 
+    /// Starts from instructions an earlier decoder over the same code
+    /// decoded.
+    pub(crate) fn set_insn_cache(&mut self, cache: InsnCache) {
+        self.cache = cache;
+    }
+
+    /// The instructions decoded, for a decoder over the same code.
+    pub(crate) fn into_insn_cache(self) -> InsnCache {
+        self.cache
+    }
+
     /// The offset of the packet being processed: that of the pending
     /// event, if one is waiting, else the query layer's position.
     pub fn offset(&self) -> TraceOffset {

@@ -56,6 +56,7 @@
 //! ```
 
 use super::blockcache::{BlockCache, CachedBlock, NO_BLOCK, PathRun, TntPath};
+use super::cache::InsnCache;
 use super::classify::InsnClass;
 use super::decoder::{BurstEnd, Insn, InsnDecoder, InsnState, RunSink};
 use super::runs::RunBuffer;
@@ -131,13 +132,49 @@ pub struct FastDecoder<'a, M> {
     space_id: u32,
 }
 
+/// What a [`FastDecoder`] learned of the code it decoded: blocks, their
+/// successor links and TNT paths, and single instructions. Handed from one
+/// decoder to the next over the same code ([`FastDecoder::into_code`],
+/// [`FastDecoder::with_code`]), so that hot code is disassembled once
+/// across many short traces, as a fuzzer decodes one per execution.
+#[derive(Clone, Debug, Default)]
+pub struct DecodedCode {
+    blocks: BlockCache,
+    insns: InsnCache,
+}
+
+impl DecodedCode {
+    /// Nothing decoded yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many blocks it holds.
+    pub fn blocks(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
 impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     /// A decoder over `trace`, reading code from `mem`.
     pub fn new(trace: &'a [u8], config: Config, mem: M) -> Self {
-        let mut cache = BlockCache::new();
+        Self::with_code(trace, config, mem, DecodedCode::default())
+    }
+
+    /// A decoder over `trace` that starts from `code`, what an earlier
+    /// decoder learned of the code in `mem` ([`into_code`](Self::into_code)).
+    /// The memory must hold the same code there: nothing is read again
+    /// where `code` has it.
+    pub fn with_code(trace: &'a [u8], config: Config, mem: M, code: DecodedCode) -> Self {
+        let DecodedCode {
+            blocks: mut cache,
+            insns,
+        } = code;
         let space_id = cache.space_id(AddressSpace::UNKNOWN);
+        let mut dec = InsnDecoder::new(trace, config, mem);
+        dec.set_insn_cache(insns);
         Self {
-            dec: InsnDecoder::new(trace, config, mem),
+            dec,
             cache,
             last: Status::default(),
             pending: None,
@@ -169,6 +206,15 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
     pub fn invalidate(&mut self) {
         self.dec.invalidate();
         self.forget();
+    }
+
+    /// What this decoder learned of the code, for the next decoder over the
+    /// same code ([`with_code`](Self::with_code)).
+    pub fn into_code(self) -> DecodedCode {
+        DecodedCode {
+            blocks: self.cache,
+            insns: self.dec.into_insn_cache(),
+        }
     }
 
     /// Takes `warm`'s caches (decoded blocks and instructions, TNT paths)

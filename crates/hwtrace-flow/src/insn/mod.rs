@@ -21,7 +21,7 @@ pub use blockcache::{
 pub use cache::{Cached, InsnCache};
 pub use classify::{ClassifyError, Decoded, InsnClass, MAX_INSN_SIZE, Special, classify};
 pub use decoder::{Insn, InsnDecoder, InsnState, MAX_UNTRACED_INSNS, Step, read_insn};
-pub use fast::{BlockRun, FastDecoder, FastStep};
+pub use fast::{BlockRun, DecodedCode, FastDecoder, FastStep};
 pub use retstack::{RETSTACK_SIZE, RetStack};
 pub use runs::{DEFAULT_RUN_CAPACITY, RunBuffer};
 pub use tally::{Counted, DEFAULT_TALLY_CAPACITY, RunTally};

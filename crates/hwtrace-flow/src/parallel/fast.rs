@@ -204,6 +204,12 @@ impl<'a, M: ReadMemory> FastSource<'a, M> {
         &self.dec
     }
 
+    /// The fast decoder underneath, for what it learned of the code
+    /// ([`FastDecoder::into_code`]); what is left of a run is dropped.
+    pub fn into_decoder(self) -> FastDecoder<'a, M> {
+        self.dec
+    }
+
     /// Replaces the memory code is read from (a sideband switch, between
     /// items): what is left of a run is dropped, decoded code forgotten
     /// ([`FastDecoder::set_memory`]).

@@ -1,6 +1,7 @@
 //! Basic blocks and edges with hit counts, from the [`Exec`] stream, and
 //! the files coverage tools load: drcov ([`drcov`]), lcov ([`lcov`]), an
-//! AFL-style edge bitmap ([`afl`]) and JSON ([`json`]).
+//! AFL-style edge bitmap ([`afl`]) and JSON ([`json`]); libxdc's bitmap
+//! straight from raw Intel PT for fuzzers ([`libxdc`]).
 //!
 //! **Blocks.** A block is a run of instructions executed one after the
 //! other that ends at the first control-transfer instruction (any branch,
@@ -30,6 +31,7 @@ pub mod afl;
 pub mod drcov;
 pub mod json;
 pub mod lcov;
+pub mod libxdc;
 
 use crate::exec::{Exec, ExecRun, GapKind};
 use crate::symbols::Space;
