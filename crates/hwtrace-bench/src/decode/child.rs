@@ -22,6 +22,7 @@ pub const NAMES: &[&str] = &[
     "iptr-packet",
     "iptr-edge",
     "ptcov",
+    "hwtrace-libxdc",
 ];
 
 /// What a decoder reports; `None`: it cannot tell.
@@ -123,6 +124,34 @@ fn hwtrace_fast(trace: &[u8], corpus: &Corpus) -> Result<(u64, u64)> {
     Ok(crate::flow::hwtrace_fast_count(trace, &image))
 }
 
+/// hwtrace-report's [`LibxdcMap`](hwtrace_report::coverage::libxdc::LibxdcMap)
+/// over the corpus's page cache, piece by piece as a fuzzer decodes one
+/// trace per execution (the code learned kept between pieces), as ptcov
+/// is given them: instructions, errors, and the counters set as the note.
+fn hwtrace_libxdc<'t>(
+    pieces: impl Iterator<Item = (usize, &'t [u8])>,
+    corpus: &Corpus,
+    c: &mut Counts,
+) -> Result<()> {
+    use hwtrace_report::coverage::libxdc::LibxdcMap;
+    let mut image = hwtrace_mem::image::Image::new();
+    image
+        .add_pages_dir(None, &corpus.pages_dir())
+        .with_context(|| format!("loading {}", corpus.pages_dir().display()))?;
+    let mut map = LibxdcMap::new(1 << 16)?;
+    let (mut insns, mut errors) = (0, 0);
+    for (_, piece) in pieces {
+        let s = map.decode(piece, hwtrace_flow::Config::default(), &image);
+        insns += s.insns;
+        errors += s.errors;
+    }
+    c.insns = Some(insns);
+    c.errors = errors;
+    let set = map.map().iter().filter(|&&v| v != 0).count();
+    c.note = Some(format!("{set} bitmap entries set"));
+    Ok(())
+}
+
 /// The pieces of every copy of the unit, in order, each with the index of
 /// its trace: the peers that stop at their first error decode piece by
 /// piece.
@@ -189,6 +218,7 @@ fn run(name: &str, trace: &[u8], corpus: &Corpus, layout: Layout) -> Result<Coun
         "iptr-packet" => super::peers::iptr_packets(trace, &mut c),
         "iptr-edge" => super::peers::iptr_edges(pieces(trace, corpus, layout), corpus, &mut c)?,
         "ptcov" => super::peers::ptcov(pieces(trace, corpus, layout), corpus, &mut c)?,
+        "hwtrace-libxdc" => hwtrace_libxdc(pieces(trace, corpus, layout), corpus, &mut c)?,
         other => bail!("unknown decoder {other}; known: {}", NAMES.join(", ")),
     }
     Ok(c)

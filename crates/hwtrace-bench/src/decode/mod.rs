@@ -624,6 +624,11 @@ pub fn run(opts: &Options) -> Result<()> {
     rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Prefix)?);
     rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Prefix)?);
     rows.push(bench.child_row(
+        "hwtrace LibxdcMap (edge bitmap)",
+        "hwtrace-libxdc",
+        Input::Prefix,
+    )?);
+    rows.push(bench.child_row(
         "hwtrace-packet (packets only)",
         "hwtrace-packet",
         Input::Prefix,
@@ -644,6 +649,11 @@ pub fn run(opts: &Options) -> Result<()> {
     )?);
     rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Real)?);
     rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Real)?);
+    rows.push(bench.child_row(
+        "hwtrace LibxdcMap (edge bitmap)",
+        "hwtrace-libxdc",
+        Input::Real,
+    )?);
     rows.push(bench.hwtrace_row(one, Input::Perf, 1)?);
     rows.extend(bench.printing_rows(&perf_data)?);
     // One thread and all of them, their runs in turn.
@@ -842,6 +852,10 @@ fn report(bench: &Bench, rows: &[Row], unit: &UnitCounts) -> Result<()> {
         for peer in ["iptr-edge-analyzer (blocks)", "ptcov (edge bitmap)"] {
             vs(o, peer, 1.0, "ahead, > 1x");
         }
+    }
+    // The same output as the edge peers: a bitmap of edges, no counts.
+    for peer in ["iptr-edge-analyzer (blocks)", "ptcov (edge bitmap)"] {
+        vs("hwtrace LibxdcMap (edge bitmap)", peer, 1.0, "ahead, > 1x");
     }
     vs(
         "hwtrace-packet (packets only)",
