@@ -2177,9 +2177,12 @@ fn times_are_the_last_psb_tsc_in_perf_time() {
     for l in text.lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
         assert_eq!(f.len(), 4, "not `tid cpu time ip`: {l:?}");
-        let (s, ns) = f[2].split_once('.').unwrap_or_else(|| panic!("{l:?}"));
-        assert_eq!(ns.len(), 9, "{l:?}");
-        times.push(s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap());
+        assert_eq!(
+            f[2].split_once('.').map(|(_, ns)| ns.len()),
+            Some(9),
+            "{l:?}"
+        );
+        times.push(nanoseconds(f[2]));
         ips.push(u64::from_str_radix(f[3], 16).unwrap());
     }
     assert_same("perf decode --time", &ips, &want);
@@ -2231,6 +2234,16 @@ fn times_are_the_last_psb_tsc_in_perf_time() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// Nanoseconds of a time printed as seconds with nine decimals (as `perf
+/// decode --time` and `perf script --ns` print them; perf ends it with `:`).
+fn nanoseconds(text: &str) -> u64 {
+    let (s, ns) = text
+        .trim_end_matches(':')
+        .split_once('.')
+        .unwrap_or_else(|| panic!("not a time: {text:?}"));
+    s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap()
+}
+
 /// `(tid, time in ns, ip)` of `perf script --ns -F tid,time,ip` lines.
 fn perf_script_times(file: &Path) -> Vec<(String, u64, u64)> {
     perf_script(file, &["--ns", "--itrace=i0ns", "-F", "tid,time,ip"])
@@ -2238,11 +2251,9 @@ fn perf_script_times(file: &Path) -> Vec<(String, u64, u64)> {
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             assert_eq!(f.len(), 3, "not `tid time: ip`: {l:?}");
-            let (s, ns) = f[1].trim_end_matches(':').split_once('.').unwrap();
-            let time = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
             (
                 f[0].to_string(),
-                time,
+                nanoseconds(f[1]),
                 u64::from_str_radix(f[2], 16).unwrap(),
             )
         })
@@ -2282,11 +2293,9 @@ fn timed_recordings_decode_like_perf_script() {
             .lines()
             .map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
-                let (s, ns) = f[2].split_once('.').unwrap();
-                let time = s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap();
                 (
                     f[0].to_string(),
-                    time,
+                    nanoseconds(f[2]),
                     u64::from_str_radix(f[3], 16).unwrap(),
                 )
             })
