@@ -112,7 +112,7 @@ pub enum PtConfigError {
         max_phys_addr: u8,
     },
     /// The output MSRs describe an output the processor would refuse.
-    #[error("output configuration: {0}")]
+    #[error("output configuration")]
     Output(#[from] OutputError),
     /// A field value that does not fit its field.
     #[error(transparent)]

@@ -12,7 +12,7 @@ pub enum FlameError {
     #[error("no stacks to draw: the trace has no executed instructions")]
     Empty,
     /// inferno could not write the SVG.
-    #[error("writing the flame graph: {0}")]
+    #[error("writing the flame graph")]
     Write(#[from] std::io::Error),
 }
 

@@ -59,7 +59,7 @@ pub struct BtsConfig {
 #[non_exhaustive]
 pub enum BtsSimError {
     /// The DS area's BTS fields are inconsistent.
-    #[error("DS area: {0}")]
+    #[error("DS area")]
     Area(#[from] DsError),
     /// The buffer is larger than the simulator allocates.
     #[error(

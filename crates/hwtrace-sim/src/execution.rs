@@ -93,7 +93,7 @@ pub enum LogErrorKind {
     #[error("no executed instruction in the log (was it written with `-d exec,nochain`?)")]
     Empty,
     /// Reading the log failed.
-    #[error("reading the log failed: {0}")]
+    #[error("reading the log failed")]
     Io(#[from] std::io::Error),
 }
 

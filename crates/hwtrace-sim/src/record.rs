@@ -46,7 +46,7 @@ pub enum RecordError {
         reason: String,
     },
     /// qemu could not be started.
-    #[error("cannot start {qemu}: {source}")]
+    #[error("cannot start {qemu}")]
     Spawn {
         /// The qemu binary.
         qemu: PathBuf,
@@ -69,7 +69,7 @@ pub enum RecordError {
     #[error("the program ran longer than {0:?}; it was killed")]
     Timeout(Duration),
     /// Waiting for or talking to qemu failed.
-    #[error("i/o with qemu failed: {0}")]
+    #[error("i/o with qemu failed")]
     Io(#[from] std::io::Error),
 }
 

@@ -445,7 +445,7 @@ pub fn walk_spaces<M: ReadMemory + Copy>(
 #[non_exhaustive]
 pub enum SwitchEncodeError {
     /// [`PtEncoder`] refused stretch `stretch`.
-    #[error("stretch {stretch}: {source}")]
+    #[error("stretch {stretch}")]
     Encode {
         /// The stretch's index.
         stretch: usize,

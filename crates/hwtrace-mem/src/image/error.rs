@@ -11,7 +11,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum ImageError {
     /// The file could not be opened, mapped or read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -83,7 +83,7 @@ pub enum ImageError {
         reason: String,
     },
     /// A page cache folder could not be opened.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     PageCache {
         /// The folder.
         path: PathBuf,

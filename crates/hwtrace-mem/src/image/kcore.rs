@@ -38,7 +38,7 @@ const PT_LOAD: u32 = 1;
 #[non_exhaustive]
 pub enum KcoreError {
     /// The file (or `DIR/kcore`) could not be opened or read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 #[non_exhaustive]
 pub enum DumpError {
     /// Reading or mapping the file failed.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

@@ -163,7 +163,7 @@ pub enum CaptureError {
     #[error("{0}")]
     BadOption(String),
     /// A file under sysfs/procfs could not be read.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -171,7 +171,7 @@ pub enum CaptureError {
         source: std::io::Error,
     },
     /// A system call failed for a reason without its own kind.
-    #[error("{call} failed: {source}")]
+    #[error("{call} failed")]
     Sys {
         /// The call.
         call: &'static str,

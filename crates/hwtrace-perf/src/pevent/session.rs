@@ -173,7 +173,7 @@ pub struct LoadError {
 #[non_exhaustive]
 pub enum LoadErrorKind {
     /// The file could not be read.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     /// `from-to` with `to <= from`.
     #[error("bad range {begin:#x}-{end:#x}")]
