@@ -15,7 +15,7 @@ const PAGE: usize = 4096;
 #[non_exhaustive]
 pub enum PageCacheError {
     /// A file could not be read or mapped.
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -27,6 +27,12 @@ pub enum PageCacheError {
     AddrLength {
         /// Its length.
         len: usize,
+    },
+    /// No page cache where one was asked for.
+    #[error("no page cache: none of {}", tried.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    NotFound {
+        /// The address lists looked for (each with its `.dump` beside it).
+        tried: Vec<PathBuf>,
     },
     /// `pages.dump` holds fewer pages than `pages.addr` names.
     #[error("page dump of {dump_len} bytes is shorter than the {pages} pages listed")]
@@ -47,9 +53,38 @@ pub struct PageCache {
 }
 
 impl PageCache {
-    /// Opens `dir/pages.addr` and `dir/pages.dump`.
-    pub fn open(dir: &Path) -> Result<Self, PageCacheError> {
-        Self::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))
+    /// Opens the page cache `path` names: a folder holding `pages.addr`
+    /// and `pages.dump` (hwtrace's and the corpus's names) or
+    /// `page_cache.addr` and `page_cache.dump` (a kAFL/Nyx work folder's),
+    /// or the common start of two such files (`PREFIX.addr`,
+    /// `PREFIX.dump`, as libxdc's tools take it).
+    pub fn open(path: &Path) -> Result<Self, PageCacheError> {
+        let (addr, dump) = Self::locate(path)?;
+        Self::open_files(&addr, &dump)
+    }
+
+    /// The address list and page dump [`open`](Self::open) reads for
+    /// `path`: the first pair of the candidates whose address list exists.
+    pub fn locate(path: &Path) -> Result<(PathBuf, PathBuf), PageCacheError> {
+        let with = |stem: PathBuf, ext: &str| {
+            let mut s = stem.into_os_string();
+            s.push(ext);
+            PathBuf::from(s)
+        };
+        let stems = [
+            path.join("pages"),
+            path.join("page_cache"),
+            path.to_path_buf(),
+        ];
+        for stem in &stems {
+            let addr = with(stem.clone(), ".addr");
+            if addr.is_file() {
+                return Ok((addr, with(stem.clone(), ".dump")));
+            }
+        }
+        Err(PageCacheError::NotFound {
+            tried: stems.into_iter().map(|s| with(s, ".addr")).collect(),
+        })
     }
 
     /// Opens an address list and a page dump.
@@ -316,5 +351,46 @@ mod tests {
         let mut top = PageCacheWriter::new();
         top.add(u64::MAX, &[1, 2]);
         assert_eq!(top.len(), 1);
+    }
+
+    /// A kAFL/Nyx work folder's `page_cache.*`, and `PREFIX.addr` /
+    /// `PREFIX.dump` given by their prefix, open as `pages.*` do; where
+    /// there is none the error names every file looked for.
+    #[test]
+    fn page_caches_are_found_by_folder_or_prefix() {
+        let dir =
+            std::env::temp_dir().join(format!("hwtrace-pagecache-names-{}", std::process::id()));
+        let mut w = PageCacheWriter::new();
+        w.add(0x40_1000, &[0xc3]);
+        w.write(&dir).unwrap();
+        let names = [("page_cache", dir.clone()), ("data", dir.join("data"))];
+        for (stem, arg) in names {
+            for ext in ["addr", "dump"] {
+                std::fs::rename(
+                    dir.join(format!("pages.{ext}")),
+                    dir.join(format!("{stem}.{ext}")),
+                )
+                .unwrap();
+            }
+            let cache = PageCache::open(&arg).unwrap_or_else(|e| panic!("{}: {e}", arg.display()));
+            assert_eq!(cache.page(0x40_1000).map(|p| p[0]), Some(0xc3));
+            for ext in ["addr", "dump"] {
+                std::fs::rename(
+                    dir.join(format!("{stem}.{ext}")),
+                    dir.join(format!("pages.{ext}")),
+                )
+                .unwrap();
+            }
+        }
+        let missing = dir.join("nothing");
+        let e = PageCache::open(&missing).unwrap_err().to_string();
+        let _ = std::fs::remove_dir_all(&dir);
+        for tried in [
+            "nothing/pages.addr",
+            "nothing/page_cache.addr",
+            "nothing.addr",
+        ] {
+            assert!(e.contains(tried), "{e}");
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! --image FILE[:OFF[-SIZE]]@ADDR   raw bytes (all numbers hex, 0x optional)
 //! --elf FILE[@BIAS]                an ELF's executable segments at p_vaddr + BIAS
 //! --pe FILE[@BASE]                 a PE's code sections at BASE (default ImageBase)
-//! --pages DIR                      a page cache (DIR/pages.addr + DIR/pages.dump)
+//! --pages DIR|PREFIX               a page cache (DIR/pages.*, a kAFL DIR/page_cache.*, or PREFIX.addr + PREFIX.dump)
 //! --cr3 CR3|default                the address space of the images that follow
 //! ```
 //!
@@ -125,7 +125,7 @@ fn parse_pe(s: &str) -> Result<ImageSpec, String> {
 
 fn parse_pages(s: &str) -> Result<ImageSpec, String> {
     if s.is_empty() {
-        return Err("missing folder name".to_owned());
+        return Err("missing folder or prefix".to_owned());
     }
     Ok(ImageSpec::Pages(PathBuf::from(s)))
 }
@@ -179,8 +179,8 @@ impl clap::Args for ImageArgs {
         .arg(
             load(
                 "pages",
-                "DIR",
-                "A page cache folder holding pages.addr and pages.dump",
+                "DIR|PREFIX",
+                "A page cache: a folder holding pages.addr and pages.dump (or a kAFL/Nyx work folder's page_cache.addr and page_cache.dump), or PREFIX.addr and PREFIX.dump",
             )
             .value_parser(parse_pages),
         )
