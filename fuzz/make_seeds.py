@@ -35,7 +35,8 @@ object_files:  a kind byte, then: a small static ELF built here with `gcc -g` (t
                (kind 2); a minimal PE32+ image with one .text section (kind 1); image option
                strings (`FILE@ADDR`, `FILE:OFF-SIZE@ADDR`, `FILE@BIAS`, ptxed's forms; kind 3);
                a QEMU ELF core (kind 4): a "QEMU" note whose CR3 points at 4-level page
-               tables in its one PT_LOAD segment, mapping its RIP.
+               tables in its one PT_LOAD segment, mapping its RIP; the same core's headers
+               as a kcore's (kind 5).
 
 Run from the repository root:  python3 fuzz/make_seeds.py
 """
@@ -320,6 +321,7 @@ def object_seeds():
             "app.exe@140000000", "code.bin:0x401000", "code.bin:0x10-0x20:0x401000"]
     write("image-args", b"\3" + "\n".join(args).encode())
     write("qemu-core", b"\4" + qemu_core())
+    write("kcore", b"\5" + qemu_core())
 
 
 def qemu_core():

@@ -13,7 +13,9 @@
 //! - 3: the image options' own syntax (`--image`, `--elf`, `--pe`,
 //!   ptxed's `--raw`/`--elf`), each line of the input as one argument;
 //! - 4: a QEMU `dump-guest-memory` ELF core (`--dump`): its regions read
-//!   at both ends, and each vCPU's page tables walked from its CR3.
+//!   at both ends, and each vCPU's page tables walked from its CR3;
+//! - 5: the headers of a `/proc/kcore` (`--kcore`): each segment holds
+//!   its own first and last address.
 //!
 //! Nothing may panic; an image holds only bytes the file had (or zeros
 //! past its end), every section reads whole.
@@ -21,8 +23,8 @@
 //! got, so a test can tell a well-formed input from one refused at once.
 
 use hwtrace_mem::image::{
-    ElfPlacement, Image, SegmentFilter, parse_elf_arg, parse_image_arg, parse_pe_arg,
-    parse_ptxed_elf, parse_ptxed_file, parse_ptxed_raw,
+    ElfPlacement, Image, SegmentFilter, kcore_segments, parse_elf_arg, parse_image_arg,
+    parse_pe_arg, parse_ptxed_elf, parse_ptxed_file, parse_ptxed_raw,
 };
 use hwtrace_mem::paging::{PageTables, PagingConfig};
 use hwtrace_mem::phys::ElfCore;
@@ -35,12 +37,13 @@ pub fn check(data: &[u8]) -> usize {
     let Some((&kind, rest)) = data.split_first() else {
         return 0;
     };
-    match kind % 5 {
+    match kind % 6 {
         0 => elf_image(rest),
         1 => pe_image(rest),
         2 => symbols(rest),
         3 => image_args(rest),
-        _ => qemu_core(rest),
+        4 => qemu_core(rest),
+        _ => kcore(rest),
     }
 }
 
@@ -171,4 +174,15 @@ fn qemu_core(data: &[u8]) -> usize {
         got += tables.mappings_capped(64).take(4096).count();
     }
     got
+}
+
+fn kcore(data: &[u8]) -> usize {
+    let Ok(segments) = kcore_segments(Path::new("fuzz-kcore"), data) else {
+        return 0;
+    };
+    for s in &segments {
+        let last = Ip(s.vaddr.0.wrapping_add(s.size - 1));
+        assert!(s.contains(s.vaddr) && s.contains(last), "{s:?}");
+    }
+    segments.len()
 }

@@ -245,6 +245,25 @@ impl Kcore {
 }
 
 /// Checks the ELF header and reads the program headers through `read`.
+/// The loadable segments the headers of a kcore held in memory describe
+/// (`bytes` from the file's start, at least its ELF header and program
+/// headers; `name` in errors): what [`Kcore::open`] reads of a file.
+pub fn kcore_segments(name: &Path, bytes: &[u8]) -> Result<Vec<KcoreSegment>, KcoreError> {
+    let ehdr: &[u8; EHDR_SIZE] = bytes.first_chunk().ok_or_else(|| KcoreError::NotKcore {
+        path: name.to_path_buf(),
+        what: format!("{} bytes, shorter than a 64-byte ELF header", bytes.len()),
+    })?;
+    parse_headers(name, ehdr, |buf, off| {
+        let start = usize::try_from(off).map_err(|_| std::io::ErrorKind::UnexpectedEof)?;
+        let src = start
+            .checked_add(buf.len())
+            .and_then(|end| bytes.get(start..end))
+            .ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        buf.copy_from_slice(src);
+        Ok(())
+    })
+}
+
 fn parse_headers(
     path: &Path,
     ehdr: &[u8; EHDR_SIZE],

@@ -27,7 +27,7 @@ mod tests;
 
 pub use elf::{ElfPlacement, SegmentFilter};
 pub use error::{ImageError, SpecError};
-pub use kcore::{Kcore, KcoreError, KcoreSegment, MAX_COPY};
+pub use kcore::{Kcore, KcoreError, KcoreSegment, MAX_COPY, kcore_segments};
 pub use spec::{
     ElfSpec, ImageSpec, PeSpec, PtxedFile, RawSpec, parse_elf_arg, parse_hex, parse_image_arg,
     parse_pe_arg, parse_ptxed_elf, parse_ptxed_file, parse_ptxed_raw,
