@@ -36,7 +36,8 @@ object_files:  a kind byte, then: a small static ELF built here with `gcc -g` (t
                strings (`FILE@ADDR`, `FILE:OFF-SIZE@ADDR`, `FILE@BIAS`, ptxed's forms; kind 3);
                a QEMU ELF core (kind 4): a "QEMU" note whose CR3 points at 4-level page
                tables in its one PT_LOAD segment, mapping its RIP; the same core's headers
-               as a kcore's (kind 5).
+               as a kcore's (kind 5); the PDB clang and lld-link write for a small program
+               (kind 6); /proc/kallsyms text with text, weak, data and module symbols (kind 7).
 
 Run from the repository root:  python3 fuzz/make_seeds.py
 """
@@ -322,6 +323,47 @@ def object_seeds():
     write("image-args", b"\3" + "\n".join(args).encode())
     write("qemu-core", b"\4" + qemu_core())
     write("kcore", b"\5" + qemu_core())
+    pdb = small_pdb()
+    if pdb:
+        write("pdb", b"\6" + pdb)
+    write("kallsyms", b"\7" + KALLSYMS.encode())
+
+
+# /proc/kallsyms text: text, weak and data symbols, the text's bounds, a module's.
+KALLSYMS = """\
+ffffffff81000000 T _stext
+ffffffff81000000 T _text
+ffffffff81000000 T startup_64
+ffffffff81000100 t secondary_startup_64
+ffffffff81000200 D some_data
+ffffffff81001000 W weak_fn
+ffffffff81001000 T alias_of_weak_fn
+ffffffff82000000 T _etext
+ffffffffc0000000 t e1000_probe\t[e1000]
+ffffffffc0000400 t e1000_remove\t[e1000]
+"""
+
+
+def small_pdb():
+    """The PDB clang (-gcodeview) and lld-link write for a three-function
+    program, as tests/pdb_symbols.rs builds it; None without them."""
+    src = ("static int helper(int x) { int s = 0; for (int i = 0; i < x; i++) s += i; return s; }\n"
+           "__declspec(dllexport) int entry(int x) { return helper(x) + 1; }\n"
+           "int main(void) { return entry(5); }\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        c, obj = os.path.join(tmp, "x.c"), os.path.join(tmp, "x.obj")
+        exe, pdb = os.path.join(tmp, "x.exe"), os.path.join(tmp, "x.pdb")
+        with open(c, "w") as f:
+            f.write(src)
+        try:
+            subprocess.run(["clang", "--target=x86_64-pc-windows-msvc", "-g", "-gcodeview", "-O0", "-c", c,
+                            "-o", obj], check=True, timeout=60)
+            subprocess.run(["lld-link", "/debug", "/entry:main", "/subsystem:console", "/nodefaultlib",
+                            "/pdb:" + pdb, "/out:" + exe, obj], check=True, timeout=60)
+            return open(pdb, "rb").read()
+        except (OSError, subprocess.SubprocessError) as e:
+            print("object_files: no PDB seed:", e)
+            return None
 
 
 def qemu_core():

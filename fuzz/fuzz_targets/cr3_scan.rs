@@ -16,10 +16,16 @@ const PAGE: usize = 4096;
 
 fuzz_target!(|data: &[u8]| {
     // 8 bytes of parameters, then the memory.
-    let Some((params, mem)) = data.split_first_chunk::<8>() else { return };
+    let Some((params, mem)) = data.split_first_chunk::<8>() else {
+        return;
+    };
     let flags = params[0];
     let config = PagingConfig {
-        mode: if flags & 1 != 0 { PagingMode::Level5 } else { PagingMode::Level4 },
+        mode: if flags & 1 != 0 {
+            PagingMode::Level5
+        } else {
+            PagingMode::Level4
+        },
         max_phys_addr: params[1],
         nxe: flags & 2 != 0,
     };
@@ -43,16 +49,34 @@ fuzz_target!(|data: &[u8]| {
         let cut = (u64::from(params[4]) % (pages as u64 - 1) + 1) * PAGE as u64;
         let hole = u64::from(params[5]) * PAGE as u64;
         vec![
-            Region { phys: PhysAddr(0), file_offset: 0, len: cut },
-            Region { phys: PhysAddr(cut + hole), file_offset: cut, len: len - cut },
+            Region {
+                phys: PhysAddr(0),
+                file_offset: 0,
+                len: cut,
+            },
+            Region {
+                phys: PhysAddr(cut + hole),
+                file_offset: cut,
+                len: len - cut,
+            },
         ]
     } else {
-        vec![Region { phys: PhysAddr(0), file_offset: 0, len }]
+        vec![Region {
+            phys: PhysAddr(0),
+            file_offset: 0,
+            len,
+        }]
     };
-    let Ok(dump) = RawDump::from_bytes(mem, regions.clone()) else { return };
+    let Ok(dump) = RawDump::from_bytes(mem, regions.clone()) else {
+        return;
+    };
     let max_found = usize::from(params[6] % 16) + 1;
     let cr3 = Cr3(reference as u64 | u64::from(params[7] & 0x1f) << 3);
-    let in_dump = |at: u64| regions.iter().any(|r| at >= r.phys.0 && at < r.phys.0 + r.len);
+    let in_dump = |at: u64| {
+        regions
+            .iter()
+            .any(|r| at >= r.phys.0 && at < r.phys.0 + r.len)
+    };
     let listed = region_pages(&regions).count() as u64;
     let Ok(scan) = find_top_tables(&dump, region_pages(&regions), &config, cr3, max_found) else {
         return;

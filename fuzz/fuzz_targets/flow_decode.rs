@@ -27,7 +27,10 @@ fuzz_target!(|data: &[u8]| {
             Err(_) => match d.sync_forward() {
                 Ok(_) => {
                     let now = d.sync_offset();
-                    assert!(now > last_resync, "resync did not move forward: {last_resync:?} -> {now:?}");
+                    assert!(
+                        now > last_resync,
+                        "resync did not move forward: {last_resync:?} -> {now:?}"
+                    );
                     last_resync = now;
                 }
                 Err(_) => return,

@@ -15,7 +15,11 @@
 //! - 4: a QEMU `dump-guest-memory` ELF core (`--dump`): its regions read
 //!   at both ends, and each vCPU's page tables walked from its CR3;
 //! - 5: the headers of a `/proc/kcore` (`--kcore`): each segment holds
-//!   its own first and last address.
+//!   its own first and last address;
+//! - 6: a PDB (`--pdb`, or found beside a PE image): its functions, sorted;
+//! - 7: `/proc/kallsyms` text (`--kallsyms`): each text symbol names its
+//!   own address, and the symboliser, given the symbols as functions, names
+//!   every address as kallsyms does.
 //!
 //! Nothing may panic; an image holds only bytes the file had (or zeros
 //! past its end), every section reads whole.
@@ -28,7 +32,7 @@ use hwtrace_mem::image::{
 };
 use hwtrace_mem::paging::{PageTables, PagingConfig};
 use hwtrace_mem::phys::ElfCore;
-use hwtrace_report::symbols::{Dwarf, ObjectInfo};
+use hwtrace_report::symbols::{Dwarf, Kallsyms, ObjectInfo, Space, Symbolizer, pdb_functions};
 use hwtrace_types::{AddressSpace, Ip, PhysAddr, PhysMemory, ReadMemory};
 use std::path::Path;
 
@@ -37,13 +41,15 @@ pub fn check(data: &[u8]) -> usize {
     let Some((&kind, rest)) = data.split_first() else {
         return 0;
     };
-    match kind % 6 {
+    match kind % 8 {
         0 => elf_image(rest),
         1 => pe_image(rest),
         2 => symbols(rest),
         3 => image_args(rest),
         4 => qemu_core(rest),
-        _ => kcore(rest),
+        5 => kcore(rest),
+        6 => pdb(rest),
+        _ => kallsyms(rest),
     }
 }
 
@@ -185,4 +191,35 @@ fn kcore(data: &[u8]) -> usize {
         assert!(s.contains(s.vaddr) && s.contains(last), "{s:?}");
     }
     segments.len()
+}
+
+fn pdb(data: &[u8]) -> usize {
+    let Ok(funcs) = pdb_functions(Path::new("fuzz.pdb"), data, 0x1_4000_0000) else {
+        return 0;
+    };
+    assert!(funcs.windows(2).all(|w| w[0].addr <= w[1].addr));
+    // A PDB read whole counts even when it names no function.
+    1 + funcs.len()
+}
+
+fn kallsyms(data: &[u8]) -> usize {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return 0;
+    };
+    let Ok(k) = Kallsyms::parse(text) else {
+        return 0;
+    };
+    let funcs = k.functions();
+    let mut probes = vec![0, u64::MAX];
+    for f in funcs.iter().take(64) {
+        assert!(f.addr.checked_add(f.size).is_some(), "{f:?}");
+        assert!(k.symbolize(f.addr).is_some(), "{f:?}");
+        probes.extend([f.addr, f.addr.wrapping_sub(1), f.addr.wrapping_add(f.size)]);
+    }
+    let mut s = Symbolizer::new();
+    s.add_symbol_list(Path::new("kallsyms"), Space::ANY, funcs);
+    for at in probes {
+        assert_eq!(s.name(Space::ANY, Ip(at)), k.symbolize(at), "at {at:#x}");
+    }
+    1 + k.len()
 }

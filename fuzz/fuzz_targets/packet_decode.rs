@@ -26,7 +26,10 @@ fuzz_target!(|data: &[u8]| {
                 let n = encode(&p.packet, &mut buf).expect("decoded packets encode");
                 let again = PacketDecoder::new(&buf[..n]).next_packet();
                 if !matches!(p.packet, hwtrace_packet::Packet::Bip { .. }) {
-                    assert_eq!(again.expect("re-decodes").expect("one packet").packet, p.packet);
+                    assert_eq!(
+                        again.expect("re-decodes").expect("one packet").packet,
+                        p.packet
+                    );
                 }
             }
             Ok(None) => break,

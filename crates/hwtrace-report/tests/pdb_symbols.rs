@@ -292,3 +292,33 @@ fn corrupt_pdb_is_an_error_naming_it() {
         );
     }
 }
+
+#[test]
+fn a_pdb_in_memory_names_the_same_procedures_without_an_image() {
+    let d = dir("bytes");
+    let (exe, pdb) = build(&d.0, "x", PROGRAM);
+    let (procs, publics) = pdbutil(&pdb);
+    let bytes = std::fs::read(&pdb).unwrap();
+    let funcs = hwtrace_report::symbols::pdb_functions(Path::new("x.pdb"), &bytes, LOAD).unwrap();
+    assert!(funcs.windows(2).all(|w| w[0].addr <= w[1].addr), "sorted");
+    for p in &procs {
+        let at = runtime(&exe, p.section, p.offset).0;
+        assert!(
+            funcs
+                .iter()
+                .any(|f| (&*f.name, f.addr, f.size) == (p.name.as_str(), at, p.size)),
+            "{p:?} at {at:#x} in {funcs:?}"
+        );
+    }
+    for p in &publics {
+        let at = runtime(&exe, p.section, p.offset).0;
+        assert!(funcs.iter().any(|f| f.addr == at), "{p:?} in {funcs:?}");
+    }
+    // A truncated PDB is an error naming it.
+    let e =
+        hwtrace_report::symbols::pdb_functions(Path::new("cut.pdb"), &bytes[..100], 0).unwrap_err();
+    assert!(
+        matches!(&e, SymbolError::Pdb { path, .. } if path == Path::new("cut.pdb")),
+        "{e:?}"
+    );
+}

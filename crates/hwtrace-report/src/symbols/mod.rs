@@ -22,16 +22,27 @@
 
 mod dwarf;
 mod file;
+mod kallsyms;
 mod pdbfile;
 mod ranges;
 
 pub use dwarf::{Dwarf, Frame, LineRange};
 pub use file::{FileFormat, Func, ObjectInfo, Segment};
+pub use kallsyms::{Kallsyms, KallsymsError, LAST_SYMBOL_REACH};
 
 use crate::exec::Mapping;
 use hwtrace_types::{Cr3, Ip};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+/// The functions a PDB held in memory names, at `image_base` + RVA, with
+/// no image to match it against (a PE image's own PDB is found and checked
+/// by [`Symbolizer`]): procedures with their sizes, public code symbols at
+/// other addresses with size 0, sorted by address. `name` names the PDB in
+/// errors.
+pub fn pdb_functions(name: &Path, bytes: &[u8], image_base: u64) -> Result<Vec<Func>, SymbolError> {
+    pdbfile::read_from(std::io::Cursor::new(bytes), name, None, image_base)
+}
 
 /// Why a file gave no symbols.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -85,22 +85,35 @@ pub(super) fn read(
     cv: &CodeView,
     image_base: u64,
 ) -> Result<Vec<Func>, SymbolError> {
-    let corrupt = |e: pdb::Error| SymbolError::Pdb {
-        path: path.to_path_buf(),
-        error: e.to_string(),
-    };
     let file = std::fs::File::open(path).map_err(|e| SymbolError::Read {
         path: path.to_path_buf(),
         error: e.to_string(),
     })?;
-    let mut pdb = pdb::PDB::open(file).map_err(corrupt)?;
+    read_from(file, path, Some((image, cv)), image_base)
+}
+
+/// [`read`] from any source of the PDB's bytes, named `path` in errors;
+/// without an image to match (`expected` `None`), any PDB's functions.
+pub(super) fn read_from<'s, S: pdb::Source<'s> + 's>(
+    source: S,
+    path: &Path,
+    expected: Option<(&Path, &CodeView)>,
+    image_base: u64,
+) -> Result<Vec<Func>, SymbolError> {
+    let corrupt = |e: pdb::Error| SymbolError::Pdb {
+        path: path.to_path_buf(),
+        error: e.to_string(),
+    };
+    let mut pdb = pdb::PDB::open(source).map_err(corrupt)?;
     let info = pdb.pdb_information().map_err(corrupt)?;
     let dbi = pdb.debug_information().map_err(corrupt)?;
     // The image's age is the DBI stream's; the info stream's may be
     // higher after incremental links, so it is only a fallback.
     let age = dbi.age().unwrap_or(info.age);
     let guid = info.guid.to_bytes_le();
-    if guid != cv.guid || age != cv.age {
+    if let Some((image, cv)) = expected
+        && (guid != cv.guid || age != cv.age)
+    {
         return Err(SymbolError::PdbMismatch {
             path: path.to_path_buf(),
             image: image.to_path_buf(),

@@ -119,7 +119,7 @@ impl PerfInput {
     }
 
     /// The kernel symbols (`--kallsyms`, or the kcore_dir's `kallsyms`).
-    pub fn kallsyms(&self) -> Option<&crate::perfdecode::kernel::Kallsyms> {
+    pub fn kallsyms(&self) -> Option<&hwtrace_report::symbols::Kallsyms> {
         self.kernel.kallsyms.as_ref()
     }
 

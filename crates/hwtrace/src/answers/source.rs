@@ -20,14 +20,14 @@ use crate::cmd::flow::{DumpArgs, decoder_config, open_dump, parse_cpu};
 use crate::flow::{FlowMemory, Item, Items, MappedTrace};
 use crate::image_args::ImageArgs;
 use crate::input::MappedFile;
-use crate::perfdecode::kernel::Kallsyms;
 use crate::ptdump::cpu::Cpu;
 use crate::timing_args::TimingArgs;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use hwtrace_flow::Config;
 use hwtrace_flow::insn::FastDecoder;
 use hwtrace_flow::parallel::{FastSource, MAX_STALL};
 use hwtrace_report::exec::{Detail, Exec, GapKind, Mapping};
+use hwtrace_report::symbols::Kallsyms;
 use hwtrace_report::symbols::{Space, Symbolizer};
 use hwtrace_types::Ip;
 use std::path::{Path, PathBuf};
@@ -223,7 +223,13 @@ impl Source {
         let has_code = image.is_some() || dump.is_some();
         let memory = Box::new(FlowMemory::new(image, dump));
         // perf.data inputs read it with their kernel (or from its kcore_dir).
-        let kallsyms = || args.kallsyms.as_deref().map(Kallsyms::load).transpose();
+        let kallsyms = || {
+            args.kallsyms
+                .as_deref()
+                .map(Kallsyms::load)
+                .transpose()
+                .context("--kallsyms")
+        };
         let beside = match args.jobs {
             Some(n) => n >= 2,
             None => std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2),
