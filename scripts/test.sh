@@ -27,6 +27,9 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 # whose links resolve. Run after the tests, so their results always show.
 lints=1
 cargo fmt --all --check || lints=0
+# The fuzz crate is outside the workspace (nightly only); rustfmt alone
+# reads its targets without resolving its dependencies.
+rustfmt --check --edition 2024 fuzz/fuzz_targets/*.rs || lints=0
 cargo clippy --workspace --all-targets --locked -- -D warnings || lints=0
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet || lints=0
 
