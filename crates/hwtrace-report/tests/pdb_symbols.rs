@@ -322,3 +322,21 @@ fn a_pdb_in_memory_names_the_same_procedures_without_an_image() {
         "{e:?}"
     );
 }
+
+/// A PDB whose DBI header's sizes overflow the `pdb` crate's offset
+/// arithmetic (found by the `object_files` fuzz target, kept in
+/// `testdata/fuzz/object_files`): a corrupt PDB, not a panic.
+#[test]
+fn a_pdb_the_reader_trips_on_is_reported_corrupt() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../testdata/fuzz/object_files/pdb-dbi-sizes-overflow");
+    let input = std::fs::read(&path).unwrap();
+    // The first byte picks the fuzz target's check; the PDB follows.
+    let e =
+        hwtrace_report::symbols::pdb_functions(Path::new("bad.pdb"), &input[1..], 0).unwrap_err();
+    assert!(
+        matches!(&e, SymbolError::Pdb { path, .. } if path == Path::new("bad.pdb")),
+        "{e:?}"
+    );
+    assert!(e.to_string().starts_with("bad.pdb: corrupt PDB: "), "{e}");
+}

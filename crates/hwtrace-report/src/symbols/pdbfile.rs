@@ -7,6 +7,7 @@
 use super::SymbolError;
 use super::file::Func;
 use pdb::FallibleIterator;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 
 /// What a PE image's CodeView record says about its PDB.
@@ -94,7 +95,32 @@ pub(super) fn read(
 
 /// [`read`] from any source of the PDB's bytes, named `path` in errors;
 /// without an image to match (`expected` `None`), any PDB's functions.
+///
+/// The `pdb` crate trusts some of the file's sizes (a crafted DBI header
+/// overflows its offset arithmetic, found by the `object_files` fuzz
+/// target): a panic while reading is reported as a corrupt PDB.
 pub(super) fn read_from<'s, S: pdb::Source<'s> + 's>(
+    source: S,
+    path: &Path,
+    expected: Option<(&Path, &CodeView)>,
+    image_base: u64,
+) -> Result<Vec<Func>, SymbolError> {
+    let read = AssertUnwindSafe(|| parse(source, path, expected, image_base));
+    std::panic::catch_unwind(read).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        Err(SymbolError::Pdb {
+            path: path.to_path_buf(),
+            error: format!("the PDB reader failed on its contents ({why})"),
+        })
+    })
+}
+
+/// [`read_from`], where the `pdb` crate may panic.
+fn parse<'s, S: pdb::Source<'s> + 's>(
     source: S,
     path: &Path,
     expected: Option<(&Path, &CodeView)>,
