@@ -244,3 +244,159 @@ fn the_library_map_is_libxdcs_trace_after_trace() -> Result<()> {
     }
     Ok(())
 }
+
+/// The library's edges ([`LibxdcMap::decode_with_edges`]) are libxdc's
+/// trace mode's, line for line, on each real trace: every branch to the
+/// next instruction (a conditional branch's fall-through too), and
+/// `ffffffffffffffff` where tracing is switched on and off.
+///
+/// [`LibxdcMap::decode_with_edges`]: hwtrace_report::coverage::libxdc::LibxdcMap::decode_with_edges
+#[test]
+fn the_library_edges_are_libxdcs_trace_mode_list() -> Result<()> {
+    use hwtrace_flow::Config;
+    use hwtrace_mem::image::Image;
+    use hwtrace_report::coverage::libxdc::LibxdcMap;
+
+    for name in CASES {
+        let dir = case_dir(name);
+        let pages = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
+        let mut image = Image::new();
+        image.add_page_cache(None, pages, name);
+        let trace = std::fs::read(dir.join("trace.pt"))?;
+        let config = Config {
+            lenient_status: true,
+            ..Config::default()
+        };
+        let mut map = LibxdcMap::new(afl::MAP_SIZE)?;
+        let mut ours = Vec::new();
+        map.decode_with_edges(&trace, config, &image, |from, to| {
+            ours.push(format!("{from:x}->{to:x}"))
+        });
+        let want = std::fs::read_to_string(dir.join("reference/libxdc-edges.txt"))?;
+        let want: Vec<&str> = want.lines().filter(|l| !l.is_empty()).collect();
+        if let Some(i) = (0..ours.len().max(want.len()))
+            .find(|&i| ours.get(i).map(String::as_str) != want.get(i).copied())
+        {
+            let from = i.saturating_sub(3);
+            anyhow::bail!(
+                "{name}: edge {i} of {} (libxdc's {}) differs:\nours   {:?}\nlibxdc {:?}",
+                ours.len(),
+                want.len(),
+                &ours[from.min(ours.len())..(i + 4).min(ours.len())],
+                &want[from.min(want.len())..(i + 4).min(want.len())]
+            );
+        }
+        // The map is still libxdc's bitmap.
+        ensure!(
+            map.hash() == libxdc_hash(&dir)?,
+            "{name}: hash {:#x}",
+            map.hash()
+        );
+    }
+    Ok(())
+}
+
+/// `hwtrace coverage --libxdc-edges` writes libxdc's trace-mode edge list
+/// of each real trace, byte for byte.
+#[test]
+fn coverage_writes_libxdcs_edge_list() -> Result<()> {
+    let scratch = std::env::temp_dir().join(format!("hwtrace-libxdc-edges-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = (|| -> Result<()> {
+        for name in CASES {
+            let dir = case_dir(name);
+            let out = scratch.join(format!("{name}.edges"));
+            let map = scratch.join(format!("{name}.afl"));
+            coverage(
+                &dir,
+                &map,
+                &["--libxdc-edges", out.to_str().context("utf-8")?],
+            )?;
+            let want = std::fs::read(dir.join("reference/libxdc-edges.txt"))?;
+            ensure!(
+                std::fs::read(&out)? == want,
+                "{name}: the edge list differs from libxdc's"
+            );
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+/// libxdc decodes raw PT: the edge list of a perf.data file is refused,
+/// saying what to give instead.
+#[test]
+fn libxdc_edges_need_a_raw_trace() {
+    let perf = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../testdata/perf/pt-true.data"
+    );
+    let out = std::env::temp_dir().join(format!("hwtrace-libxdc-perf-{}", std::process::id()));
+    let err = common::fails(&["coverage", perf, "--libxdc-edges", out.to_str().unwrap()]);
+    assert!(
+        err.contains("--libxdc-edges: libxdc decodes raw Intel PT"),
+        "{err}"
+    );
+    let _ = std::fs::remove_file(&out);
+}
+
+/// A conditional branch that leaves the IP filter writes no TNT bit, only
+/// a TIP.PGD without an address: libxdc's walk stops at the branch, so it
+/// is no edge and no counter, and the disable's edge starts at the last
+/// address the trace gave (the enable's). The other outcomes count.
+#[test]
+fn a_conditional_branch_leaving_the_filter_is_no_edge() -> Result<()> {
+    use hwtrace_mem::image::Image;
+    use hwtrace_report::coverage::libxdc::LibxdcMap;
+    use hwtrace_sim::{CodeImageBuilder, Execution, IpRange, PtConfig, PtEncoder};
+
+    // 0x1000: jz 0x2000 (outside the filter); 0x2000: jmp 0x1006;
+    // 0x1006: nop; 0x1007: jz 0x100b; 0x1009: nop; nop; 0x100b: nop.
+    let mut code = vec![0x90u8; 0x1010];
+    code[..6].copy_from_slice(&[0x0f, 0x84, 0xfa, 0x0f, 0x00, 0x00]);
+    code[7..9].copy_from_slice(&[0x74, 0x02]);
+    code[0x1000..0x1005].copy_from_slice(&[0xe9, 0x01, 0xf0, 0xff, 0xff]);
+    let mut mem = CodeImageBuilder::new();
+    mem.add(Ip(0x1000), &code)
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let insns = [0x1000, 0x2000, 0x1006, 0x1007, 0x100b].map(Ip).to_vec();
+    let execution = Execution::from_parts(
+        insns,
+        ExecMode::Bits64,
+        mem.build().map_err(|e| anyhow::anyhow!("{e:?}"))?,
+        None,
+    );
+    let mut config = PtConfig::default();
+    config.ip_filter[0] = Some(IpRange {
+        start: Ip(0x1000),
+        end: Ip(0x1fff),
+    });
+    let trace = PtEncoder::new(config).encode(&execution)?.bytes;
+
+    let mut image = Image::new();
+    image.add_bytes(None, Ip(0x1000), code, "code")?;
+    let mut map = LibxdcMap::new(afl::MAP_SIZE)?;
+    let mut edges = Vec::new();
+    let summary = map.decode_with_edges(&trace, hwtrace_flow::Config::default(), &image, |f, t| {
+        edges.push(format!("{f:x}->{t:x}"))
+    });
+    // (What follows is the trace's end: a FUP and a TIP.PGD at 0x100c,
+    // which libxdc's walk from there passes on to the jump at 0x2000.)
+    ensure!(
+        edges.starts_with(&[
+            "ffffffffffffffff->1000".to_string(),
+            "1000->ffffffffffffffff".to_string(),
+            "ffffffffffffffff->1006".to_string(),
+            "1007->100b".to_string(),
+        ]) && !edges.contains(&"1000->2000".to_string()),
+        "{edges:?} ({summary:?})"
+    );
+    let mut want = vec![0u8; afl::MAP_SIZE];
+    want[afl::edge_slot(Ip(0x1007), Ip(0x100b), afl::MAP_SIZE)] = 1;
+    ensure!(
+        map.map() == want.as_slice() && summary.edges == 1,
+        "{summary:?}"
+    );
+    Ok(())
+}

@@ -327,6 +327,21 @@ impl Source {
         s
     }
 
+    /// A raw Intel PT input's trace, memory and decoder configuration
+    /// (`None` for perf.data and branch lists): for answers that decode
+    /// the trace their own way (`coverage --libxdc-edges`).
+    pub fn raw_pt(&self) -> Option<(&[u8], &FlowMemory, hwtrace_flow::Config)> {
+        match &self.input {
+            Input::Pt {
+                trace,
+                memory,
+                config,
+                ..
+            } => Some((trace.bytes(), memory, *config)),
+            _ => None,
+        }
+    }
+
     /// Bytes of trace the input has (for progress).
     pub fn trace_bytes(&self) -> u64 {
         match &self.input {

@@ -7,7 +7,8 @@
 
 use crate::answers::{Source, SourceArgs};
 use crate::progress::Progress;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
+use hwtrace_report::coverage::libxdc::LibxdcMap;
 use hwtrace_report::coverage::{Coverage, CoverageBuilder, afl, drcov, json, lcov};
 use hwtrace_report::exec::{Detail, Exec};
 use std::collections::BTreeMap;
@@ -53,6 +54,14 @@ pub struct CoverageArgs {
     /// `bitmap_size`, AFL++'s `MAP_SIZE`; suffixes K and M).
     #[arg(long, value_name = "BYTES", default_value = "64K", value_parser = parse_map_size)]
     afl_map_size: usize,
+    /// Write libxdc's edge list (its trace mode: one `src->dst` line in hex
+    /// per edge in trace order, a conditional branch's fall-through too,
+    /// `ffffffffffffffff` where tracing is switched on and off), from a
+    /// second decode of a raw Intel PT trace (`hwtrace_report`'s
+    /// `LibxdcMap::decode_with_edges`); `--lenient` reads the trace as
+    /// libxdc does.
+    #[arg(long, value_name = "FILE")]
+    libxdc_edges: Option<PathBuf>,
     /// Write every block and edge with hit counts as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
@@ -124,6 +133,11 @@ fn write_file(
 /// Runs `hwtrace coverage`: exit code 2 when the trace had problems.
 pub fn run(args: CoverageArgs) -> Result<ExitCode> {
     let source = Source::open(&args.source)?;
+    if args.libxdc_edges.is_some() && source.raw_pt().is_none() {
+        bail!(
+            "--libxdc-edges: libxdc decodes raw Intel PT: give the trace file itself, not perf.data or a branch list"
+        );
+    }
     let symbols = source.symbolizer();
     let mut builder = CoverageBuilder::new();
     let name = super::calls::input_name(&args.source);
@@ -169,6 +183,18 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
     }
     if let Some(path) = &args.json {
         write_file(path, "json", |w| json::write(&cov, &table, &symbols, w))?;
+    }
+    if let (Some(path), Some((trace, memory, config))) = (&args.libxdc_edges, source.raw_pt()) {
+        let mut map = LibxdcMap::new(args.afl_map_size)?;
+        write_file(path, "libxdc-edges", |w| {
+            let mut result = Ok(());
+            map.decode_with_edges(trace, config, memory, |from, to| {
+                if result.is_ok() {
+                    result = writeln!(w, "{from:x}->{to:x}");
+                }
+            });
+            result
+        })?;
     }
     if !args.quiet {
         for p in &report.problems {
