@@ -26,6 +26,10 @@ fn number<T: std::str::FromStr>(args: &mut impl Iterator<Item = String>, flag: &
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let what = args.next().unwrap_or_else(|| "all".into());
+    if matches!(what.as_str(), "-h" | "--help" | "help") {
+        println!("{USAGE}");
+        return Ok(());
+    }
     if what == "decoder" {
         // A child of `decode`: one library decoder over one trace.
         let (Some(name), Some(trace), Some(corpus)) = (args.next(), args.next(), args.next())
