@@ -2,8 +2,7 @@
 //! the pages already decoded handed back to the kernel, so the resident
 //! size stays flat however large the trace is.
 
-use anyhow::{Context, Result};
-use std::fs::File;
+use anyhow::Result;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,29 +29,12 @@ pub struct MappedTrace {
 }
 
 impl MappedTrace {
-    /// Maps `path` read-only.
+    /// Maps `path` read-only ([`crate::input::map_file`]: an LZ4-compressed
+    /// trace is decompressed first).
     pub fn open(path: &Path) -> Result<Self> {
-        let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        let len = file
-            .metadata()
-            .with_context(|| format!("cannot stat {}", path.display()))?
-            .len();
-        let released = AtomicU64::new(0);
-        if len == 0 {
-            return Ok(Self {
-                map: None,
-                released,
-            });
-        }
-        // SAFETY: read-only and private to this process; trace files are
-        // not modified while hwtrace reads them (a concurrent truncation
-        // would end the run with SIGBUS, not corrupt what is read).
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }
-            .with_context(|| format!("cannot map {}", path.display()))?;
         Ok(Self {
-            map: Some(map),
-            released,
+            map: crate::input::map_file(path)?,
+            released: AtomicU64::new(0),
         })
     }
 

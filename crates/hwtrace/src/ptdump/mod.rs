@@ -16,6 +16,8 @@ mod quirks;
 use std::io::Write;
 
 use anyhow::{Context, bail};
+
+use crate::input::MappedRange;
 use hwtrace_flow::TimeConfig;
 use hwtrace_perf::pevent::Session;
 use hwtrace_types::Tsc;
@@ -27,22 +29,19 @@ use cpu::{Cpu, Errata};
 use dump::{DumpConfig, Dumper};
 use options::{CpuChoice, FileRange, HELP};
 
-/// Reads a file or the `from..to` part of it, with ptdump's checks.
-pub fn load_range(range: &FileRange) -> anyhow::Result<Vec<u8>> {
-    let data = std::fs::read(&range.path)
+/// Maps a file or the `from..to` part of it, with ptdump's checks.
+pub fn load_range(range: &FileRange) -> anyhow::Result<MappedRange> {
+    let whole = MappedRange::whole(&range.path)
         .with_context(|| format!("failed to open {}", range.path.display()))?;
-    let size = data.len() as u64;
+    let size = whole.file_len();
     if range.from >= size {
         bail!("bad offset {:#x} into {}", range.from, range.path.display());
     }
     let end = range.to.unwrap_or(size);
-    if end > size {
-        bail!("bad range {end:#x} in {}", range.path.display());
+    match MappedRange::open(&range.path, range.from..end)? {
+        Some(part) => Ok(part),
+        None => bail!("bad range {end:#x} in {}", range.path.display()),
     }
-    // Both bounds are within `data`, so they fit in usize.
-    let from = usize::try_from(range.from)?;
-    let end = usize::try_from(end)?;
-    Ok(data[from..end].to_vec())
 }
 
 /// The errata for `--cpu`, or the diagnostic ptdump prints when the
@@ -98,7 +97,7 @@ pub fn dump(options: &Options, out: &mut dyn Write) -> anyhow::Result<()> {
         time,
     };
     let sideband = session.as_mut().map(|s| s as &mut dyn SidebandSink);
-    Dumper::new(config, out, sideband).run(&trace)?;
+    Dumper::new(config, out, sideband).run(trace.bytes())?;
     Ok(())
 }
 

@@ -5,6 +5,9 @@ use hwtrace_flow::{Config, Errata};
 use hwtrace_mem::image::{Image, parse_ptxed_elf, parse_ptxed_raw};
 use hwtrace_perf::pevent::SidebandOptions;
 use hwtrace_perf::pevent::session::parse_c_u64;
+use std::path::Path;
+
+use crate::input::MappedRange;
 
 /// Which decoder ptxed runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +24,7 @@ pub struct Options {
     pub decoder: DecoderKind,
     pub config: Config,
     pub image: Image,
-    pub trace: Vec<u8>,
+    pub trace: MappedRange,
     pub dont_print_insn: bool,
     pub quiet: bool,
     pub print_stats: bool,
@@ -68,8 +71,8 @@ fn parse_cpu(text: &str) -> anyhow::Result<CpuArg> {
     Ok(CpuArg::Model(cpu.family, cpu.model))
 }
 
-/// Loads `FILE[:FROM[-TO]]` of the trace.
-fn load_trace(arg: &str) -> anyhow::Result<Vec<u8>> {
+/// Maps `FILE[:FROM[-TO]]` of the trace.
+fn load_trace(arg: &str) -> anyhow::Result<MappedRange> {
     let (path, range) = match arg.rsplit_once(':') {
         Some((name, r)) => match parse_range(r) {
             Some(range) => (name, Some(range)),
@@ -77,22 +80,22 @@ fn load_trace(arg: &str) -> anyhow::Result<Vec<u8>> {
         },
         None => (arg, None),
     };
-    let data = std::fs::read(path).with_context(|| format!("failed to open {path}"))?;
+    let whole =
+        MappedRange::whole(Path::new(path)).with_context(|| format!("failed to open {path}"))?;
     let Some((from, to)) = range else {
-        return Ok(data);
+        return Ok(whole);
     };
-    let from = usize::try_from(from)?;
-    if from >= data.len() {
+    if from >= whole.file_len() {
         bail!("bad offset {from:#x} into {path}");
     }
-    let end = match to {
-        Some(to) => usize::try_from(to)?,
-        None => data.len(),
-    };
-    if end > data.len() || end <= from {
+    let end = to.unwrap_or(whole.file_len());
+    if end <= from {
         bail!("bad range {end:#x} in {path}");
     }
-    Ok(data[from..end].to_vec())
+    match MappedRange::open(Path::new(path), from..end)? {
+        Some(part) => Ok(part),
+        None => bail!("bad range {end:#x} in {path}"),
+    }
 }
 
 fn parse_range(r: &str) -> Option<(u64, Option<u64>)> {
@@ -108,7 +111,7 @@ pub fn parse(args: &[String]) -> anyhow::Result<Options> {
         decoder: DecoderKind::Block,
         config: Config::default(),
         image: Image::new(),
-        trace: Vec::new(),
+        trace: MappedRange::empty(),
         dont_print_insn: false,
         quiet: false,
         print_stats: false,

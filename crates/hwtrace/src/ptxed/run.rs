@@ -345,7 +345,7 @@ pub fn run(mut o: Options, out: &mut dyn Write) -> anyhow::Result<()> {
         session.start(out)?;
         Some(session)
     };
-    let dec = InsnDecoder::new(&o.trace, o.config, Mem(image));
+    let dec = InsnDecoder::new(o.trace.bytes(), o.config, Mem(image));
     let mut run = Run {
         sideband,
         context: None,
