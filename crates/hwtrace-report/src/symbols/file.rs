@@ -435,12 +435,12 @@ fn functions(
             let section_end = segments
                 .iter()
                 .find(|s| f.addr.wrapping_sub(s.vaddr) < s.mem_size)
-                .map(|s| s.vaddr + s.mem_size);
+                .map(|s| s.vaddr.saturating_add(s.mem_size));
             let end = match (next, section_end) {
                 (Some(n), Some(e)) => n.min(e),
                 (Some(n), None) => n,
                 (None, Some(e)) => e,
-                (None, None) => f.addr + 1,
+                (None, None) => f.addr.saturating_add(1),
             };
             f.size = end.saturating_sub(f.addr).max(1);
         }
