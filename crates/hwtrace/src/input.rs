@@ -122,25 +122,39 @@ pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     Ok(Some(map))
 }
 
+/// A new file in the temporary folder (another process's leftover of the
+/// same name is passed over), for decompressing `path` into.
+fn temporary_file(path: &Path) -> Result<(File, std::path::PathBuf)> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let name =
+            std::env::temp_dir().join(format!("hwtrace-{}-{n}.decompressed", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&name)
+        {
+            Ok(file) => return Ok((file, name)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && n < 1000 => continue,
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "{}: cannot create {} to decompress into",
+                        path.display(),
+                        name.display()
+                    )
+                });
+            }
+        }
+    }
+}
+
 /// Decompresses the LZ4 frames of `file` (named `path`) into a temporary
 /// file whose name is removed at once, and returns that file.
 fn decompress(mut file: File, path: &Path) -> Result<File> {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let name =
-        std::env::temp_dir().join(format!("hwtrace-{}-{n}.decompressed", std::process::id()));
-    let out = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&name)
-        .with_context(|| {
-            format!(
-                "{}: cannot create {} to decompress into",
-                path.display(),
-                name.display()
-            )
-        })?;
+    let (out, name) = temporary_file(path)?;
     // Unlinked now: the file lives as long as it is open or mapped.
     let _ = std::fs::remove_file(&name);
     std::io::Seek::rewind(&mut file).with_context(|| format!("cannot read {}", path.display()))?;
