@@ -183,6 +183,20 @@ fn strict_decoding_names_the_option_libxdc_reads_by() -> Result<()> {
     Ok(())
 }
 
+/// What the library decodes a real case from: its page cache as an
+/// image, its trace, and tracing's status read as libxdc reads it.
+fn library_input(name: &str) -> Result<(hwtrace_mem::image::Image, Vec<u8>, hwtrace_flow::Config)> {
+    let dir = case_dir(name);
+    let pages = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
+    let mut image = hwtrace_mem::image::Image::new();
+    image.add_page_cache(None, pages, name);
+    let config = hwtrace_flow::Config {
+        lenient_status: true,
+        ..hwtrace_flow::Config::default()
+    };
+    Ok((image, std::fs::read(dir.join("trace.pt"))?, config))
+}
+
 /// The library's [`LibxdcMap`](hwtrace_report::coverage::libxdc::LibxdcMap),
 /// as a fuzzer would use it (one trace per execution, the code learned
 /// kept between them): libxdc's hash and map on each real trace, the same
@@ -191,21 +205,12 @@ fn strict_decoding_names_the_option_libxdc_reads_by() -> Result<()> {
 /// code forgotten on request.
 #[test]
 fn the_library_map_is_libxdcs_trace_after_trace() -> Result<()> {
-    use hwtrace_flow::Config;
-    use hwtrace_mem::image::Image;
     use hwtrace_report::coverage::libxdc::{LibxdcMap, MapSizeError};
 
     ensure!(LibxdcMap::new(1000).err() == Some(MapSizeError(1000)));
     for name in CASES {
         let dir = case_dir(name);
-        let pages = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
-        let mut image = Image::new();
-        image.add_page_cache(None, pages, name);
-        let trace = std::fs::read(dir.join("trace.pt"))?;
-        let config = Config {
-            lenient_status: true,
-            ..Config::default()
-        };
+        let (image, trace, config) = library_input(name)?;
         let mut map = LibxdcMap::new(afl::MAP_SIZE)?;
         let first = map.decode(&trace, config, &image);
         let want = map_from_libxdc_edges(&dir, afl::MAP_SIZE)?;
@@ -253,20 +258,11 @@ fn the_library_map_is_libxdcs_trace_after_trace() -> Result<()> {
 /// [`LibxdcMap::decode_with_edges`]: hwtrace_report::coverage::libxdc::LibxdcMap::decode_with_edges
 #[test]
 fn the_library_edges_are_libxdcs_trace_mode_list() -> Result<()> {
-    use hwtrace_flow::Config;
-    use hwtrace_mem::image::Image;
     use hwtrace_report::coverage::libxdc::LibxdcMap;
 
     for name in CASES {
         let dir = case_dir(name);
-        let pages = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
-        let mut image = Image::new();
-        image.add_page_cache(None, pages, name);
-        let trace = std::fs::read(dir.join("trace.pt"))?;
-        let config = Config {
-            lenient_status: true,
-            ..Config::default()
-        };
+        let (image, trace, config) = library_input(name)?;
         let mut map = LibxdcMap::new(afl::MAP_SIZE)?;
         let mut ours = Vec::new();
         map.decode_with_edges(&trace, config, &image, |from, to| {
