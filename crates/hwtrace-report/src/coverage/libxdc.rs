@@ -82,7 +82,7 @@ impl LibxdcMap {
         config: Config,
         memory: M,
     ) -> TraceSummary {
-        self.run(trace, config, memory, |_, _| {}, false)
+        self.run::<M, false>(trace, config, memory, |_, _| {})
     }
 
     /// [`decode`](Self::decode), also handing `on_edge` every edge in
@@ -98,25 +98,26 @@ impl LibxdcMap {
         memory: M,
         on_edge: impl FnMut(u64, u64),
     ) -> TraceSummary {
-        self.run(trace, config, memory, on_edge, true)
+        self.run::<M, true>(trace, config, memory, on_edge)
     }
 
-    /// Decodes `trace`; `listing` when the edges are listed (what libxdc
+    /// Decodes `trace`; `LISTING` when the edges are listed (what libxdc
     /// does with a FUP before an asynchronous disable then depends on
     /// whether the jumps and calls before it were direct, so those are
-    /// looked at; the map alone does not).
-    fn run<M: ReadMemory>(
+    /// looked at, in the code of the last run's address space and mode;
+    /// the map alone needs none of it, and its decode is compiled
+    /// without).
+    fn run<M: ReadMemory, const LISTING: bool>(
         &mut self,
         trace: &[u8],
         config: Config,
         memory: M,
         on_edge: impl FnMut(u64, u64),
-        listing: bool,
     ) -> TraceSummary {
         let code = std::mem::take(&mut self.code);
         let dec = FastDecoder::with_code(trace, config, &memory, code);
         let mut flow = Flow::new(FastSource::runs(dec, MAX_STALL));
-        let mut edges = Edges {
+        let mut edges = Edges::<_, _, LISTING> {
             map: &mut self.map,
             last: None,
             summary: TraceSummary::default(),
@@ -124,7 +125,6 @@ impl LibxdcMap {
             memory: &memory,
             space: AddressSpace::UNKNOWN,
             mode: ExecMode::Bits64,
-            listing,
             jcc_since_tip: false,
             psb_fup: None,
             last_ip: TRACING_OFF,
@@ -133,9 +133,11 @@ impl LibxdcMap {
             edges.summary.insns += flow.visit_runs(TraceOffset(u64::MAX), &mut |r: &PassedRun| {
                 edges.next(r.run.ip.0);
                 edges.last = Some((r.run.end_ip.0, r.run.end_class));
-                edges.space = r.run.space;
-                if let Some(mode) = r.run.mode {
-                    edges.mode = mode;
+                if LISTING {
+                    edges.space = r.run.space;
+                    if let Some(mode) = r.run.mode {
+                        edges.mode = mode;
+                    }
                 }
             });
             match flow.next() {
@@ -144,7 +146,7 @@ impl LibxdcMap {
                     edges.summary.insns += 1;
                     edges.next(insn.ip);
                     edges.last = Some((insn.ip, insn.class));
-                    if let Some(mode) = insn.mode {
+                    if let (true, Some(mode)) = (LISTING, insn.mode) {
                         edges.mode = mode;
                     }
                 }
@@ -228,7 +230,7 @@ pub const TRACING_OFF: u64 = u64::MAX;
 /// The map being added to, the edges' callback, and the last instruction
 /// executed (its address and class), whose branch the next instruction
 /// ends.
-struct Edges<'m, F, M> {
+struct Edges<'m, F, M, const LISTING: bool> {
     map: &'m mut [u8],
     last: Option<(u64, InsnClass)>,
     summary: TraceSummary,
@@ -238,8 +240,6 @@ struct Edges<'m, F, M> {
     memory: &'m M,
     space: AddressSpace,
     mode: ExecMode,
-    /// Whether the edges are listed ([`LibxdcMap::decode_with_edges`]).
-    listing: bool,
     /// Whether a conditional branch ran since the last branch whose target
     /// the trace gave (or since tracing was switched on): where libxdc's
     /// walk through the code stops, waiting for a TNT bit or a TIP
@@ -256,7 +256,7 @@ struct Edges<'m, F, M> {
 /// to itself would never end).
 const WALK_LIMIT: usize = 4096;
 
-impl<F: FnMut(u64, u64), M: ReadMemory> Edges<'_, F, M> {
+impl<F: FnMut(u64, u64), M: ReadMemory, const LISTING: bool> Edges<'_, F, M, LISTING> {
     /// The next instruction executed is at `ip`.
     #[inline]
     fn next(&mut self, ip: u64) {
@@ -280,7 +280,7 @@ impl<F: FnMut(u64, u64), M: ReadMemory> Edges<'_, F, M> {
             InsnClass::Other | InsnClass::Ptwrite | InsnClass::Unknown => return,
             _ => {}
         }
-        if self.listing {
+        if LISTING {
             let indirect = match class {
                 InsnClass::CondJump => {
                     self.jcc_since_tip = true;
@@ -353,7 +353,7 @@ impl<F: FnMut(u64, u64), M: ReadMemory> Edges<'_, F, M> {
     fn async_disabled(&mut self, at: u64, ip: u64) {
         // The branch before went to `at`, where the event came.
         self.next(at);
-        if self.listing {
+        if LISTING {
             if !self.jcc_since_tip
                 && let Some(waiting) = self.walk(at)
             {
