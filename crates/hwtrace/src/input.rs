@@ -35,6 +35,12 @@ impl MappedFile {
     pub fn bytes(&self) -> &[u8] {
         self.map.as_deref().unwrap_or(&[])
     }
+
+    /// The map (`None` for no bytes), for a reader that goes on with it
+    /// (the file is not opened, nor decompressed, again).
+    pub fn into_map(self) -> Option<memmap2::Mmap> {
+        self.map
+    }
 }
 
 /// A part of a mapped file (`FILE:FROM-TO` arguments of ptdump and ptxed).
@@ -53,18 +59,19 @@ impl MappedRange {
         }
     }
 
-    /// `range` of the file at `path`, mapped; `None` when the range is not
-    /// within the file (`start` past its end, or `end` before `start` or
-    /// past the end).
-    pub fn open(path: &Path, range: std::ops::Range<u64>) -> Result<Option<Self>> {
-        let file = MappedFile::open(path)?;
-        let len = file.bytes().len() as u64;
-        if range.start > range.end || range.end > len {
-            return Ok(None);
+    /// `range` of this file (whole as [`Self::whole`] maps it); `None`
+    /// when it is not within the file (`start` past `end`, or `end` past
+    /// the file's end).
+    pub fn narrowed(self, range: std::ops::Range<u64>) -> Option<Self> {
+        if range.start > range.end || range.end > self.file_len() {
+            return None;
         }
         // Both bounds are within the mapped bytes, so they fit in usize.
-        let range = usize::try_from(range.start)?..usize::try_from(range.end)?;
-        Ok(Some(Self { file, range }))
+        let range = usize::try_from(range.start).ok()?..usize::try_from(range.end).ok()?;
+        Some(Self {
+            file: self.file,
+            range,
+        })
     }
 
     /// The whole file at `path`, mapped.

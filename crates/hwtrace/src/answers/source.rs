@@ -284,10 +284,9 @@ impl Source {
                 path.display()
             );
         }
-        // Mapped again as a trace whose decoded pages go back to the
-        // kernel: the resident size stays flat on huge traces.
-        drop(trace);
-        let trace = MappedTrace::open(path)?;
+        // Kept as a trace whose decoded pages go back to the kernel: the
+        // resident size stays flat on huge traces.
+        let trace = MappedTrace::from_map(trace.into_map());
         Ok(Self {
             input: Input::Pt {
                 path: path.clone(),

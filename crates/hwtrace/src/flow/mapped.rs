@@ -32,10 +32,15 @@ impl MappedTrace {
     /// Maps `path` read-only ([`crate::input::map_file`]: an LZ4-compressed
     /// trace is decompressed first).
     pub fn open(path: &Path) -> Result<Self> {
-        Ok(Self {
-            map: crate::input::map_file(path)?,
+        Ok(Self::from_map(crate::input::map_file(path)?))
+    }
+
+    /// A file already mapped ([`crate::input::MappedFile::into_map`]).
+    pub fn from_map(map: Option<memmap2::Mmap>) -> Self {
+        Self {
+            map,
             released: AtomicU64::new(0),
-        })
+        }
     }
 
     /// The file's bytes.

@@ -38,7 +38,7 @@ pub fn load_range(range: &FileRange) -> anyhow::Result<MappedRange> {
         bail!("bad offset {:#x} into {}", range.from, range.path.display());
     }
     let end = range.to.unwrap_or(size);
-    match MappedRange::open(&range.path, range.from..end)? {
+    match whole.narrowed(range.from..end) {
         Some(part) => Ok(part),
         None => bail!("bad range {end:#x} in {}", range.path.display()),
     }

@@ -92,7 +92,7 @@ fn load_trace(arg: &str) -> anyhow::Result<MappedRange> {
     if end <= from {
         bail!("bad range {end:#x} in {path}");
     }
-    match MappedRange::open(Path::new(path), from..end)? {
+    match whole.narrowed(from..end) {
         Some(part) => Ok(part),
         None => bail!("bad range {end:#x} in {path}"),
     }
