@@ -396,3 +396,71 @@ fn a_conditional_branch_leaving_the_filter_is_no_edge() -> Result<()> {
     );
     Ok(())
 }
+
+/// `hwtrace libxdc` over several traces of one target: each trace's hash
+/// is libxdc's, a trace seen before (here the same trace LZ4-compressed,
+/// as kAFL saves it) sets no new counter and says so, and `--edges` writes
+/// libxdc's edge list of each.
+#[test]
+fn libxdc_command_hashes_trace_after_trace() -> Result<()> {
+    let scratch = std::env::temp_dir().join(format!("hwtrace-libxdc-cmd-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let result = (|| -> Result<()> {
+        for name in CASES {
+            let dir = case_dir(name);
+            let plain = dir.join("trace.pt");
+            let packed = scratch.join(format!("{name}.pt.lz4"));
+            let status = Command::new("lz4")
+                .args(["-q", "-f"])
+                .arg(&plain)
+                .arg(&packed)
+                .status()
+                .context("lz4 (Debian package lz4, scripts/setup.sh)")?;
+            ensure!(status.success());
+            let edges = scratch.join(format!("{name}-edges"));
+            let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+                .args(["libxdc", "--lenient", "--json", "--pages"])
+                .arg(&dir)
+                .arg(&plain)
+                .arg(&packed)
+                .arg("--edges")
+                .arg(&edges)
+                .output()?;
+            ensure!(out.status.success(), "{name}: {out:?}");
+            let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)?
+                .lines()
+                .map(serde_json::from_str)
+                .collect::<Result<_, _>>()?;
+            ensure!(lines.len() == 2, "{name}: {lines:?}");
+            let want = format!("{:#018x}", libxdc_hash(&dir)?);
+            for (line, first) in lines.iter().zip([true, false]) {
+                ensure!(line["hash"] == want.as_str(), "{name}: {line}");
+                ensure!(line["first_with_hash"] == first, "{name}: {line}");
+                ensure!(line["errors"] == 0, "{name}: {line}");
+            }
+            let set = lines[0]["counters_set"].as_u64().context("counters_set")?;
+            ensure!(lines[0]["counters_new"] == set, "{name}: {}", lines[0]);
+            ensure!(lines[1]["counters_new"] == 0, "{name}: {}", lines[1]);
+            let reference = std::fs::read(dir.join("reference/libxdc-edges.txt"))?;
+            for file in ["trace.pt.edges", &format!("{name}.pt.lz4.edges")] {
+                ensure!(
+                    std::fs::read(edges.join(file))? == reference,
+                    "{name}: {file} is not libxdc's edge list"
+                );
+            }
+        }
+        // Strict decoding of a trace with VM exits: errors, exit code 2,
+        // and the option that reads the trace as libxdc does.
+        let unzip = case_dir("Unzip");
+        let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+            .args(["libxdc", "--pages"])
+            .arg(&unzip)
+            .arg(unzip.join("trace.pt"))
+            .output()?;
+        ensure!(out.status.code() == Some(2), "{out:?}");
+        ensure!(String::from_utf8(out.stderr)?.contains("--lenient"));
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}

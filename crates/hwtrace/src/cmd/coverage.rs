@@ -89,7 +89,7 @@ impl From<AflEdgesArg> for afl::AflEdges {
 }
 
 /// `--afl-map-size`: bytes, decimal or 0x-hex, or with K or M.
-fn parse_map_size(text: &str) -> Result<usize, String> {
+pub(crate) fn parse_map_size(text: &str) -> Result<usize, String> {
     let (digits, unit) = match text.strip_suffix(['K', 'k']) {
         Some(d) => (d, 1 << 10),
         None => match text.strip_suffix(['M', 'm']) {

@@ -7,6 +7,7 @@ mod cpuid;
 mod dump;
 pub(crate) mod flow;
 mod lbr;
+mod libxdc;
 mod mem;
 mod msr;
 mod perf;
@@ -55,6 +56,8 @@ pub enum Command {
     Timeline(timeline::TimelineArgs),
     /// Basic blocks and edges with hit counts from any trace: drcov, lcov, AFL bitmap, JSON.
     Coverage(coverage::CoverageArgs),
+    /// libxdc's bitmap (kAFL/Nyx) of each of many raw traces: hash, counters set and new, edge lists.
+    Libxdc(libxdc::LibxdcArgs),
     /// Summarise a trace: top functions, images, threads, trace health.
     Report(report::ReportArgs),
 }
@@ -77,6 +80,7 @@ pub fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Calls(args) => calls::run(args),
         Command::Timeline(args) => timeline::run(args),
         Command::Coverage(args) => coverage::run(args),
+        Command::Libxdc(args) => libxdc::run(args),
         Command::Report(args) => report::run(args),
     }
 }
