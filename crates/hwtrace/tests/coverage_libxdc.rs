@@ -459,6 +459,23 @@ fn libxdc_command_hashes_trace_after_trace() -> Result<()> {
             .output()?;
         ensure!(out.status.code() == Some(2), "{out:?}");
         ensure!(String::from_utf8(out.stderr)?.contains("--lenient"));
+        // A trace that cannot be read is named; the others are decoded.
+        let foo = case_dir("foo");
+        let missing = scratch.join("missing.pt");
+        let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+            .args(["libxdc", "--lenient", "--pages"])
+            .arg(&foo)
+            .arg(&missing)
+            .arg(foo.join("trace.pt"))
+            .output()?;
+        ensure!(out.status.code() == Some(2), "{out:?}");
+        let stdout = String::from_utf8(out.stdout)?;
+        ensure!(
+            String::from_utf8(out.stderr)?.contains(&missing.display().to_string())
+                && stdout.contains(&format!("hash {:#018x}", libxdc_hash(&foo)?))
+                && stdout.contains("1 traces unreadable"),
+            "{stdout}"
+        );
         Ok(())
     })();
     let _ = std::fs::remove_dir_all(&scratch);

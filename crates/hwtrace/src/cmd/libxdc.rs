@@ -48,7 +48,8 @@ pub struct LibxdcArgs {
     json: bool,
 }
 
-/// Runs `hwtrace libxdc`: exit code 2 when a trace had decode errors.
+/// Runs `hwtrace libxdc`: exit code 2 when a trace had decode errors or
+/// could not be read (it is named on stderr and the others go on).
 pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
     if args.images.is_empty() {
         bail!(
@@ -66,10 +67,19 @@ pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
     let mut seen = vec![false; args.map_size];
     let mut hashes = HashSet::new();
     let mut errors = 0;
+    let mut unreadable = 0;
     let stdout = std::io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for path in &args.traces {
-        let trace = MappedFile::open(path)?;
+        // One unreadable trace among thousands is reported, not the end.
+        let trace = match MappedFile::open(path) {
+            Ok(trace) => trace,
+            Err(e) => {
+                eprintln!("hwtrace libxdc: {e:#}");
+                unreadable += 1;
+                continue;
+            }
+        };
         map.reset_map();
         let summary = match &args.edges {
             Some(dir) => {
@@ -120,10 +130,15 @@ pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
         let total = seen.iter().filter(|&&s| s).count();
         writeln!(
             out,
-            "{} traces, {} distinct maps; {total} of {} counters set by any",
-            args.traces.len(),
+            "{} traces, {} distinct maps; {total} of {} counters set by any{}",
+            args.traces.len() - unreadable,
             hashes.len(),
-            args.map_size
+            args.map_size,
+            if unreadable > 0 {
+                format!("; {unreadable} traces unreadable")
+            } else {
+                String::new()
+            }
         )?;
     }
     out.flush()?;
@@ -132,7 +147,7 @@ pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
             "hwtrace libxdc: {errors} decode errors; libxdc reads tracing's status as --lenient does (a PSB+ saying tracing is on after a VM exit), which may decode through them"
         );
     }
-    Ok(if errors > 0 {
+    Ok(if errors > 0 || unreadable > 0 {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
