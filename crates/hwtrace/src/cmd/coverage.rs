@@ -187,13 +187,7 @@ pub fn run(args: CoverageArgs) -> Result<ExitCode> {
     if let (Some(path), Some((trace, memory, config))) = (&args.libxdc_edges, source.raw_pt()) {
         let mut map = LibxdcMap::new(args.afl_map_size)?;
         write_file(path, "libxdc-edges", |w| {
-            let mut result = Ok(());
-            map.decode_with_edges(trace, config, memory, |from, to| {
-                if result.is_ok() {
-                    result = writeln!(w, "{from:x}->{to:x}");
-                }
-            });
-            result
+            super::libxdc::write_edges(&mut map, trace, config, memory, w).map(drop)
         })?;
     }
     if !args.quiet {

@@ -11,7 +11,9 @@ use crate::image_args::ImageArgs;
 use crate::input::MappedFile;
 use crate::ptdump::cpu::Cpu;
 use anyhow::{Context, Result, bail};
+use hwtrace_flow::Config;
 use hwtrace_report::coverage::libxdc::{LibxdcMap, TraceSummary};
+use hwtrace_types::ReadMemory;
 use std::collections::HashSet;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -87,16 +89,9 @@ pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
                 let file = std::fs::File::create(&edges)
                     .with_context(|| format!("--edges: cannot create {}", edges.display()))?;
                 let mut w = BufWriter::new(file);
-                let mut result = Ok(());
-                let summary = map.decode_with_edges(trace.bytes(), config, &image, |from, to| {
-                    if result.is_ok() {
-                        result = writeln!(w, "{from:x}->{to:x}");
-                    }
-                });
-                result
-                    .and_then(|()| w.flush())
-                    .with_context(|| format!("--edges: writing {}", edges.display()))?;
-                summary
+                write_edges(&mut map, trace.bytes(), config, &image, &mut w)
+                    .and_then(|summary| w.flush().map(|()| summary))
+                    .with_context(|| format!("--edges: writing {}", edges.display()))?
             }
             None => map.decode(trace.bytes(), config, &image),
         };
@@ -152,6 +147,25 @@ pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Decodes `trace` into `map` and writes its edges to `w` as libxdc's
+/// trace mode lists them (`src->dst` in hex, one a line); stops writing at
+/// the first write error, which it returns.
+pub(crate) fn write_edges<M: ReadMemory>(
+    map: &mut LibxdcMap,
+    trace: &[u8],
+    config: Config,
+    memory: M,
+    w: &mut dyn Write,
+) -> std::io::Result<TraceSummary> {
+    let mut result = Ok(());
+    let summary = map.decode_with_edges(trace, config, memory, |from, to| {
+        if result.is_ok() {
+            result = writeln!(w, "{from:x}->{to:x}");
+        }
+    });
+    result.map(|()| summary)
 }
 
 /// `DIR/NAME.edges` for the trace at `path`.
