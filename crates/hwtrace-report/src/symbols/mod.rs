@@ -3,6 +3,8 @@
 //! inlined frames. A PE image's functions come from its PDB when one with
 //! the image's GUID and age is found ([`Symbolizer::set_pdb`], beside the
 //! image, or where its CodeView record says), else from its exports.
+//! Kernel addresses are named from `/proc/kallsyms` text ([`Kallsyms`]),
+//! added as a symbol list.
 //!
 //! Images are added as [`Mapping`]s (a file's bytes from an offset, at an
 //! address, in an address space: what the front end loaded or the perf
