@@ -241,8 +241,14 @@ pub(crate) fn as_stretches(execs: &[Exec], max: u32) -> Vec<Exec> {
 /// Why the flow breaks at an [`Exec::Gap`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GapKind {
-    /// Tracing was disabled (TIP.PGD, filters, end of a stream).
+    /// Tracing was disabled by a branch (TIP.PGD: out of the IP filter,
+    /// into the kernel) or at the end of a stream; the flow goes on where
+    /// it is enabled again.
     Disabled,
+    /// Tracing was disabled between two instructions (FUP + TIP.PGD: an
+    /// interrupt, an exception, a VM exit); the flow goes on where it is
+    /// enabled again.
+    Interrupted,
     /// The processor's internal buffer overflowed (OVF).
     Overflow,
     /// A decode error; decoding resumed at the next PSB.
@@ -252,6 +258,14 @@ pub enum GapKind {
     /// Instructions decoded on without reading trace for too long (a loop
     /// of direct branches): the decoder gave up there and resynchronised.
     Stuck,
+}
+
+impl GapKind {
+    /// Whether the flow goes on after the gap (tracing was off, nothing
+    /// was lost): calls stay open, edges join the blocks on either side.
+    pub fn flow_goes_on(self) -> bool {
+        matches!(self, Self::Disabled | Self::Interrupted)
+    }
 }
 
 /// A file's bytes mapped at an address: what the front end loaded to

@@ -371,7 +371,7 @@ fn a_conditional_branch_leaving_the_filter_is_no_edge() -> Result<()> {
     let trace = PtEncoder::new(config).encode(&execution)?.bytes;
 
     let mut image = Image::new();
-    image.add_bytes(None, Ip(0x1000), code, "code")?;
+    image.add_bytes(None, Ip(0x1000), code.clone(), "code")?;
     let mut map = LibxdcMap::new(afl::MAP_SIZE)?;
     let mut edges = Vec::new();
     let summary = map.decode_with_edges(&trace, hwtrace_flow::Config::default(), &image, |f, t| {
@@ -394,7 +394,32 @@ fn a_conditional_branch_leaving_the_filter_is_no_edge() -> Result<()> {
         map.map() == want.as_slice() && summary.edges == 1,
         "{summary:?}"
     );
-    Ok(())
+
+    // `hwtrace coverage`, from its blocks and edges: the same map (its
+    // edge from 0x1000 to where tracing came back is kept, not counted).
+    let dir = std::env::temp_dir().join(format!("hwtrace-libxdc-filter-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let result = (|| -> Result<()> {
+        let (pt, bin, afl_map) = (dir.join("t.pt"), dir.join("code.bin"), dir.join("t.afl"));
+        std::fs::write(&pt, &trace)?;
+        std::fs::write(&bin, &code)?;
+        let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+            .arg("coverage")
+            .arg(&pt)
+            .arg("--image")
+            .arg(format!("{}@0x1000", bin.display()))
+            .arg("--afl-map")
+            .arg(&afl_map)
+            .output()?;
+        ensure!(out.status.success(), "{out:?}");
+        ensure!(
+            std::fs::read(&afl_map)? == want,
+            "coverage's map is not libxdc's"
+        );
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// `hwtrace libxdc` over several traces of one target: each trace's hash

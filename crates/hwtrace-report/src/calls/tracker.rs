@@ -405,7 +405,7 @@ impl CallTracker {
         sink: &mut dyn CallSink,
     ) -> io::Result<()> {
         let t = self.current(sink)?;
-        if why == GapKind::Disabled {
+        if why.flow_goes_on() {
             self.threads[t].pending = Pending::Resume;
         } else {
             self.unwind_all(t, ExitHow::Gap(why), sink)?;

@@ -201,7 +201,7 @@ impl<W: Write> CallSink for TreeWriter<W> {
     }
 
     fn gap(&mut self, cx: &Context<'_>, offset: TraceOffset, why: GapKind) -> io::Result<()> {
-        if why == GapKind::Disabled {
+        if why.flow_goes_on() {
             return Ok(());
         }
         self.line(cx.thread, 0)?;
@@ -217,6 +217,7 @@ impl<W: Write> CallSink for TreeWriter<W> {
 pub(crate) fn gap_words(why: GapKind) -> &'static str {
     match why {
         GapKind::Disabled => "tracing disabled",
+        GapKind::Interrupted => "tracing interrupted",
         GapKind::Overflow => "internal buffer overflow",
         GapKind::DecodeError => "decode error, resynchronised",
         GapKind::Lost => "data lost before it was written",

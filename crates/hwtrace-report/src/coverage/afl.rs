@@ -77,14 +77,17 @@ pub fn bitmap(cov: &Coverage, which: AflEdges, size: usize) -> Vec<u8> {
         ) else {
             continue;
         };
-        if which == AflEdges::Conditional && from.last_class != InsnClass::CondJump {
-            continue;
-        }
+        let hits = match which {
+            AflEdges::Conditional if from.last_class != InsnClass::CondJump => continue,
+            // libxdc sees no outcome where the branch left the filter.
+            AflEdges::Conditional => e.hits - e.left_filter,
+            AflEdges::All => e.hits,
+        };
         let Some(slot) = map.get_mut(edge_slot(from.last, to.start, size)) else {
             continue;
         };
         // hits increments wrap like `hits` single increments would.
-        *slot = slot.wrapping_add((e.hits % 256) as u8);
+        *slot = slot.wrapping_add((hits % 256) as u8);
     }
     map
 }

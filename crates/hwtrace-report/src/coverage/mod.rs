@@ -74,6 +74,11 @@ pub struct Edge {
     pub to: u32,
     /// How many times.
     pub hits: u64,
+    /// Of `hits`, how many times the block's conditional branch switched
+    /// tracing off (its target left the IP filter: no TNT bit, a TIP.PGD
+    /// without an address) and the flow went on where tracing came back:
+    /// libxdc's map does not count those ([`afl::bitmap`]).
+    pub left_filter: u64,
 }
 
 /// The coverage of a trace.
@@ -180,6 +185,10 @@ pub struct CoverageBuilder {
     /// Whether the general way fills the memo (tests turn it off to
     /// compare).
     memo: bool,
+    /// A chain's last block whose conditional branch switched tracing off
+    /// (a [`GapKind::Disabled`] right after it): the edge out of it is
+    /// counted in [`Edge::left_filter`] too.
+    left_filter: Option<(Chain, u32)>,
 }
 
 /// The memo slot of the transfer from block `from` to a block starting
@@ -221,6 +230,7 @@ impl CoverageBuilder {
             branch_to: None,
             insns: 0,
             memo: true,
+            left_filter: None,
         }
     }
 
@@ -353,7 +363,12 @@ impl CoverageBuilder {
                 }
                 self.branch_to = Some((space, to));
             }
-            Exec::Gap { why, .. } => self.break_flow(why != GapKind::Disabled),
+            Exec::Gap { why, .. } => {
+                self.break_flow(!why.flow_goes_on());
+                if why == GapKind::Disabled {
+                    self.note_left_filter();
+                }
+            }
             // Blocks joined without their edges: a source hands these out
             // only for the call structure ([`Detail::Calls`]), never to
             // coverage; were one given, its blocks are unknown, as if lost.
@@ -367,6 +382,24 @@ impl CoverageBuilder {
                 self.cpu = cpu;
             }
             Exec::Time(_) => {}
+        }
+    }
+
+    /// Tracing was switched off by a branch, after the current chain's
+    /// last block: when that block ends in a conditional branch, the
+    /// branch left the IP filter (a conditional branch writes a TNT bit
+    /// when it stays in, and nothing stops tracing between it and the next
+    /// instruction but an asynchronous event, [`GapKind::Interrupted`]).
+    /// The edge out of it goes the general way, where it is marked.
+    fn note_left_filter(&mut self) {
+        if let Some((chain, id)) = self.last
+            && self
+                .blocks
+                .get(id as usize)
+                .is_some_and(|b| b.last_class == InsnClass::CondJump)
+        {
+            self.left_filter = Some((chain, id));
+            self.here.0 = u32::MAX;
         }
     }
 
@@ -443,8 +476,20 @@ impl CoverageBuilder {
         block.hits += 1;
         self.last = Some((chain, id));
         self.here = (id, open.space.cr3);
+        let left_filter = match self.left_filter {
+            Some((c, from)) if c == chain => {
+                self.left_filter = None;
+                Some(from)
+            }
+            _ => None,
+        };
         if let Some(prev) = prev {
             let edge = self.count_edge(prev, id);
+            if left_filter == Some(prev)
+                && let Some(e) = self.edge_list.get_mut(edge as usize)
+            {
+                e.left_filter += 1;
+            }
             if !self.memo {
                 return;
             }
@@ -497,7 +542,12 @@ impl CoverageBuilder {
         }
         let index = index.unwrap_or_else(|| *self.edges.entry((from, to)).or_insert(next));
         if index == next {
-            self.edge_list.push(Edge { from, to, hits: 0 });
+            self.edge_list.push(Edge {
+                from,
+                to,
+                hits: 0,
+                left_filter: 0,
+            });
         }
         if let Some(edge) = self.edge_list.get_mut(index as usize) {
             edge.hits += 1;
@@ -528,7 +578,7 @@ impl CoverageBuilder {
             .map(|e| Edge {
                 from: new_id[e.from as usize],
                 to: new_id[e.to as usize],
-                hits: e.hits,
+                ..*e
             })
             .collect();
         edges.sort_by_key(|e| (e.from, e.to));

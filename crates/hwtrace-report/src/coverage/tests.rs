@@ -259,13 +259,14 @@ fn libxdcs_map_counts_conditional_branches_alone() {
     // A call, a loop's jcc taken twice and not taken once, a return, a
     // jump: the conditional map holds the jcc's two edges, all of them
     // the call's, the return's and the jump's too; the jcc's edge across
-    // a disable counts, one across lost data does not (no edge at all).
+    // an interrupt counts, one across lost data does not (no edge at all;
+    // across a disable by the jcc itself: the test below).
     let mut flow = vec![insn(0x500, 5, InsnClass::Call)];
     flow.extend(loop_flow());
     flow.push(insn(0x505, 2, InsnClass::Jump));
     flow.push(insn(0x1000, 1, InsnClass::Other));
     flow.push(insn(0x1001, 2, InsnClass::CondJump));
-    flow.push(gap(GapKind::Disabled));
+    flow.push(gap(GapKind::Interrupted));
     flow.push(insn(0x1000, 1, InsnClass::Other));
     flow.push(insn(0x1001, 2, InsnClass::CondJump));
     flow.push(gap(GapKind::Lost));
@@ -483,5 +484,58 @@ fn the_memo_of_transfers_counts_as_the_general_way() {
             assert!(with.edges.len() > 20, "seed {seed}: {with:?}");
             assert_eq!(with, without, "seed {seed}, runs of at most {max}");
         }
+    }
+}
+
+/// A conditional branch followed by tracing switched off by a branch
+/// left the IP filter: the edge to where tracing came back is kept, and
+/// marked, and libxdc's map leaves it out; after an interrupt (tracing
+/// off between two instructions) or after another kind of branch it
+/// counts. The memo (a transfer seen before) marks it the same way.
+#[test]
+fn a_conditional_branch_out_of_the_filter_is_no_libxdc_outcome() {
+    // 1000: jz 2000 (out of the filter); tracing back at 1002.
+    let flow = |why: GapKind, class: InsnClass, times: usize| {
+        let mut v = Vec::new();
+        for _ in 0..times {
+            v.push(insn(0x1000, 2, class));
+            v.push(gap(why));
+            v.push(insn(0x1002, 1, InsnClass::Return));
+        }
+        v
+    };
+    let edge = |cov: &Coverage| {
+        let from = cov
+            .blocks
+            .iter()
+            .position(|b| b.start == Ip(0x1000))
+            .unwrap();
+        let to = cov
+            .blocks
+            .iter()
+            .position(|b| b.start == Ip(0x1002))
+            .unwrap();
+        *cov.edges
+            .iter()
+            .find(|e| (e.from as usize, e.to as usize) == (from, to))
+            .unwrap()
+    };
+    let slot = afl::edge_slot(Ip(0x1000), Ip(0x1002), afl::MAP_SIZE);
+    for times in [1, 3] {
+        let cov = Coverage::from_execs(&flow(GapKind::Disabled, InsnClass::CondJump, times));
+        let e = edge(&cov);
+        assert_eq!((e.hits, e.left_filter), (times as u64, times as u64));
+        let map = afl::bitmap(&cov, afl::AflEdges::Conditional, afl::MAP_SIZE);
+        assert!(map.iter().all(|&c| c == 0), "counted");
+        let all = afl::bitmap(&cov, afl::AflEdges::All, afl::MAP_SIZE);
+        assert_eq!(all[slot], times as u8, "every transfer counts in `all`");
+
+        let cov = Coverage::from_execs(&flow(GapKind::Interrupted, InsnClass::CondJump, times));
+        assert_eq!(edge(&cov).left_filter, 0);
+        let map = afl::bitmap(&cov, afl::AflEdges::Conditional, afl::MAP_SIZE);
+        assert_eq!(map[slot], times as u8);
+
+        let cov = Coverage::from_execs(&flow(GapKind::Disabled, InsnClass::Jump, times));
+        assert_eq!(edge(&cov).left_filter, 0);
     }
 }

@@ -341,7 +341,7 @@ impl<W: Write> CallSink for TimelineWriter<W> {
     }
 
     fn gap(&mut self, cx: &Context<'_>, offset: TraceOffset, why: GapKind) -> io::Result<()> {
-        if why == GapKind::Disabled {
+        if why.flow_goes_on() {
             return Ok(());
         }
         let now = (cx.now.insns, cx.now.tsc);

@@ -187,10 +187,11 @@ impl ItemMapper {
             EventKind::Vmcs { base } | EventKind::AsyncVmcs { base, .. } => {
                 self.space.vmcs = Some(base);
             }
-            EventKind::Disabled { .. } | EventKind::AsyncDisabled { .. } | EventKind::Stop
-                if !event.status_update =>
-            {
+            EventKind::Disabled { .. } | EventKind::Stop if !event.status_update => {
                 self.gap(offset, GapKind::Disabled, sink, report)?;
+            }
+            EventKind::AsyncDisabled { .. } if !event.status_update => {
+                self.gap(offset, GapKind::Interrupted, sink, report)?;
             }
             EventKind::Overflow { .. } => {
                 report.overflows += 1;

@@ -72,6 +72,7 @@ impl CallSink for Health {
         self.time(cx);
         let name = match why {
             GapKind::Disabled => "tracing disabled (filters, system calls, stream ends)",
+            GapKind::Interrupted => "tracing interrupted (interrupts, exceptions, VM exits)",
             GapKind::Overflow => "overflows (the processor lost trace)",
             GapKind::DecodeError => "decode errors (resynchronised at the next PSB)",
             GapKind::Lost => "data lost before it was recorded",
