@@ -21,10 +21,11 @@
 //! Where the map may differ from `hwtrace coverage --afl-map` (whose edges
 //! come from its blocks): the address space is not looked at (libxdc has
 //! one; coverage keeps a chain per CR3), so an outcome across a CR3
-//! change still counts; a conditional branch that leaves the IP filter is
-//! not counted (libxdc sees no TNT bit for it; coverage joins it to where
-//! tracing resumed). Decoding with [`Config::lenient_status`] reads
-//! tracing's on/off status as libxdc does.
+//! change still counts. A conditional branch that leaves the IP filter is
+//! not counted by either (libxdc sees no TNT bit for it; coverage keeps
+//! the edge to where tracing resumed but marks it,
+//! [`Edge::left_filter`](super::Edge::left_filter)). Decoding with
+//! [`Config::lenient_status`] reads tracing's on/off status as libxdc does.
 
 use super::afl::{self, MAX_MAP_SIZE};
 use hwtrace_flow::Config;
