@@ -484,8 +484,38 @@ fn libxdc_command_hashes_trace_after_trace() -> Result<()> {
             .output()?;
         ensure!(out.status.code() == Some(2), "{out:?}");
         ensure!(String::from_utf8(out.stderr)?.contains("--lenient"));
-        // A trace that cannot be read is named; the others are decoded.
+        // Two threads report what one does, in the order given: the same
+        // lines, the first of each hash the first given, new counters
+        // only there.
         let foo = case_dir("foo");
+        let mut traces = Vec::new();
+        for name in CASES {
+            traces.push(case_dir(name).join("trace.pt"));
+            traces.push(foo.join("trace.pt"));
+        }
+        let mut outputs = Vec::new();
+        for jobs in ["1", "2"] {
+            let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+                .args(["libxdc", "--lenient", "--jobs", jobs, "--pages"])
+                .arg(&foo)
+                .args(&traces)
+                .output()?;
+            outputs.push((out.status.code(), String::from_utf8(out.stdout)?));
+        }
+        ensure!(
+            outputs[0] == outputs[1],
+            "--jobs 1 and --jobs 2 differ:\n{}\n---\n{}",
+            outputs[0].1,
+            outputs[1].1
+        );
+        let lines: Vec<&str> = outputs[0].1.lines().collect();
+        ensure!(lines.len() == traces.len() + 1, "{lines:?}");
+        ensure!(
+            !lines[0].contains("(seen)")
+                && lines[1].contains("(seen)")
+                && lines[3].contains("(seen)")
+        );
+        // A trace that cannot be read is named; the others are decoded.
         let missing = scratch.join("missing.pt");
         let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
             .args(["libxdc", "--lenient", "--pages"])

@@ -14,10 +14,12 @@ use anyhow::{Context, Result, bail};
 use hwtrace_flow::Config;
 use hwtrace_report::coverage::libxdc::{LibxdcMap, TraceSummary};
 use hwtrace_types::ReadMemory;
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc;
 
 /// libxdc's bitmap of each trace.
 #[derive(Debug, clap::Args)]
@@ -48,10 +50,18 @@ pub struct LibxdcArgs {
     /// One JSON object per trace instead of text.
     #[arg(long)]
     json: bool,
+    /// Decode on N threads, a trace at a time each (default: every core).
+    /// The output is the same.
+    #[arg(short, long, value_name = "N")]
+    jobs: Option<usize>,
 }
 
 /// Runs `hwtrace libxdc`: exit code 2 when a trace had decode errors or
 /// could not be read (it is named on stderr and the others go on).
+///
+/// Traces are decoded on `--jobs` threads, each with its own map and the
+/// code it learned, and reported in the order given: a trace's new
+/// counters are those no trace before it in that order set.
 pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
     if args.images.is_empty() {
         bail!(
@@ -64,89 +74,191 @@ pub fn run(args: LibxdcArgs) -> Result<ExitCode> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--edges: cannot create {}", dir.display()))?;
     }
-    let mut map = LibxdcMap::new(args.map_size)?;
-    // Every counter any trace set so far, and the hashes seen.
-    let mut seen = vec![false; args.map_size];
-    let mut hashes = HashSet::new();
-    let mut errors = 0;
-    let mut unreadable = 0;
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    for path in &args.traces {
-        // One unreadable trace among thousands is reported, not the end.
-        let trace = match MappedFile::open(path) {
-            Ok(trace) => trace,
-            Err(e) => {
+    LibxdcMap::new(args.map_size)?;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, args.traces.len().max(1));
+    let mut report = Report {
+        seen: vec![false; args.map_size],
+        hashes: HashSet::new(),
+        errors: 0,
+        unreadable: 0,
+        out: BufWriter::new(std::io::stdout().lock()),
+        json: args.json,
+    };
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (tx, rx) = mpsc::channel::<(usize, Result<Outcome>)>();
+    let reported = std::thread::scope(|s| -> Result<()> {
+        for _ in 0..jobs {
+            let tx = tx.clone();
+            let (next, stop, image, args) = (&next, &stop, &image, &args);
+            s.spawn(move || {
+                let Ok(mut map) = LibxdcMap::new(args.map_size) else {
+                    return;
+                };
+                while !stop.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = args.traces.get(i) else {
+                        return;
+                    };
+                    let outcome = decode_one(&mut map, path, image, config, args.edges.as_deref());
+                    if tx.send((i, outcome)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        // Reported in the order given, whichever thread finished first.
+        let mut waiting = BTreeMap::new();
+        let mut due = 0;
+        for (i, outcome) in rx {
+            waiting.insert(i, outcome);
+            while let Some(outcome) = waiting.remove(&due) {
+                let done = outcome.and_then(|o| report.trace(&args.traces[due], o));
+                if done.is_err() {
+                    stop.store(true, Ordering::Relaxed);
+                    return done;
+                }
+                due += 1;
+            }
+        }
+        Ok(())
+    });
+    reported?;
+    report.finish(&args)
+}
+
+/// What decoding one trace gave.
+enum Outcome {
+    /// Its map's hash, the counters it set, what the decode counted.
+    Decoded {
+        hash: u64,
+        set: Vec<u32>,
+        summary: TraceSummary,
+    },
+    /// It could not be read (named in the error).
+    Unreadable(anyhow::Error),
+}
+
+/// Decodes the trace at `path` into `map` (cleared first), writing its edge
+/// list into `edges` when given.
+fn decode_one<M: ReadMemory>(
+    map: &mut LibxdcMap,
+    path: &Path,
+    memory: M,
+    config: Config,
+    edges: Option<&Path>,
+) -> Result<Outcome> {
+    let trace = match MappedFile::open(path) {
+        Ok(trace) => trace,
+        Err(e) => return Ok(Outcome::Unreadable(e)),
+    };
+    map.reset_map();
+    let summary = match edges {
+        Some(dir) => {
+            let edges = edges_file(dir, path);
+            let file = std::fs::File::create(&edges)
+                .with_context(|| format!("--edges: cannot create {}", edges.display()))?;
+            let mut w = BufWriter::new(file);
+            write_edges(map, trace.bytes(), config, memory, &mut w)
+                .and_then(|summary| w.flush().map(|()| summary))
+                .with_context(|| format!("--edges: writing {}", edges.display()))?
+        }
+        None => map.decode(trace.bytes(), config, memory),
+    };
+    let set = (0u32..)
+        .zip(map.map())
+        .filter(|&(_, &c)| c != 0)
+        .map(|(i, _)| i)
+        .collect();
+    Ok(Outcome::Decoded {
+        hash: map.hash(),
+        set,
+        summary,
+    })
+}
+
+/// The traces reported so far: every counter any of them set, the hashes
+/// seen, and the output.
+struct Report<W: Write> {
+    seen: Vec<bool>,
+    hashes: HashSet<u64>,
+    errors: u64,
+    unreadable: usize,
+    out: W,
+    json: bool,
+}
+
+impl<W: Write> Report<W> {
+    /// Reports the next trace, at `path`.
+    fn trace(&mut self, path: &Path, outcome: Outcome) -> Result<()> {
+        let (hash, set, summary) = match outcome {
+            // One unreadable trace among thousands is reported, not the end.
+            Outcome::Unreadable(e) => {
                 eprintln!("hwtrace libxdc: {e:#}");
-                unreadable += 1;
-                continue;
+                self.unreadable += 1;
+                return Ok(());
             }
+            Outcome::Decoded { hash, set, summary } => (hash, set, summary),
         };
-        map.reset_map();
-        let summary = match &args.edges {
-            Some(dir) => {
-                let edges = edges_file(dir, path);
-                let file = std::fs::File::create(&edges)
-                    .with_context(|| format!("--edges: cannot create {}", edges.display()))?;
-                let mut w = BufWriter::new(file);
-                write_edges(&mut map, trace.bytes(), config, &image, &mut w)
-                    .and_then(|summary| w.flush().map(|()| summary))
-                    .with_context(|| format!("--edges: writing {}", edges.display()))?
-            }
-            None => map.decode(trace.bytes(), config, &image),
-        };
-        let mut set = 0;
         let mut new = 0;
-        for (counter, seen) in map.map().iter().zip(seen.iter_mut()) {
-            if *counter != 0 {
-                set += 1;
+        for &i in &set {
+            if let Some(seen) = self.seen.get_mut(i as usize) {
                 new += usize::from(!*seen);
                 *seen = true;
             }
         }
-        let hash = map.hash();
-        let first = hashes.insert(hash);
-        errors += summary.errors;
+        let first = self.hashes.insert(hash);
+        self.errors += summary.errors;
         let line = Line {
             path,
             hash,
-            set,
+            set: set.len(),
             new,
             first,
             summary,
         };
-        if args.json {
-            writeln!(out, "{}", line.json())?;
+        if self.json {
+            writeln!(self.out, "{}", line.json())?;
         } else {
-            writeln!(out, "{}", line.text())?;
+            writeln!(self.out, "{}", line.text())?;
         }
+        Ok(())
     }
-    if !args.json {
-        let total = seen.iter().filter(|&&s| s).count();
-        writeln!(
-            out,
-            "{} traces, {} distinct maps; {total} of {} counters set by any{}",
-            args.traces.len() - unreadable,
-            hashes.len(),
-            args.map_size,
-            if unreadable > 0 {
-                format!("; {unreadable} traces unreadable")
-            } else {
-                String::new()
-            }
-        )?;
+
+    /// The totals; the exit code.
+    fn finish(mut self, args: &LibxdcArgs) -> Result<ExitCode> {
+        if !self.json {
+            let total = self.seen.iter().filter(|&&s| s).count();
+            writeln!(
+                self.out,
+                "{} traces, {} distinct maps; {total} of {} counters set by any{}",
+                args.traces.len() - self.unreadable,
+                self.hashes.len(),
+                args.map_size,
+                if self.unreadable > 0 {
+                    format!("; {} traces unreadable", self.unreadable)
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+        self.out.flush()?;
+        if self.errors > 0 && !args.lenient {
+            eprintln!(
+                "hwtrace libxdc: {} decode errors; libxdc reads tracing's status as --lenient does (a PSB+ saying tracing is on after a VM exit), which may decode through them",
+                self.errors
+            );
+        }
+        Ok(if self.errors > 0 || self.unreadable > 0 {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
+        })
     }
-    out.flush()?;
-    if errors > 0 && !args.lenient {
-        eprintln!(
-            "hwtrace libxdc: {errors} decode errors; libxdc reads tracing's status as --lenient does (a PSB+ saying tracing is on after a VM exit), which may decode through them"
-        );
-    }
-    Ok(if errors > 0 || unreadable > 0 {
-        ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    })
 }
 
 /// Decodes `trace` into `map` and writes its edges to `w` as libxdc's
