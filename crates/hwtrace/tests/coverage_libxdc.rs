@@ -19,11 +19,11 @@
 mod common;
 
 use anyhow::{Context, Result, ensure};
-use hwtrace_flow::insn::{InsnClass, MAX_INSN_SIZE, classify};
+use hwtrace_flow::insn::{InsnClass, read_insn};
 use hwtrace_mem::pagecache::PageCache;
 use hwtrace_packet::ExecMode;
 use hwtrace_report::coverage::afl;
-use hwtrace_types::{AddressSpace, Ip, ReadMemory};
+use hwtrace_types::{AddressSpace, Ip};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -56,13 +56,9 @@ fn map_from_libxdc_edges(dir: &Path, size: usize) -> Result<Vec<u8>> {
         if from == u64::MAX || to == u64::MAX {
             continue;
         }
-        let mut code = [0u8; MAX_INSN_SIZE];
-        let n = pages
-            .read_memory(AddressSpace::UNKNOWN, Ip(from), &mut code)
-            .map_err(|e| anyhow::anyhow!("{from:#x}: {e}"))?;
-        let insn = classify(&code[..n], from, ExecMode::Bits64)
+        let insn = read_insn(&pages, AddressSpace::UNKNOWN, Ip(from), ExecMode::Bits64)
             .map_err(|e| anyhow::anyhow!("{from:#x}: {e:?}"))?;
-        if insn.class == InsnClass::CondJump {
+        if insn.decoded.class == InsnClass::CondJump {
             let slot = &mut map[afl::edge_slot(Ip(from), Ip(to), size)];
             *slot = slot.wrapping_add(1);
             counted += 1;

@@ -30,7 +30,7 @@
 use super::afl::{self, MAX_MAP_SIZE};
 use hwtrace_flow::Config;
 use hwtrace_flow::event::EventKind;
-use hwtrace_flow::insn::{Decoded, DecodedCode, FastDecoder, InsnClass, MAX_INSN_SIZE, classify};
+use hwtrace_flow::insn::{Decoded, DecodedCode, FastDecoder, InsnClass, read_insn};
 use hwtrace_flow::parallel::{FastSource, Flow, FlowItem, MAX_STALL, PassedRun};
 use hwtrace_packet::ExecMode;
 use hwtrace_types::{AddressSpace, Ip, ReadMemory, TraceOffset};
@@ -391,13 +391,11 @@ impl<F: FnMut(u64, u64), M: ReadMemory, const LISTING: bool> Edges<'_, F, M, LIS
     }
 
     /// The instruction at `pc`, in the address space and mode of the last
-    /// run.
+    /// run, read as the decoder reads it (across mappings: a page cache's
+    /// instruction may straddle two pages).
     fn decode_at(&self, pc: u64) -> Option<Decoded> {
-        let mut bytes = [0u8; MAX_INSN_SIZE];
-        let n = self
-            .memory
-            .read_memory(self.space, Ip(pc), &mut bytes)
-            .ok()?;
-        classify(&bytes[..n], pc, self.mode).ok()
+        read_insn(self.memory, self.space, Ip(pc), self.mode)
+            .ok()
+            .map(|c| c.decoded)
     }
 }
