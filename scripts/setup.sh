@@ -13,12 +13,14 @@
 #                        program gcc builds with DWARF (tests/coverage_qemu.rs)
 #   clang, lld, llvm     build a PE + PDB at test time (clang -gcodeview, lld-link)
 #                        and cross-check it with llvm-pdbutil (hwtrace-report/tests/pdb_symbols.rs)
-#   lz4                  compresses traces as kAFL saves them (crates/hwtrace/tests/lz4_traces.rs)
+#   lz4, zstd, xz-utils, bzip2
+#                        compress traces as kAFL and users save them
+#                        (crates/hwtrace/tests/compressed_traces.rs)
 # Idempotent and fast when everything is present: `dpkg -s` is checked before
 # any `apt-get update`.
 set -euo pipefail
 
-packages=(libipt-dev libipt2 linux-perf qemu-user binutils time chromium lcov gcc clang lld llvm lz4)
+packages=(libipt-dev libipt2 linux-perf qemu-user binutils time chromium lcov gcc clang lld llvm lz4 zstd xz-utils bzip2)
 
 missing=()
 for pkg in "${packages[@]}"; do

@@ -1,20 +1,61 @@
 //! Opening trace files without reading them into memory.
 //!
-//! Every input file is memory-mapped. A file in the LZ4 frame format
-//! (kAFL saves its traces so: `traces/*.bin.lz4`, written by python's
-//! `lz4.frame`) is first decompressed into an unlinked temporary file,
-//! which is mapped instead: the disk holds the decompressed trace, memory
-//! only what is being read, however large it is.
+//! Every input file is memory-mapped. A compressed file is first
+//! decompressed into an unlinked temporary file, which is mapped instead:
+//! the disk holds the decompressed trace, memory only what is being read,
+//! however large it is. Compressed files are told by their magic numbers,
+//! whatever their names ([`Compression::of`]): LZ4 frames (kAFL saves its
+//! traces so: `traces/*.bin.lz4`, written by python's `lz4.frame`), zstd
+//! frames (`zstd trace.pt`; the compressor perf itself uses) and gzip
+//! members (`gzip trace.pt`). xz and bzip2 files are named as such and
+//! refused, rather than decoded as trace bytes.
 
 use anyhow::{Context, Result};
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The first four bytes of an LZ4 frame (its magic number, little-endian
-/// 0x184D2204).
-const LZ4_FRAME_MAGIC: [u8; 4] = [0x04, 0x22, 0x4d, 0x18];
+/// How a file is compressed, by the magic number it starts with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compression {
+    /// An LZ4 frame (magic 0x184D2204, little-endian).
+    Lz4,
+    /// A zstd frame (magic 0xFD2FB528, little-endian).
+    Zstd,
+    /// A gzip member (1F 8B, then method 8: deflate).
+    Gzip,
+    /// Formats we do not decompress: named in the error.
+    Unsupported(&'static str),
+}
+
+impl Compression {
+    /// The compression of a file starting with `head` (its first four
+    /// bytes; fewer when it is shorter), `None` for anything else. A whole
+    /// raw trace starts with a PSB (or PADs); a piece cut at a random byte
+    /// starts with one of these magics about once in 2^24 (gzip's three
+    /// bytes), and then fails to decompress with an error saying so.
+    fn of(head: &[u8]) -> Option<Self> {
+        match head {
+            [0x04, 0x22, 0x4d, 0x18, ..] => Some(Self::Lz4),
+            [0x28, 0xb5, 0x2f, 0xfd, ..] => Some(Self::Zstd),
+            [0x1f, 0x8b, 0x08, ..] => Some(Self::Gzip),
+            [0xfd, b'7', b'z', b'X', ..] => Some(Self::Unsupported("xz")),
+            [b'B', b'Z', b'h', ..] => Some(Self::Unsupported("bzip2")),
+            _ => None,
+        }
+    }
+
+    /// Its name in messages.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Lz4 => "LZ4 frame",
+            Self::Zstd => "zstd",
+            Self::Gzip => "gzip",
+            Self::Unsupported(name) => name,
+        }
+    }
+}
 
 /// A trace file mapped into memory (or an empty slice for an empty file,
 /// which cannot be mapped).
@@ -92,8 +133,9 @@ impl MappedRange {
     }
 }
 
-/// Maps `path` read-only, decompressed first when it is an LZ4 frame;
-/// `None` when there are no bytes (an empty file cannot be mapped).
+/// Maps `path` read-only, decompressed first when it is compressed
+/// ([`Compression`]); `None` when there are no bytes (an empty file cannot
+/// be mapped).
 pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let len = file
@@ -101,12 +143,11 @@ pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
         .with_context(|| format!("cannot stat {}", path.display()))?
         .len();
     let mut head = [0u8; 4];
-    if len >= 4 {
-        file.read_exact(&mut head)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-    }
-    if head == LZ4_FRAME_MAGIC {
-        file = decompress(file, path)?;
+    let head = &mut head[..len.min(4) as usize];
+    file.read_exact(head)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if let Some(compression) = Compression::of(head) {
+        file = decompress(file, path, compression)?;
     }
     if file
         .metadata()
@@ -158,30 +199,97 @@ fn temporary_file(path: &Path) -> Result<(File, std::path::PathBuf)> {
     }
 }
 
-/// Decompresses the LZ4 frames of `file` (named `path`) into a temporary
-/// file whose name is removed at once, and returns that file.
-fn decompress(mut file: File, path: &Path) -> Result<File> {
+/// Decompresses `file` (named `path`, compressed with `compression`)
+/// into a temporary file whose name is removed at once, and returns that
+/// file.
+fn decompress(mut file: File, path: &Path, compression: Compression) -> Result<File> {
+    if let Compression::Unsupported(name) = compression {
+        anyhow::bail!(
+            "{}: an {name}-compressed file: decompress it first (`{name} -dk`), \
+             hwtrace reads LZ4, zstd and gzip files as they are",
+            path.display()
+        );
+    }
     let (out, name) = temporary_file(path)?;
     // Unlinked now: the file lives as long as it is open or mapped.
     let _ = std::fs::remove_file(&name);
     std::io::Seek::rewind(&mut file).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut frames = lz4_flex::frame::FrameDecoder::new(BufReader::new(file));
+    let input = BufReader::with_capacity(1 << 16, file);
     let mut sink = BufWriter::with_capacity(1 << 20, &out);
-    let bytes = std::io::copy(&mut frames, &mut sink)
+    let copied = match compression {
+        Compression::Lz4 => {
+            std::io::copy(&mut lz4_flex::frame::FrameDecoder::new(input), &mut sink)
+        }
+        Compression::Gzip => {
+            std::io::copy(&mut flate2::bufread::MultiGzDecoder::new(input), &mut sink)
+        }
+        Compression::Zstd => unzstd(input, &mut sink),
+        Compression::Unsupported(_) => unreachable!("refused above"),
+    };
+    let what = compression.name();
+    let bytes = copied
         .and_then(|n| sink.flush().map(|()| n))
         .with_context(|| {
-            format!(
-                "{}: an LZ4 frame file that does not decompress (a truncated or corrupt kAFL trace dump?)",
-                path.display()
-            )
+            if compression == Compression::Lz4 {
+                format!(
+                    "{}: an LZ4 frame file that does not decompress (a truncated or corrupt kAFL trace dump?)",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "{}: a {what} file that does not decompress (truncated or corrupt?)",
+                    path.display()
+                )
+            }
         })?;
     drop(sink);
     anyhow::ensure!(
         bytes > 0,
-        "{}: an LZ4 frame file that decompresses to nothing",
+        "{}: a {what} file that decompresses to nothing",
         path.display()
     );
     Ok(out)
+}
+
+/// Decompresses the zstd frames of `input` (one after another, as `zstd`
+/// and `cat a.zst b.zst` write them) into `sink`; the decompressed size.
+/// A stream that ends inside a frame is an error.
+fn unzstd(mut input: impl BufRead, sink: &mut impl Write) -> std::io::Result<u64> {
+    let corrupt = |code: usize| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            zstd_safe::get_error_name(code),
+        )
+    };
+    let mut dctx = zstd_safe::DCtx::create();
+    let mut buf = vec![0u8; zstd_safe::DCtx::out_size()];
+    let (mut total, mut in_frame) = (0u64, false);
+    loop {
+        let chunk = input.fill_buf()?;
+        if chunk.is_empty() {
+            if in_frame {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "the zstd stream ends inside a frame",
+                ));
+            }
+            return Ok(total);
+        }
+        let mut src = zstd_safe::InBuffer::around(chunk);
+        let mut dst = zstd_safe::OutBuffer::around(&mut buf[..]);
+        // 0: a frame ended and everything it holds is out.
+        let hint = dctx
+            .decompress_stream(&mut dst, &mut src)
+            .map_err(corrupt)?;
+        let (used, made) = (src.pos(), dst.pos());
+        if used == 0 && made == 0 {
+            return Err(std::io::Error::other("the zstd stream makes no progress"));
+        }
+        in_frame = hint != 0;
+        sink.write_all(&buf[..made])?;
+        total += made as u64;
+        input.consume(used);
+    }
 }
 
 #[cfg(test)]
@@ -217,5 +325,53 @@ mod tests {
             "{e}"
         );
         std::fs::remove_file(&path).unwrap();
+    }
+
+    fn zstd_frame(data: &[u8]) -> Vec<u8> {
+        let mut out = vec![0u8; zstd_safe::compress_bound(data.len())];
+        let n = zstd_safe::compress(&mut out[..], data, 3).unwrap();
+        out.truncate(n);
+        out
+    }
+
+    #[test]
+    fn zstd_frames_decompress_one_after_another_and_a_cut_frame_is_an_error() {
+        let (a, b) = (vec![0x02u8; 300_000], b"\x02\x82 a second frame".to_vec());
+        let both = [zstd_frame(&a), zstd_frame(&b)].concat();
+        let mut out = Vec::new();
+        let n = unzstd(&both[..], &mut out).unwrap();
+        assert_eq!((n, out), (a.len() as u64 + b.len() as u64, [a, b].concat()));
+        let mut out = Vec::new();
+        assert_eq!(unzstd(&[][..], &mut out).unwrap(), 0);
+        let e = unzstd(&both[..both.len() - 3], &mut Vec::new()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{e}");
+        let mut bad = both.clone();
+        bad[4..12].fill(0xff);
+        let e = unzstd(&bad[..], &mut Vec::new()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{e}");
+    }
+
+    #[test]
+    fn magic_numbers_name_the_compression() {
+        assert_eq!(
+            Compression::of(&[0x04, 0x22, 0x4d, 0x18]),
+            Some(Compression::Lz4)
+        );
+        assert_eq!(
+            Compression::of(&[0x28, 0xb5, 0x2f, 0xfd]),
+            Some(Compression::Zstd)
+        );
+        assert_eq!(
+            Compression::of(&[0x1f, 0x8b, 0x08]),
+            Some(Compression::Gzip)
+        );
+        assert_eq!(
+            Compression::of(b"BZh9"),
+            Some(Compression::Unsupported("bzip2"))
+        );
+        // A PSB, PADs, a short file: trace bytes.
+        assert_eq!(Compression::of(&[0x02, 0x82, 0x02, 0x82]), None);
+        assert_eq!(Compression::of(&[0, 0, 0, 0]), None);
+        assert_eq!(Compression::of(&[0x1f, 0x8b]), None);
     }
 }

@@ -1,0 +1,207 @@
+//! Compressed traces: LZ4 as kAFL saves them (`traces/*.bin.lz4`,
+//! python's `lz4.frame`; here compressed by Debian's `lz4`, the reference
+//! implementation), zstd and gzip as their own tools write them. Every
+//! command reads them as the trace itself, a cut-short file is an error
+//! naming it, and xz or bzip2 files are refused by name.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn foo() -> PathBuf {
+    common::shared().join("real/foo")
+}
+
+/// `trace` compressed into `dir` (frames of 64 KiB blocks, as lz4.frame
+/// writes by default, with a content checksum).
+fn compress(trace: &Path, dir: &Path) -> PathBuf {
+    let out = dir.join("trace.pt.lz4");
+    let status = Command::new("lz4")
+        .args(["-q", "-f", "-B4", "--content-size"])
+        .arg(trace)
+        .arg(&out)
+        .status()
+        .expect("lz4 runs (Debian package lz4, scripts/setup.sh)");
+    assert!(status.success());
+    out
+}
+
+/// `trace` compressed by `tool ARGS` (writing to standard output) into
+/// `dir/name`.
+fn compress_with(tool: &str, args: &[&str], trace: &Path, dir: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    let run = Command::new(tool)
+        .args(args)
+        .arg(trace)
+        .output()
+        .unwrap_or_else(|e| panic!("{tool} runs (scripts/setup.sh installs it): {e}"));
+    assert!(run.status.success(), "{tool}: {run:?}");
+    std::fs::write(&out, run.stdout).unwrap();
+    out
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("hwtrace-lz4-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn a_compressed_trace_decodes_as_the_trace_itself() {
+    let dir = scratch("same");
+    let plain = foo().join("trace.pt");
+    let packed = compress(&plain, &dir);
+    assert!(std::fs::metadata(&packed).unwrap().len() < std::fs::metadata(&plain).unwrap().len());
+    let pages = foo();
+    let pages = pages.to_str().unwrap();
+    for args in [
+        vec!["ptdump"],
+        vec!["flow", "--pages", pages, "--lenient", "--no-disasm"],
+        vec![
+            "flow",
+            "--pages",
+            pages,
+            "--lenient",
+            "--quiet",
+            "--stats",
+            "--jobs",
+            "2",
+        ],
+    ] {
+        let run = |trace: &Path| {
+            let mut a = vec![args[0], trace.to_str().unwrap()];
+            a.extend(&args[1..]);
+            common::hwtrace(&a)
+        };
+        let (want, got) = (run(&plain), run(&packed));
+        assert!(want.status.success(), "{args:?}: {want:?}");
+        assert_eq!(got.status.code(), want.status.code(), "{args:?}");
+        assert!(!want.stdout.is_empty(), "{args:?}");
+        assert!(got.stdout == want.stdout, "{args:?}: the outputs differ");
+    }
+    // An answer, and libxdc's edge list (what a kAFL user compares).
+    let edges = dir.join("edges.txt");
+    let out = common::hwtrace(&[
+        "coverage",
+        packed.to_str().unwrap(),
+        "--pages",
+        pages,
+        "--lenient",
+        "--quiet",
+        "--libxdc-edges",
+        edges.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        std::fs::read(&edges).unwrap()
+            == std::fs::read(foo().join("reference/libxdc-edges.txt")).unwrap()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_cut_short_compressed_trace_is_an_error_naming_it() {
+    let dir = scratch("cut");
+    let packed = compress(&foo().join("trace.pt"), &dir);
+    let bytes = std::fs::read(&packed).unwrap();
+    let cut = dir.join("cut.pt.lz4");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let err = common::fails(&["ptdump", cut.to_str().unwrap()]);
+    assert!(
+        err.contains(&cut.display().to_string()) && err.contains("LZ4 frame file"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn zstd_and_gzip_traces_decode_as_the_trace_itself() {
+    let dir = scratch("zstd-gzip");
+    let plain = foo().join("trace.pt");
+    let pages = foo();
+    let pages = pages.to_str().unwrap();
+    let zst = compress_with("zstd", &["-q", "-c", "-19"], &plain, &dir, "trace.pt.zst");
+    let gz = compress_with("gzip", &["-c", "-9"], &plain, &dir, "trace.pt.gz");
+    // Two zstd frames one after the other, and two gzip members: what
+    // `cat a.zst b.zst` makes, one stream of both traces.
+    let twice = |name: &str, part: &Path| {
+        let p = dir.join(name);
+        let b = std::fs::read(part).unwrap();
+        std::fs::write(&p, [b.clone(), b].concat()).unwrap();
+        p
+    };
+    let zst2 = twice("twice.pt.zst", &zst);
+    let gz2 = twice("twice.pt.gz", &gz);
+    let plain2 = dir.join("twice.pt");
+    let b = std::fs::read(&plain).unwrap();
+    std::fs::write(&plain2, [b.clone(), b].concat()).unwrap();
+    for (want, got) in [
+        (&plain, &zst),
+        (&plain, &gz),
+        (&plain2, &zst2),
+        (&plain2, &gz2),
+    ] {
+        for args in [
+            vec!["ptdump"],
+            vec!["flow", "--pages", pages, "--lenient", "--quiet", "--stats"],
+        ] {
+            let run = |trace: &Path| {
+                let mut a = vec![args[0], trace.to_str().unwrap()];
+                a.extend(&args[1..]);
+                common::hwtrace(&a)
+            };
+            // Standard error names the file given.
+            let err = |o: &std::process::Output, p: &Path| {
+                String::from_utf8_lossy(&o.stderr).replace(p.to_str().unwrap(), "TRACE")
+            };
+            let (w, g) = (run(want), run(got));
+            assert!(w.status.success(), "{args:?}: {w:?}");
+            assert!(!w.stdout.is_empty() || !w.stderr.is_empty(), "{args:?}");
+            assert_eq!(g.status.code(), w.status.code(), "{got:?} {args:?}");
+            assert!(g.stdout == w.stdout, "{got:?} {args:?}: the outputs differ");
+            assert_eq!(err(&g, got), err(&w, want), "{got:?} {args:?}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn cut_short_zstd_and_gzip_traces_are_errors_naming_them() {
+    let dir = scratch("cut-zstd-gzip");
+    let plain = foo().join("trace.pt");
+    for (tool, args, name, what) in [
+        ("zstd", &["-q", "-c"][..], "trace.pt.zst", "zstd file"),
+        ("gzip", &["-c"][..], "trace.pt.gz", "gzip file"),
+    ] {
+        let packed = compress_with(tool, args, &plain, &dir, name);
+        let bytes = std::fs::read(&packed).unwrap();
+        let cut = dir.join(format!("cut-{name}"));
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+        let err = common::fails(&["ptdump", cut.to_str().unwrap()]);
+        assert!(
+            err.contains(&cut.display().to_string()) && err.contains(what),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn xz_and_bzip2_traces_are_refused_by_name() {
+    let dir = scratch("xz-bzip2");
+    let plain = foo().join("trace.pt");
+    for (tool, name, what) in [
+        ("xz", "trace.pt.xz", "xz"),
+        ("bzip2", "trace.pt.bz2", "bzip2"),
+    ] {
+        let packed = compress_with(tool, &["-c"], &plain, &dir, name);
+        let err = common::fails(&["flow", packed.to_str().unwrap(), "--pages", "."]);
+        assert!(
+            err.contains(&packed.display().to_string())
+                && err.contains(&format!("an {what}-compressed file")),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
