@@ -31,6 +31,9 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // A corrupt PDB is reported as an error, without the panic message the
+    // `pdb` crate's reader would print first.
+    hwtrace_report::symbols::quiet_caught_panics();
     match cmd::run(cli.command) {
         Ok(code) => code,
         Err(err) => {

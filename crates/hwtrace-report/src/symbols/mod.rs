@@ -31,6 +31,7 @@ mod ranges;
 pub use dwarf::{Dwarf, Frame, LineRange};
 pub use file::{FileFormat, Func, ObjectInfo, Segment};
 pub use kallsyms::{Kallsyms, KallsymsError, LAST_SYMBOL_REACH};
+pub use pdbfile::quiet_caught_panics;
 
 use crate::exec::Mapping;
 use hwtrace_types::{Cr3, Ip};

@@ -7,8 +7,31 @@
 use super::SymbolError;
 use super::file::Func;
 use pdb::FallibleIterator;
+use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
+
+thread_local! {
+    /// Whether this thread is inside the `pdb` crate's reading, where a
+    /// panic is caught and reported as a corrupt PDB ([`read_from`]).
+    static READING_PDB: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Installs (once) a panic hook in front of the one in place that stays
+/// silent for panics the PDB reader catches, so a corrupt PDB is one
+/// error line, not a panic message first. For a program's `main`: a
+/// library leaves the process's panic hook alone unless asked.
+pub fn quiet_caught_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let before = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !READING_PDB.with(Cell::get) {
+                before(info);
+            }
+        }));
+    });
+}
 
 /// What a PE image's CodeView record says about its PDB.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -106,7 +129,10 @@ pub(super) fn read_from<'s, S: pdb::Source<'s> + 's>(
     image_base: u64,
 ) -> Result<Vec<Func>, SymbolError> {
     let read = AssertUnwindSafe(|| parse(source, path, expected, image_base));
-    std::panic::catch_unwind(read).unwrap_or_else(|panic| {
+    let was = READING_PDB.with(|r| r.replace(true));
+    let caught = std::panic::catch_unwind(read);
+    READING_PDB.with(|r| r.set(was));
+    caught.unwrap_or_else(|panic| {
         let why = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
