@@ -54,6 +54,10 @@ fn main() -> Result<()> {
             "--prefix-mib" => dec.prefix_mib = number(&mut args, &a)?,
             "--perf-mib" => dec.perf_mib = number(&mut args, &a)?,
             "--row-budget-secs" => dec.row_budget_secs = number(&mut args, &a)?,
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
             other => bail!("unknown option {other}\n{USAGE}"),
         }
     }
