@@ -2327,3 +2327,67 @@ fn timed_recordings_decode_like_perf_script() {
         std::fs::remove_dir_all(&dir).ok();
     }
 }
+
+/// `--stats` counts with the counting decode, split among threads where a
+/// stream's code never changes: the same instructions as the printed
+/// decode, and the same errors, gaps and missing-code reports in the same
+/// order, on one thread or two with seams everywhere (tiny work units).
+#[test]
+fn stats_count_what_the_printed_decode_prints_on_any_number_of_threads() {
+    let dir = scratch("stats-jobs");
+    // (perf.data, options, whether errors are reported)
+    let mut cases: Vec<(PathBuf, Vec<String>, bool)> = Vec::new();
+    for name in ["foo", "Unzip", "icelake_tip"] {
+        let file = wrap_real_case(&dir, name);
+        // Unzip's PSB+ status updates are errors unless lenient;
+        // icelake_tip's trace runs into kernel code no file holds.
+        cases.push((file.clone(), vec![], name != "foo"));
+        cases.push((file, vec!["--lenient".into()], name == "icelake_tip"));
+    }
+    // Errors blamed on a missing file.
+    let file = write_perf_data(&dir, &PLAIN);
+    let root = sysroot(&dir, "/libc.so.6");
+    let sysroot = vec!["--sysroot".into(), root.display().to_string()];
+    cases.push((file, sysroot, true));
+    for (file, extra, errors) in &cases {
+        let run = |more: &[&str]| {
+            let mut args = vec!["perf", "decode"];
+            args.extend(extra.iter().map(String::as_str));
+            args.extend(more);
+            args.push(file.to_str().unwrap());
+            hwtrace(&args)
+        };
+        let printed = run(&[]);
+        let lines = decoded(&printed).len() as u64;
+        let one = run(&["--stats", "--jobs", "1"]);
+        let two = run(&["--stats", "--jobs", "2", "--unit-bytes", "64"]);
+        let what = format!("{} {extra:?}", file.display());
+        assert_eq!(one.status.code(), printed.status.code(), "{what}");
+        assert_eq!(two.status.code(), printed.status.code(), "{what}");
+        assert!(one.stdout == two.stdout, "{what}: the counts differ");
+        let stats = String::from_utf8_lossy(&one.stdout);
+        assert_eq!(
+            count_before(&stats, " instructions"),
+            lines,
+            "{what}: {stats}"
+        );
+        let err = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(err(&one), err(&printed), "{what}");
+        assert_eq!(err(&two), err(&printed), "{what}");
+        assert_eq!(one.status.code() == Some(2), *errors, "{what}");
+        assert!(!errors || !err(&one).is_empty(), "{what}: nothing reported");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The number right before `word` in `line`.
+fn count_before(line: &str, word: &str) -> u64 {
+    let at = line
+        .find(word)
+        .unwrap_or_else(|| panic!("no {word:?} in {line}"));
+    let digits = line[..at]
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .next()
+        .unwrap();
+    digits.parse().unwrap()
+}

@@ -1,6 +1,7 @@
 //! `hwtrace flow`: the instructions (or blocks, or branches) a PT trace
 //! says were executed, over code images and/or a physical memory dump.
 
+use crate::flow::counted::{self, Tally};
 use crate::flow::{
     Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Piece, PieceBatch, Printer,
     RunEndBatch, RunEndItems, RunPiece, RunPieces, Stats,
@@ -11,14 +12,12 @@ use crate::timing_args::TimingArgs;
 use anyhow::{Context, Result, bail};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use hwtrace_flow::insn::{FastDecoder, InsnDecoder};
-use hwtrace_flow::parallel::{
-    self, FastSource, Flow, FlowItem, ParallelConfig, Sink, Skipped, StepSource,
-};
+use hwtrace_flow::parallel::{self, FastSource, Flow, FlowItem, ParallelConfig, Sink, StepSource};
 use hwtrace_flow::{Config, Errata, TimeConfig};
 use hwtrace_mem::paging::{PagingConfig, PagingMode};
 use hwtrace_mem::phys::Dump;
 use hwtrace_mem::virt::DumpMemory;
-use hwtrace_types::{Cr3, PhysAddr, ReadMemory, TraceOffset};
+use hwtrace_types::{Cr3, PhysAddr, ReadMemory};
 use std::cell::Cell;
 use std::io::{BufWriter, Write};
 use std::path::PathBuf;
@@ -356,43 +355,6 @@ struct Job<'a> {
     counting: bool,
 }
 
-/// What `--quiet` keeps of a stretch of items: counts, and the failures
-/// it reports on stderr. Workers fill it, so nothing per instruction
-/// crosses threads.
-#[derive(Debug)]
-struct Tally {
-    trace_len: u64,
-    /// The offset of the last instruction.
-    offset: u64,
-    stats: Stats,
-    failures: Vec<Item>,
-}
-
-impl Sink for Tally {
-    fn counts_only(&self) -> bool {
-        true
-    }
-
-    fn push_skipped(&mut self, offset: TraceOffset, skipped: Skipped) {
-        self.stats.insns += skipped.insns;
-        self.stats.events += skipped.events;
-        self.offset = offset.0;
-    }
-
-    fn push(&mut self, item: FlowItem) {
-        let item = Item::from(item);
-        match item {
-            Item::Insn { offset, .. } => {
-                self.stats.insns += 1;
-                self.offset = offset;
-            }
-            Item::Error(_) | Item::Stuck { .. } => self.failures.push(item),
-            _ => {}
-        }
-        self.stats.count(&item, self.trace_len);
-    }
-}
-
 impl Job<'_> {
     /// Decodes with the step sources `make` creates, on `jobs` threads.
     fn decode<S: StepSource + Send>(self, make: impl Fn() -> S + Sync) -> Result<ExitCode> {
@@ -503,20 +465,13 @@ impl Job<'_> {
             ..
         } = self;
         let bytes = trace.bytes();
-        let trace_len = bytes.len() as u64;
         let mut stats = Stats::default();
-        let new = |_: usize| Tally {
-            trace_len,
-            offset: 0,
-            stats: Stats::default(),
-            failures: Vec::new(),
-        };
         // Failures are written a line at a time through one buffer (an
         // unbuffered stderr writes each piece of a line on its own). Not
         // locked for the whole decode: a worker thread that panics prints to
         // stderr, and must not wait for a lock the merging thread holds.
         let mut err = std::io::BufWriter::new(std::io::stderr());
-        let mut summed = |t: Tally| -> Result<(), std::convert::Infallible> {
+        counted::count(bytes, jobs, parallel, make, |t: Tally| {
             for f in &t.failures {
                 report_failure(args, f, &mut err);
             }
@@ -528,37 +483,7 @@ impl Job<'_> {
             stats.skipped += t.stats.skipped;
             stats.status_errors += t.stats.status_errors;
             trace.decoded_to(t.offset);
-            Ok(())
-        };
-        if jobs <= 1 {
-            // One flow, its runs passed over whole as the workers pass over
-            // theirs; summed (failures reported, decoded pages let go) at each
-            // failure and every `STRETCH` bytes of trace.
-            const STRETCH: u64 = 4 << 20;
-            let mut flow = Flow::new(make()).with_max_stall(parallel.max_stall);
-            let mut tally = new(0);
-            let mut mark = STRETCH;
-            loop {
-                let skipped = flow.skip_runs(TraceOffset(mark));
-                if skipped != Skipped::default() {
-                    tally.push_skipped(flow.source().offset(), skipped);
-                }
-                let Some(item) = flow.next() else { break };
-                tally.push(item);
-                let at = flow.source().offset().0;
-                if !tally.failures.is_empty() || at >= mark {
-                    let full = std::mem::replace(&mut tally, new(0));
-                    let Ok(()) = summed(full);
-                    mark = mark.max(at.saturating_add(STRETCH));
-                }
-            }
-            let Ok(()) = summed(tally);
-        } else {
-            match parallel::decode_into(bytes, parallel, make, new, summed) {
-                Ok(_) => {}
-                Err(never) => match never {},
-            }
-        }
+        });
         let format = if args.json {
             Format::Json
         } else {

@@ -103,6 +103,16 @@ struct DecodeArgs {
     /// Only counts per stream.
     #[arg(long)]
     stats: bool,
+    /// With --stats: decode each Intel PT stream on N threads, split at its
+    /// PSBs (default: every core; the counts are the same). A stream whose
+    /// code changes with the process switched in (a per-CPU stream of
+    /// several processes, a process that exec'd) decodes on one thread.
+    #[arg(long, short = 'j', value_name = "N", requires = "stats", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    jobs: Option<u64>,
+    /// The least trace bytes a parallel work unit covers (tests use tiny
+    /// units to put seams everywhere).
+    #[arg(long, value_name = "BYTES", hide = true, requires = "stats", value_parser = clap::value_parser!(u64).range(1..))]
+    unit_bytes: Option<u64>,
 }
 
 /// Runs `hwtrace perf`.
@@ -554,6 +564,11 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
         },
         json: args.json,
         time: args.time,
+        jobs: match args.jobs {
+            Some(n) => usize::try_from(n).unwrap_or(1),
+            None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        },
+        unit_bytes: args.unit_bytes,
     };
     let sb = Sideband::collect(&file);
     let kernel = Kernel::for_sideband(&sb, args.kcore.as_deref(), args.kallsyms.as_deref())?;

@@ -17,11 +17,14 @@
 //!   physical dump read through the page tables of the CR3 the trace
 //!   reports;
 //! - [`Printer`] writes items as text lines (with Intel-syntax
-//!   disassembly) or JSON objects.
+//!   disassembly) or JSON objects;
+//! - [`counted::count`] is the counting decode on any number of threads,
+//!   for commands that print only counts and failures.
 //!
 //! Nothing here allocates per instruction: items are `Copy` values and the
 //! printers reuse their buffers.
 
+pub mod counted;
 mod disasm;
 mod items;
 mod mapped;

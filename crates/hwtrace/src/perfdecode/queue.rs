@@ -192,6 +192,20 @@ impl<'s> QueueFlow<'s> {
         self.images.iter().flat_map(|i| &i.missing)
     }
 
+    /// The one code image of a queue without a time line (a queue of one
+    /// process that never exec'd, or of threads no timed switch records
+    /// tell apart): then nothing switches, and a counted decode may split
+    /// the queue's runs among threads. `None` where the image follows
+    /// timed events.
+    pub fn fixed_image(&self) -> Option<&Image> {
+        self.timeline.is_none().then(|| &self.images[0].image)
+    }
+
+    /// The decoder configuration the recording's settings give.
+    pub fn config(&self) -> hwtrace_flow::Config {
+        self.settings.config
+    }
+
     /// The items of one run's `trace` ([`runs`]), the image switched at
     /// each timed event. Each run starts over with the image of every
     /// process that ran here, until a timed event says which one runs;

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 
 use anyhow::Result;
+use hwtrace_flow::insn::FastDecoder;
+use hwtrace_flow::parallel::{FastSource, ParallelConfig};
 use hwtrace_flow::{Config, ErrorKind};
 use hwtrace_perf::data::{AuxQueue, FileOffset, IntelPtInfo, QueueKey, TscConversion};
 use serde_json::json;
@@ -16,6 +18,7 @@ use super::kernel::Kernel;
 use super::queue::{QueueFlow, runs};
 use super::sideband::Sideband;
 use super::symbols::Names;
+use crate::flow::counted;
 use crate::flow::{Branches, Item, RunEndItems};
 
 /// Contiguous AUXTRACE buffers are joined (a packet may straddle two) up to
@@ -45,6 +48,12 @@ pub struct Options {
     pub json: bool,
     /// Each line with its perf time.
     pub time: bool,
+    /// Threads for a counted decode ([`Format::Stats`]) of a stream whose
+    /// code image never changes.
+    pub jobs: usize,
+    /// The least trace bytes of a parallel work unit (the default when
+    /// `None`).
+    pub unit_bytes: Option<u64>,
 }
 
 /// The decoder settings the recording used: AUXTRACE_INFO's words applied
@@ -287,6 +296,32 @@ impl<'s> QueueDecoder<'s> {
                 Branches::new(RunEndItems::new(flow.runs(trace), &passed)).try_for_each(&mut each)
             }
             Format::Insns => flow.items(trace).try_for_each(&mut each),
+            Format::Stats if flow.fixed_image().is_some() => {
+                let opts = printer.opts;
+                let mut names = names;
+                let mut parallel = ParallelConfig::counting(opts.jobs, len);
+                if let Some(unit) = opts.unit_bytes {
+                    parallel.unit_bytes = unit;
+                }
+                let (config, image) = (flow.config(), flow.fixed_image());
+                let image = image.expect("checked by the guard");
+                let make = || {
+                    FastSource::counting(FastDecoder::new(trace, config, image), parallel.max_stall)
+                        .untimed()
+                };
+                // Counted on every core; the failures reported in order.
+                let mut reported = Ok(());
+                counted::count(trace, opts.jobs, &parallel, make, |t| {
+                    printer.report.insns += t.stats.insns;
+                    for f in t.failures {
+                        if reported.is_ok() {
+                            reported =
+                                printer.item(f, flow, start, len, names.as_deref_mut(), out, diag);
+                        }
+                    }
+                });
+                reported
+            }
             Format::Stats => {
                 let mut items = flow.runs(trace);
                 // Only counted: plain code passed over a run at a time.
