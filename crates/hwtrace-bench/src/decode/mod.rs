@@ -141,6 +141,30 @@ fn parse_stats(line: &[u8], c: &mut child::Counts) -> bool {
     true
 }
 
+/// Reads `hwtrace perf decode --stats`'s line of a stream (`cpu C tid T:
+/// ..., N instructions, E errors (...)`); whether it was one.
+fn parse_perf_stats(line: &[u8], c: &mut child::Counts) -> bool {
+    if !line.starts_with(b"cpu ") {
+        return false;
+    }
+    let text = String::from_utf8_lossy(line);
+    let words: Vec<&str> = text
+        .split([' ', ',', '(', ')', ';'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    for pair in words.windows(2) {
+        let Ok(n) = pair[0].parse::<u64>() else {
+            continue;
+        };
+        match pair[1] {
+            "instructions" => *c.insns.get_or_insert(0) += n,
+            "errors" => c.errors += n,
+            _ => {}
+        }
+    }
+    true
+}
+
 /// Counts a printed line that starts with an address.
 fn count_ips(l: &[u8], c: &mut child::Counts) {
     let mut h = IpHash::default();
@@ -240,6 +264,22 @@ impl Bench {
             ok_codes: &[0, 2],
             parse: |l, c| {
                 parse_stats(l, c);
+            },
+        }
+    }
+
+    /// `hwtrace perf decode --stats` of `data` (`input` wrapped as
+    /// perf.data) on `jobs` threads.
+    fn perf_decode_spec(&self, name: &str, data: &Path, jobs: usize) -> Spec {
+        let mut cmd = Command::new(&self.hwtrace);
+        cmd.args(["perf", "decode", "--stats", "--jobs", &jobs.to_string()])
+            .arg(data);
+        Spec {
+            name: name.to_owned(),
+            cmds: vec![cmd],
+            ok_codes: &[0, 2],
+            parse: |l, c| {
+                parse_perf_stats(l, c);
             },
         }
     }
@@ -656,6 +696,20 @@ pub fn run(opts: &Options) -> Result<()> {
     )?);
     rows.push(bench.hwtrace_row(one, Input::Perf, 1)?);
     rows.extend(bench.printing_rows(&perf_data)?);
+    // The prefix as perf.data: `perf decode --stats` counts as `flow` does.
+    let prefix_data = perf::wrap(&bench.corpus, bench.trace(Input::Prefix))?;
+    let mut counted = vec![
+        bench.hwtrace_spec(one, Input::Prefix, 1),
+        bench.perf_decode_spec("hwtrace perf decode --stats --jobs 1", &prefix_data, 1),
+    ];
+    if let Some(n) = bench.jobs {
+        counted.push(bench.perf_decode_spec(
+            &format!("hwtrace perf decode --stats --jobs {n}"),
+            &prefix_data,
+            n,
+        ));
+    }
+    rows.extend(bench.in_turn(Input::Prefix, &counted)?);
     // One thread and all of them, their runs in turn.
     let threads = |input| {
         let mut specs = vec![bench.hwtrace_spec(one, input, 1)];
@@ -913,6 +967,21 @@ mod tests {
         ));
         assert_eq!((c.insns, c.blocks, c.errors), (Some(1200), Some(30), 2));
         assert!(!parse_stats(b"00007fff00001000", &mut c));
+    }
+
+    #[test]
+    fn perf_decode_stats_lines_give_the_counts_of_every_stream() {
+        let mut c = child::Counts::default();
+        assert!(parse_perf_stats(
+            b"cpu -1 tid 4242: 33687392 bytes in 1 buffers, 0 gaps (0 bytes lost), 297775638 instructions, 7344 errors (1406993 bytes skipped); return compression on, mtc_freq 0, tsc:ctc 0/0",
+            &mut c
+        ));
+        assert!(parse_perf_stats(
+            b"cpu 1 tid -: 10 bytes in 1 buffers, 0 gaps (0 bytes lost), 2 instructions, 1 errors (3 bytes skipped); return compression on",
+            &mut c
+        ));
+        assert_eq!((c.insns, c.errors), (Some(297_775_640), 7345));
+        assert!(!parse_perf_stats(b"hwtrace perf decode: 3 errors", &mut c));
     }
 
     #[test]
