@@ -8,7 +8,9 @@
 //! traces so: `traces/*.bin.lz4`, written by python's `lz4.frame`), zstd
 //! frames (`zstd trace.pt`; the compressor perf itself uses) and gzip
 //! members (`gzip trace.pt`). xz and bzip2 files are named as such and
-//! refused, rather than decoded as trace bytes.
+//! refused, rather than decoded as trace bytes. Standard input (`-`) and
+//! pipes cannot be mapped: they are copied (decompressed if need be) into
+//! such a file as they stream in.
 
 use anyhow::{Context, Result};
 use std::fs::File;
@@ -135,20 +137,40 @@ impl MappedRange {
 
 /// Maps `path` read-only, decompressed first when it is compressed
 /// ([`Compression`]); `None` when there are no bytes (an empty file cannot
-/// be mapped).
+/// be mapped). `-` is standard input; standard input, a pipe (`<(zstd -dc
+/// trace.zst)`, `perf record -o - | hwtrace perf decode -`) or any other
+/// file that cannot be mapped is first copied into a temporary file as it
+/// streams in.
 pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
+    if path == Path::new("-") {
+        return map_spooled(spool_stream(std::io::stdin().lock(), path)?, path);
+    }
     let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let len = file
+    let meta = file
         .metadata()
-        .with_context(|| format!("cannot stat {}", path.display()))?
-        .len();
+        .with_context(|| format!("cannot stat {}", path.display()))?;
+    if !meta.is_file() && !meta.is_dir() {
+        // A FIFO, a character device, a socket: read as it comes.
+        return map_spooled(spool_stream(file, path)?, path);
+    }
     let mut head = [0u8; 4];
-    let head = &mut head[..len.min(4) as usize];
+    let head = &mut head[..meta.len().min(4) as usize];
     file.read_exact(head)
         .with_context(|| format!("cannot read {}", path.display()))?;
     if let Some(compression) = Compression::of(head) {
-        file = decompress(file, path, compression)?;
+        std::io::Seek::rewind(&mut file)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        file = spool(
+            BufReader::with_capacity(1 << 16, file),
+            path,
+            Some(compression),
+        )?;
     }
+    map_spooled(file, path)
+}
+
+/// Maps `file` (`path`, or what it was spooled into), `None` when empty.
+fn map_spooled(file: File, path: &Path) -> Result<Option<memmap2::Mmap>> {
     if file
         .metadata()
         .with_context(|| format!("cannot stat {}", path.display()))?
@@ -160,7 +182,7 @@ pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     // SAFETY: the map is read-only and private to this process. The one
     // hazard memmap2 documents is another process truncating or writing
     // the file while it is mapped; trace files are not modified while
-    // hwtrace reads them (a decompressed trace's file has no name left to
+    // hwtrace reads them (a spooled trace's file has no name left to
     // open), and a concurrent truncation would at worst end the run with
     // SIGBUS, never corrupt memory handed out as &[u8] within the map's
     // lifetime.
@@ -170,14 +192,27 @@ pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     Ok(Some(map))
 }
 
+/// Copies a stream that cannot be mapped (`path` names it) into a
+/// temporary file, decompressing it when it starts with a compression's
+/// magic number.
+fn spool_stream(mut input: impl Read, path: &Path) -> Result<File> {
+    let mut head = Vec::with_capacity(4);
+    (&mut input)
+        .take(4)
+        .read_to_end(&mut head)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let compression = Compression::of(&head);
+    let stream = BufReader::with_capacity(1 << 16, std::io::Cursor::new(head).chain(input));
+    spool(stream, path, compression)
+}
+
 /// A new file in the temporary folder (another process's leftover of the
-/// same name is passed over), for decompressing `path` into.
+/// same name is passed over), for copying or decompressing `path` into.
 fn temporary_file(path: &Path) -> Result<(File, std::path::PathBuf)> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     loop {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let name =
-            std::env::temp_dir().join(format!("hwtrace-{}-{n}.decompressed", std::process::id()));
+        let name = std::env::temp_dir().join(format!("hwtrace-{}-{n}.spooled", std::process::id()));
         match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -189,7 +224,7 @@ fn temporary_file(path: &Path) -> Result<(File, std::path::PathBuf)> {
             Err(e) => {
                 return Err(e).with_context(|| {
                     format!(
-                        "{}: cannot create {} to decompress into",
+                        "{}: cannot create {} to copy it into",
                         path.display(),
                         name.display()
                     )
@@ -199,11 +234,11 @@ fn temporary_file(path: &Path) -> Result<(File, std::path::PathBuf)> {
     }
 }
 
-/// Decompresses `file` (named `path`, compressed with `compression`)
-/// into a temporary file whose name is removed at once, and returns that
-/// file.
-fn decompress(mut file: File, path: &Path, compression: Compression) -> Result<File> {
-    if let Compression::Unsupported(name) = compression {
+/// Writes `input` (read from `path`), decompressed as `compression` says
+/// (`None`: as it is), into a temporary file whose name is removed at
+/// once, and returns that file.
+fn spool(input: impl BufRead, path: &Path, compression: Option<Compression>) -> Result<File> {
+    if let Some(Compression::Unsupported(name)) = compression {
         anyhow::bail!(
             "{}: an {name}-compressed file: decompress it first (`{name} -dk`), \
              hwtrace reads LZ4, zstd and gzip files as they are",
@@ -213,41 +248,46 @@ fn decompress(mut file: File, path: &Path, compression: Compression) -> Result<F
     let (out, name) = temporary_file(path)?;
     // Unlinked now: the file lives as long as it is open or mapped.
     let _ = std::fs::remove_file(&name);
-    std::io::Seek::rewind(&mut file).with_context(|| format!("cannot read {}", path.display()))?;
-    let input = BufReader::with_capacity(1 << 16, file);
+    let mut input = input;
     let mut sink = BufWriter::with_capacity(1 << 20, &out);
     let copied = match compression {
-        Compression::Lz4 => {
+        None => std::io::copy(&mut input, &mut sink),
+        Some(Compression::Lz4) => {
             std::io::copy(&mut lz4_flex::frame::FrameDecoder::new(input), &mut sink)
         }
-        Compression::Gzip => {
+        Some(Compression::Gzip) => {
             std::io::copy(&mut flate2::bufread::MultiGzDecoder::new(input), &mut sink)
         }
-        Compression::Zstd => unzstd(input, &mut sink),
-        Compression::Unsupported(_) => unreachable!("refused above"),
+        Some(Compression::Zstd) => unzstd(input, &mut sink),
+        Some(Compression::Unsupported(_)) => unreachable!("refused above"),
     };
-    let what = compression.name();
     let bytes = copied
         .and_then(|n| sink.flush().map(|()| n))
-        .with_context(|| {
-            if compression == Compression::Lz4 {
-                format!(
-                    "{}: an LZ4 frame file that does not decompress (a truncated or corrupt kAFL trace dump?)",
-                    path.display()
-                )
-            } else {
-                format!(
-                    "{}: a {what} file that does not decompress (truncated or corrupt?)",
-                    path.display()
-                )
-            }
+        .with_context(|| match compression {
+            None => format!(
+                "{}: cannot copy it into {} (a file in $TMPDIR)",
+                path.display(),
+                name.display()
+            ),
+            Some(Compression::Lz4) => format!(
+                "{}: an LZ4 frame file that does not decompress (a truncated or corrupt kAFL trace dump?)",
+                path.display()
+            ),
+            Some(c) => format!(
+                "{}: a {} file that does not decompress (truncated or corrupt?)",
+                path.display(),
+                c.name()
+            ),
         })?;
     drop(sink);
-    anyhow::ensure!(
-        bytes > 0,
-        "{}: a {what} file that decompresses to nothing",
-        path.display()
-    );
+    if let Some(c) = compression {
+        anyhow::ensure!(
+            bytes > 0,
+            "{}: a {} file that decompresses to nothing",
+            path.display(),
+            c.name()
+        );
+    }
     Ok(out)
 }
 

@@ -205,3 +205,66 @@ fn xz_and_bzip2_traces_are_refused_by_name() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `hwtrace ARGS…` reading `input` from a pipe (`cat INPUT | hwtrace …`):
+/// standard input cannot be mapped, so it is copied as it streams in.
+fn piped(input: &Path, args: &[&str]) -> std::process::Output {
+    let mut cat = Command::new("cat")
+        .arg(input)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .args(args)
+        .stdin(cat.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert!(cat.wait().unwrap().success());
+    out
+}
+
+#[test]
+fn standard_input_and_pipes_read_as_the_trace_itself() {
+    let dir = scratch("stdin");
+    let plain = foo().join("trace.pt");
+    let gz = compress_with("gzip", &["-c"], &plain, &dir, "trace.pt.gz");
+    let pages = foo();
+    let pages = pages.to_str().unwrap();
+    let p = plain.to_str().unwrap();
+    for (file_args, pipe_args) in [
+        (vec!["dump", p], vec!["dump", "-"]),
+        (vec!["ptdump", p], vec!["ptdump", "-"]),
+        (
+            vec!["flow", p, "--pages", pages, "--lenient", "--no-disasm"],
+            vec!["flow", "-", "--pages", pages, "--lenient", "--no-disasm"],
+        ),
+        // A named pipe given as a file: /dev/stdin.
+        (vec!["ptdump", p], vec!["ptdump", "/dev/stdin"]),
+    ] {
+        let want = common::hwtrace(&file_args);
+        assert!(
+            want.status.success() && !want.stdout.is_empty(),
+            "{file_args:?}"
+        );
+        for input in [&plain, &gz] {
+            let got = piped(input, &pipe_args);
+            assert_eq!(
+                got.status.code(),
+                want.status.code(),
+                "{pipe_args:?} {input:?}"
+            );
+            assert!(
+                got.stdout == want.stdout,
+                "{pipe_args:?} {input:?}: outputs differ"
+            );
+        }
+    }
+    // Nothing on standard input: no trace, said as for an empty file.
+    let empty = dir.join("empty.pt");
+    std::fs::write(&empty, b"").unwrap();
+    let want = common::hwtrace(&["dump", empty.to_str().unwrap()]);
+    let got = piped(&empty, &["dump", "-"]);
+    assert_eq!(got.status.code(), want.status.code());
+    assert_eq!(got.stdout, want.stdout);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -483,6 +483,23 @@ fn decodes_exactly_the_executed_instructions_of_the_thread() {
     );
     let ips: Vec<u64> = decoded(&out).iter().map(|l| l.2).collect();
     assert_same("pipe format", &ips, &executed());
+    // Through a pipe, as `perf record -o - | hwtrace perf decode -`.
+    let mut cat = Command::new("cat")
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let piped = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .args(["perf", "decode", "-"])
+        .stdin(cat.stdout.take().unwrap())
+        .output()
+        .unwrap();
+    assert!(cat.wait().unwrap().success());
+    assert!(piped.status.success(), "{piped:?}");
+    assert!(
+        piped.stdout == out.stdout,
+        "decoded from a pipe, the output differs"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

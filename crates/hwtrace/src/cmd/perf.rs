@@ -59,7 +59,7 @@ enum PerfCommand {
 /// `hwtrace perf decode`'s arguments.
 #[derive(Debug, clap::Args)]
 struct DecodeArgs {
-    /// The perf.data file (file or pipe format); it is memory-mapped.
+    /// The perf.data file (file or pipe format; `-`: standard input, e.g. `perf record -o - | hwtrace perf decode -`); it is memory-mapped.
     file: PathBuf,
     /// Prefix for the paths of the mapped files (a copy of the traced
     /// machine's file system).

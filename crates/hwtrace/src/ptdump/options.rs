@@ -246,7 +246,8 @@ pub fn parse(args: &[String]) -> Result<Invocation, ArgError> {
 
     while let Some(arg) = args.get(it.next) {
         it.next += 1;
-        if !arg.starts_with('-') {
+        // The trace file (`-`: standard input).
+        if !arg.starts_with('-') || arg == "-" {
             if it.next < args.len() {
                 return Err(ArgError::TrailingArguments);
             }
