@@ -149,7 +149,8 @@ pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     let meta = file
         .metadata()
         .with_context(|| format!("cannot stat {}", path.display()))?;
-    if !meta.is_file() && !meta.is_dir() {
+    anyhow::ensure!(!meta.is_dir(), "{} is a directory", path.display());
+    if !meta.is_file() {
         // A FIFO, a character device, a socket: read as it comes.
         return map_spooled(spool_stream(file, path)?, path);
     }
@@ -353,6 +354,8 @@ mod tests {
         std::fs::write(&path, b"\x04\x22").unwrap();
         assert_eq!(MappedFile::open(&path).unwrap().bytes(), b"\x04\x22");
         std::fs::remove_file(&path).unwrap();
+        let e = format!("{:#}", MappedFile::open(&std::env::temp_dir()).unwrap_err());
+        assert!(e.ends_with("is a directory"), "{e}");
     }
 
     #[test]
