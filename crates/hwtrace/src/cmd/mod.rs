@@ -46,7 +46,7 @@ pub enum Command {
     Lbr(lbr::LbrArgs),
     /// Record a command or process with Intel PT, BTS or LBR (perf_event_open) into perf.data.
     Record(record::RecordArgs),
-    /// Look inside perf.data files: info, dump-aux.
+    /// perf.data files: info, dump-aux, decode (Intel PT, BTS, LBR samples).
     Perf(perf::PerfArgs),
     /// Simulate the trace hardware on a real program recorded with qemu-user: PT (with ToPA/single-range output), BTS, LBR.
     Sim(sim::SimArgs),
