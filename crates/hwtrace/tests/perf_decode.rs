@@ -743,7 +743,14 @@ fn wrap_real_case(dir: &Path, name: &str) -> PathBuf {
     let case = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/corpus/real")
         .join(name);
-    let addrs: Vec<u64> = std::fs::read(case.join("pages.addr"))
+    wrap_trace(dir, name, &case.join("trace.pt"), &case, None)
+}
+
+/// A raw trace over a page cache (`pages.addr`, `pages.dump` in `pages`)
+/// written as `dir/NAME.perf.data`: one MMAP2 per run of mapped pages
+/// into the dump, a per-thread stream, and `cpuid` as the CPUID header.
+fn wrap_trace(dir: &Path, name: &str, trace: &Path, pages: &Path, cpuid: Option<&str>) -> PathBuf {
+    let addrs: Vec<u64> = std::fs::read(pages.join("pages.addr"))
         .unwrap()
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
@@ -760,20 +767,21 @@ fn wrap_real_case(dir: &Path, name: &str) -> PathBuf {
     }
     let (mut w, sid) = timeless_pt_writer();
     w.comm(PID, PID, name, true, &sid).unwrap();
-    let dump = case.join("pages.dump").canonicalize().unwrap();
+    let dump = pages.join("pages.dump").canonicalize().unwrap();
     let dump = dump.to_str().unwrap();
     for (addr, size, off) in runs {
         w.mmap2(2, PID, PID, addr, size, off, 5, 2, dump, &sid)
             .unwrap();
     }
     w.itrace_start(PID, PID, &sid).unwrap();
-    let trace = std::fs::read(case.join("trace.pt")).unwrap();
+    let trace = std::fs::read(trace).unwrap();
     w.auxtrace(&trace, 0, 0, 0, PID, u32::MAX).unwrap();
     w.aux(0, trace.len() as u64, 0, &sid).unwrap();
     w.finished_round().unwrap();
     let f = FeatureData {
         arch: Some("x86_64".into()),
         nrcpus: Some((1, 1)),
+        cpuid: cpuid.map(str::to_owned),
         ..FeatureData::default()
     };
     let bytes = w.finish(&f).unwrap().into_inner();
@@ -2407,4 +2415,96 @@ fn count_before(line: &str, word: &str) -> u64 {
         .next()
         .unwrap();
     digits.parse().unwrap()
+}
+
+/// perf.data's CPUID header names the processor whose Intel PT errata
+/// apply, as `hwtrace flow --cpu` does: a trace whose overflows lost the
+/// FUP after the OVF (Skylake's SKD010, what a consumer too slow for its
+/// buffer makes the simulator write) decodes cleanly from a Skylake
+/// recording, with errors from one of no known processor, and `--cpu`
+/// overrides the header.
+#[test]
+fn the_recording_processor_s_errata_apply() {
+    let dir = scratch("errata");
+    let (trace, pages) = (dir.join("t.pt"), dir.join("pages"));
+    let sim = hwtrace(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "-o",
+        trace.to_str().unwrap(),
+        "--code-out",
+        pages.to_str().unwrap(),
+        "--consumer",
+        "1/2",
+        "--topa",
+        "4K,4K",
+        "--",
+        "/bin/ls",
+        "-la",
+        "/usr",
+    ]);
+    assert!(sim.status.success(), "{sim:?}");
+    let flow = |cpu: &[&str]| {
+        let mut args = vec![
+            "flow",
+            trace.to_str().unwrap(),
+            "--pages",
+            pages.to_str().unwrap(),
+        ];
+        args.extend(["--quiet", "--stats", "--json"]);
+        args.extend(cpu);
+        let out = hwtrace(&args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["insns"].as_u64().unwrap(), v["errors"].as_u64().unwrap())
+    };
+    let (skylake, plain) = (flow(&["--cpu", "6/78"]), flow(&[]));
+    assert!(plain.1 > 0 && skylake.1 == 0, "{plain:?} {skylake:?}");
+    let stats = |file: &Path, cpu: &[&str]| {
+        let mut args = vec!["perf", "decode", "--stats", "--json"];
+        args.extend(cpu);
+        args.push(file.to_str().unwrap());
+        let out = hwtrace(&args);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (v["insns"].as_u64().unwrap(), v["errors"].as_u64().unwrap())
+    };
+    let intel = wrap_trace(&dir, "skl", &trace, &pages, Some("GenuineIntel,6,78,3"));
+    let amd = wrap_trace(&dir, "amd", &trace, &pages, Some("AuthenticAMD,25,1,1"));
+    let none = wrap_trace(&dir, "none", &trace, &pages, None);
+    assert_eq!(stats(&intel, &[]), skylake);
+    assert_eq!(stats(&amd, &[]), plain);
+    assert_eq!(stats(&none, &[]), plain);
+    assert_eq!(stats(&none, &["--cpu", "6/78"]), skylake);
+    // The answers read perf.data the same way.
+    let report = |file: &Path, cpu: &[&str]| {
+        let mut args = vec!["report", file.to_str().unwrap()];
+        args.extend(cpu);
+        String::from_utf8_lossy(&hwtrace(&args).stderr).into_owned()
+    };
+    // (Both report the overflows; only the one without workarounds errs.)
+    let errs = |stderr: &str| stderr.lines().filter(|l| l.contains("error")).count();
+    let stderr = report(&intel, &[]);
+    assert!(
+        stderr.contains("overflow") && errs(&stderr) == 0,
+        "{stderr}"
+    );
+    let stderr = report(&none, &[]);
+    assert!(errs(&stderr) > 0, "{stderr}");
+    assert!(stderr.contains("erratum SKD010"), "the hint: {stderr}");
+    assert_eq!(errs(&report(&none, &["--cpu", "6/78"])), 0);
+    // A processor the table does not know: no workarounds, said once.
+    let out = hwtrace(&[
+        "perf",
+        "decode",
+        "--stats",
+        "--cpu",
+        "6/250",
+        none.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no Intel PT errata known for cpu 6/250"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
 }

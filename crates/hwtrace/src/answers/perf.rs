@@ -83,17 +83,20 @@ impl PerfInput {
                 _ => {}
             }
         }
+        let features = if data.header.is_pipe() {
+            records.pipe_features().clone()
+        } else {
+            data.features.clone()
+        };
         let settings = match pt {
-            Some(info) => {
-                let event_config = records
-                    .attrs()
-                    .iter()
-                    .find(|a| a.attr.kind == info.pmu_type)
-                    .map(|a| a.attr.config);
-                let mut settings = PtSettings::new(&info, event_config);
-                settings.config.lenient_status = args.lenient;
-                Some(settings)
-            }
+            Some(info) => Some(PtSettings::for_recording(
+                &info,
+                records.attrs(),
+                features.cpuid,
+                args.cpu,
+                args.lenient,
+                "hwtrace",
+            )),
             None if bts.is_some() => None,
             None => bail!(
                 "{}: no intel_pt or intel_bts AUXTRACE_INFO record: not a hardware trace recording",

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! TRACE                         raw Intel PT, or perf.data (by its magic)
-//!   --image/--elf/--pe/--pages/--cr3, --dump/--la57, --cpu   (raw PT, as `hwtrace flow`)
+//!   --image/--elf/--pe/--pages/--cr3, --dump/--la57         (raw PT, as `hwtrace flow`)
+//!   --cpu                        (errata; perf.data: instead of its CPUID header's)
 //!   --mtc-freq, --nom-freq, --cpuid-0x15.eax/.ebx             (raw PT's timing, as ptdump)
 //!   --sysroot DIR, --vdso FILE, --kcore DIR|FILE             (perf.data, as `hwtrace perf decode`)
 //!   --kallsyms FILE                                          (kernel symbols, any input)
@@ -46,8 +47,9 @@ pub struct SourceArgs {
     pub images: ImageArgs,
     #[command(flatten)]
     pub dump: DumpArgs,
-    /// The processor that wrote a raw PT trace (family/model[/stepping]):
-    /// applies its errata workarounds, as `hwtrace flow --cpu` does.
+    /// The processor that wrote the trace (family/model[/stepping]):
+    /// applies its errata workarounds, as `hwtrace flow --cpu` does (for
+    /// perf.data, instead of the processor its CPUID header names).
     #[arg(long, value_name = "F/M[/S]", value_parser = parse_cpu)]
     pub cpu: Option<Cpu>,
     /// Read tracing's on/off status as perf does (see `hwtrace flow
@@ -154,12 +156,8 @@ impl SourceReport {
     /// Where errors were status updates `--lenient` decodes through: a
     /// line saying so (as `hwtrace flow` prints it).
     pub fn lenient_hint(&self) -> Option<String> {
-        (self.status_errors > 0 && !self.lenient).then(|| {
-            format!(
-                "{} of the errors are PSB+ saying tracing is on where it was off (seen after VM exits): perf and libxdc decode on there, and so does --lenient",
-                self.status_errors
-            )
-        })
+        (self.status_errors > 0 && !self.lenient)
+            .then(|| crate::flow::status_error_hint(self.status_errors, "perf and libxdc decode"))
     }
 }
 

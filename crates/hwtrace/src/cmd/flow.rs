@@ -123,28 +123,32 @@ pub(crate) fn decoder_config(cpu: Option<Cpu>, lenient: bool) -> Config {
         lenient_status: lenient,
         ..Config::default()
     };
-    let Some(cpu) = cpu else {
-        return base;
-    };
-    match Errata::for_model(cpu.family, cpu.model) {
-        Ok(errata) => Config {
-            errata,
-            // SKL168 also makes calibration distrust the first MTC period
-            // after a PSB (as ptxed's `--cpu` does).
-            time: TimeConfig {
-                skl168: errata.skl168,
-                ..base.time
-            },
-            ..base
-        },
-        Err(_) => {
+    match cpu {
+        Some(cpu) => with_errata(base, cpu).unwrap_or_else(|| {
             eprintln!(
                 "hwtrace flow: warning: no Intel PT errata known for cpu {}/{}: decoding without workarounds",
                 cpu.family, cpu.model
             );
             base
-        }
+        }),
+        None => base,
     }
+}
+
+/// `base` with the errata workarounds of `cpu` (libipt's table); `None`
+/// when the table does not know the processor (newer ones need none).
+pub(crate) fn with_errata(base: Config, cpu: Cpu) -> Option<Config> {
+    let errata = Errata::for_model(cpu.family, cpu.model).ok()?;
+    Some(Config {
+        errata,
+        // SKL168 also makes calibration distrust the first MTC period
+        // after a PSB (as ptxed's `--cpu` does).
+        time: TimeConfig {
+            skl168: errata.skl168,
+            ..base.time
+        },
+        ..base
+    })
 }
 
 /// `--dump FILE[@PHYSBASE]` and `--la57`, with the `--cr3` of the image
@@ -504,9 +508,9 @@ impl Job<'_> {
 fn exit_code(args: &FlowArgs, stats: &Stats) -> ExitCode {
     if stats.status_errors > 0 && !args.lenient {
         eprintln!(
-            "hwtrace: {}: {} of the errors are PSB+ saying tracing is on where it was off (seen after VM exits): perf and libxdc decode on there, and so does --lenient",
+            "hwtrace: {}: {}",
             args.trace.display(),
-            stats.status_errors
+            crate::flow::status_error_hint(stats.status_errors, "perf and libxdc decode")
         );
     }
     if stats.errors == 0 {

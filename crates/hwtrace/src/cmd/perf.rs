@@ -100,6 +100,12 @@ struct DecodeArgs {
     /// has told no time yet.
     #[arg(long, conflicts_with = "stats")]
     time: bool,
+    /// The processor that wrote the trace (display family/model[/stepping],
+    /// e.g. 6/85), for its Intel PT errata workarounds (libipt's table, as
+    /// `hwtrace flow --cpu`). Default: the processor perf.data's CPUID
+    /// header names.
+    #[arg(long, value_name = "F/M[/S]", value_parser = crate::cmd::flow::parse_cpu)]
+    cpu: Option<crate::ptdump::cpu::Cpu>,
     /// Only counts per stream.
     #[arg(long)]
     stats: bool,
@@ -540,15 +546,21 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
             path.display()
         );
     }
+    // The processor whose errata apply: asked for, or the recording's.
+    let features = if file.header.is_pipe() {
+        records.pipe_features().clone()
+    } else {
+        file.features.clone()
+    };
     let settings = pt.as_ref().map(|info| {
-        let event_config = records
-            .attrs()
-            .iter()
-            .find(|a| a.attr.kind == info.pmu_type)
-            .map(|a| a.attr.config);
-        let mut settings = PtSettings::new(info, event_config);
-        settings.config.lenient_status = args.lenient;
-        settings
+        PtSettings::for_recording(
+            info,
+            records.attrs(),
+            features.cpuid,
+            args.cpu,
+            args.lenient,
+            "hwtrace perf decode",
+        )
     });
     let opts = Options {
         image: ImageOptions {

@@ -38,7 +38,7 @@ pub use disasm::{Disassembler, Syntax};
 pub use items::{Item, Items};
 pub use mapped::MappedTrace;
 pub use memory::FlowMemory;
-pub use print::{Format, Printer, Stats};
+pub use print::{Format, Printer, Stats, status_error_hint};
 pub use run_blocks::{PieceBatch, RunPiece, RunPieces};
 pub use run_ends::{RunEndBatch, RunEndItems, RunFlow};
 pub use shape::{Blocks, Branches, Piece};

@@ -514,6 +514,15 @@ fn describe_event(ev: &Event, s: &mut String) {
     }
 }
 
+/// The hint for `n` errors that were PSB+ status updates contradicting
+/// the decoded state: what causes them and what decodes through them;
+/// `peers` names the decoders that go on there.
+pub fn status_error_hint(n: u64, peers: &str) -> String {
+    format!(
+        "{n} of the errors are PSB+ saying tracing is on where it was off: seen after VM exits, and after overflows on processors with erratum SKD010 (--cpu F/M applies its workaround); {peers} on there, and so does --lenient"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

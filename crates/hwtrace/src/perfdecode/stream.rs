@@ -10,6 +10,7 @@ use anyhow::Result;
 use hwtrace_flow::insn::FastDecoder;
 use hwtrace_flow::parallel::{FastSource, ParallelConfig};
 use hwtrace_flow::{Config, ErrorKind};
+use hwtrace_perf::data::header::EventAttr;
 use hwtrace_perf::data::{AuxQueue, FileOffset, IntelPtInfo, QueueKey, TscConversion};
 use serde_json::json;
 
@@ -20,6 +21,7 @@ use super::sideband::Sideband;
 use super::symbols::Names;
 use crate::flow::counted;
 use crate::flow::{Branches, Item, RunEndItems};
+use crate::ptdump::cpu::Cpu;
 
 /// Contiguous AUXTRACE buffers are joined (a packet may straddle two) up to
 /// this many bytes; a longer run is decoded in pieces of this size, each
@@ -79,6 +81,42 @@ pub fn perf_time(c: &TscConversion, tsc: u64) -> u64 {
 }
 
 impl PtSettings {
+    /// A recording's settings: AUXTRACE_INFO `info`, the intel_pt event's
+    /// `config` among `attrs`, the errata workarounds of the processor
+    /// `cpu` names (asked for) or else of the one the `cpuid` header names
+    /// (`GenuineIntel,6,85,4`), and tracing's status read as perf does
+    /// when `lenient`. `who` names the command in a warning about a
+    /// processor asked for that the errata table does not know.
+    pub fn for_recording(
+        info: &IntelPtInfo,
+        attrs: &[EventAttr],
+        cpuid: Option<&[u8]>,
+        cpu: Option<Cpu>,
+        lenient: bool,
+        who: &str,
+    ) -> Self {
+        let event_config = attrs
+            .iter()
+            .find(|a| a.attr.kind == info.pmu_type)
+            .map(|a| a.attr.config);
+        let mut settings = Self::new(info, event_config);
+        settings.config.lenient_status = lenient;
+        let recorded = || Cpu::from_perf_cpuid(std::str::from_utf8(cpuid?).ok()?);
+        if let Some(c) = cpu.or_else(recorded) {
+            match crate::cmd::flow::with_errata(settings.config, c) {
+                Some(config) => settings.config = config,
+                // Only a processor asked for is worth a word: the
+                // recording's own may be newer than the table.
+                None if cpu.is_some() => eprintln!(
+                    "{who}: warning: no Intel PT errata known for cpu {}/{}: decoding without workarounds",
+                    c.family, c.model
+                ),
+                None => {}
+            }
+        }
+        settings
+    }
+
     /// From AUXTRACE_INFO and the event's `config` (`None`: not found).
     pub fn new(info: &IntelPtInfo, event_config: Option<u64>) -> Self {
         let cfg = event_config.unwrap_or(0);
@@ -514,8 +552,8 @@ impl Printer<'_> {
         if self.status_errors > 0 && !self.lenient {
             writeln!(
                 diag,
-                "hwtrace perf decode: {key}: {} of the errors are PSB+ saying tracing is on where it was off (seen after VM exits): perf script decodes on there, and so does --lenient",
-                self.status_errors
+                "hwtrace perf decode: {key}: {}",
+                crate::flow::status_error_hint(self.status_errors, "perf script decodes")
             )?;
         }
         for b in self.blame.values() {

@@ -56,6 +56,24 @@ impl Cpu {
         }
     }
 
+    /// The processor a perf.data file was recorded on, from its
+    /// `HEADER_CPUID` feature (`GenuineIntel,6,85,4`: vendor, family,
+    /// model, stepping, as perf writes them on x86); `None` for another
+    /// vendor or form.
+    pub fn from_perf_cpuid(text: &str) -> Option<Self> {
+        let mut parts = text.trim_end_matches('\0').split(',');
+        if parts.next()? != "GenuineIntel" {
+            return None;
+        }
+        let mut number = || parts.next()?.trim().parse::<u64>().ok();
+        let (family, model, stepping) = (number()?, number()?, number().unwrap_or(0));
+        Some(Self {
+            family: u16::try_from(family).ok()?,
+            model: u8::try_from(model).ok()?,
+            stepping: u8::try_from(stepping).ok()?,
+        })
+    }
+
     /// The processor this program runs on, from `/proc/cpuinfo`.
     pub fn current() -> Option<Self> {
         let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
@@ -90,6 +108,27 @@ impl Cpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn perf_cpuid_headers_name_intel_processors_only() {
+        let cpu = |f, m, s| {
+            Some(Cpu {
+                family: f,
+                model: m,
+                stepping: s,
+            })
+        };
+        assert_eq!(Cpu::from_perf_cpuid("GenuineIntel,6,85,4"), cpu(6, 85, 4));
+        assert_eq!(
+            Cpu::from_perf_cpuid("GenuineIntel,6,78,3\0\0"),
+            cpu(6, 78, 3)
+        );
+        assert_eq!(Cpu::from_perf_cpuid("GenuineIntel,6,142"), cpu(6, 142, 0));
+        assert_eq!(Cpu::from_perf_cpuid("AuthenticAMD,25,1,1"), None);
+        assert_eq!(Cpu::from_perf_cpuid("GenuineIntel,6,x,1"), None);
+        assert_eq!(Cpu::from_perf_cpuid("GenuineIntel,6,999,1"), None);
+        assert_eq!(Cpu::from_perf_cpuid(""), None);
+    }
 
     #[test]
     fn parses_family_model_stepping() {
