@@ -412,6 +412,35 @@ fn a_conditional_branch_leaving_the_filter_is_no_edge() -> Result<()> {
             std::fs::read(&afl_map)? == want,
             "coverage's map is not libxdc's"
         );
+        // ptxed (both decoders) follows the flow on past the branch that
+        // left the filter: the instructions in the filter, in order, and
+        // no error (libipt 2.0.5's instruction decoder stops there).
+        for decoder in [None, Some("--insn-decoder")] {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_hwtrace"));
+            cmd.arg("ptxed")
+                .arg("--pt")
+                .arg(&pt)
+                .arg("--raw")
+                .arg(format!("{}:0x1000", bin.display()));
+            cmd.args(decoder);
+            let out = cmd.output()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            ensure!(out.status.success() && !text.contains("error"), "{out:?}");
+            let ips: Vec<&str> = text
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|w| w.starts_with("000000000000"))
+                .collect();
+            ensure!(
+                ips == [
+                    "0000000000001000",
+                    "0000000000001006",
+                    "0000000000001007",
+                    "000000000000100b"
+                ],
+                "{decoder:?}: {text}"
+            );
+        }
         Ok(())
     })();
     let _ = std::fs::remove_dir_all(&dir);
