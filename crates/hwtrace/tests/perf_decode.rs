@@ -2508,3 +2508,115 @@ fn the_recording_processor_s_errata_apply() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `hwtrace record --portable --terms`: the `intel_pt` terms of a real
+/// capture, simulated. With `tsc,mtc,cyc` the perf.data is timed by the
+/// simulator's clock (instruction `i` at TSC 10^9 + i, perf time the TSC)
+/// and `perf script` decodes it with timestamps: the same instructions as
+/// `hwtrace perf decode --time`, perf's estimates within a microsecond of
+/// the clock, ours (ptxed's time: the last timing event's TSC) close to it
+/// wherever they move and never ahead of it; `noretcomp` and
+/// `psb_period` reach the encoder and the settings perf reads.
+#[test]
+fn portable_captures_take_the_real_capture_s_terms() {
+    let dir = scratch("terms");
+    let file = dir.join("timed.data");
+    let terms = "pt,branch,tsc,mtc,mtc_period=3,cyc,cyc_thresh=1,noretcomp,psb_period=0";
+    let out = hwtrace(&[
+        "record",
+        "--portable",
+        "--pt",
+        "--terms",
+        terms,
+        "-o",
+        file.to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let theirs = perf_script_times(&file);
+    let out = hwtrace(&["perf", "decode", "--time", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{out:?}");
+    let ours: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (nanoseconds(f[2]), u64::from_str_radix(f[3], 16).unwrap())
+        })
+        .collect();
+    let ips = ours.iter().map(|l| l.1).collect::<Vec<u64>>();
+    let perf_ips = theirs.iter().map(|l| l.2).collect::<Vec<u64>>();
+    assert_same("perf script vs perf decode --time", &perf_ips, &ips);
+    let clock = |i: usize| 1_000_000_000 + i as u64;
+    let off = theirs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| t.1.abs_diff(clock(i)))
+        .max();
+    assert!(
+        off.is_some_and(|d| d < 1000),
+        "perf's times off by up to {off:?} ns"
+    );
+    let moves: Vec<usize> = (1..ours.len())
+        .filter(|&i| ours[i].0 != ours[i - 1].0)
+        .collect();
+    assert!(moves.len() >= 3, "our time moved {} times", moves.len());
+    // Where ours move (a PSB+'s TSC, an MTC or CYC at an event), within
+    // the timing packets' resolution, the first one exact.
+    assert_eq!(ours[0].0, clock(0));
+    for &i in &moves {
+        assert!(
+            clock(i) - ours[i].0 < 1000,
+            "instruction {i}: {}",
+            ours[i].0
+        );
+    }
+    assert_eq!(
+        ours.iter().enumerate().position(|(i, o)| o.0 > clock(i)),
+        None
+    );
+    // The settings perf reads, and the encoder's: PSBs every 2 KiB.
+    let out = hwtrace(&["perf", "decode", "--stats", file.to_str().unwrap()]);
+    let stats = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stats.contains("return compression off, mtc_freq 3, tsc:ctc 216/2"),
+        "{stats}"
+    );
+    let aux = dir.join("aux.pt");
+    let out = hwtrace(&[
+        "perf",
+        "dump-aux",
+        file.to_str().unwrap(),
+        "-o",
+        aux.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let dump = hwtrace(&["dump", aux.to_str().unwrap()]);
+    let psbs: Vec<u64> = String::from_utf8_lossy(&dump.stdout)
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1) == Some("psb"))
+        .map(|l| u64::from_str_radix(l.split_whitespace().next().unwrap(), 16).unwrap())
+        .collect();
+    assert!(
+        psbs.len() > 3 && psbs.windows(2).all(|w| w[1] - w[0] < 2048 + 64),
+        "{psbs:?}"
+    );
+    // Terms the simulator has no model for are refused before recording.
+    let out = hwtrace(&[
+        "record",
+        "--portable",
+        "--pt",
+        "--terms",
+        "pt,pwr_evt",
+        "-o",
+        dir.join("x.data").to_str().unwrap(),
+        "--",
+        "/bin/true",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("power events"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -72,6 +72,8 @@ pub struct RecordArgs {
     #[arg(long)]
     snapshot: bool,
     /// PMU config terms instead of the defaults (e.g. tsc,mtc,cyc,noretcomp,branch).
+    /// With --portable (Intel PT): the same terms, simulated, timing
+    /// included (the simulator's clock: a nanosecond per instruction).
     #[arg(long, value_name = "TERMS")]
     terms: Option<String>,
     /// LBR branch filter, perf record -j names (any, any_call, any_ret, cond, u, k, ...).
@@ -212,15 +214,12 @@ fn portable(args: &RecordArgs) -> Result<ExitCode> {
         tracer: args.options()?.tracer,
         kernel: args.kernel,
         filter: args.filter.clone(),
+        terms: args.terms.clone(),
         branch_filter: args.branch_filter.clone(),
-        inapplicable: [
-            (args.snapshot, "--snapshot"),
-            (args.terms.is_some(), "--terms"),
-            (args.pid.is_some(), "-p"),
-        ]
-        .into_iter()
-        .filter_map(|(given, name)| given.then_some(name))
-        .collect(),
+        inapplicable: [(args.snapshot, "--snapshot"), (args.pid.is_some(), "-p")]
+            .into_iter()
+            .filter_map(|(given, name)| given.then_some(name))
+            .collect(),
         output: args.output.clone(),
         command: args.command.clone(),
     };

@@ -8,7 +8,8 @@
 //!
 //! * `--pt` (default): the Intel PT of user-mode branch tracing
 //!   ([`PtEncoder`]: return compression, a PSB every 4 KiB, no timing,
-//!   `--filter` as an IP range), as one per-thread AUX stream: an `intel_pt`
+//!   `--filter` as an IP range; `--terms` as a real capture's, timing from
+//!   the simulator's clock: [`terms`]), as one per-thread AUX stream: an `intel_pt`
 //!   attribute, AUXTRACE_INFO, COMM, one MMAP2 per executable mapping,
 //!   ITRACE_START, AUXTRACE + AUX, and build ids.
 //! * `--bts`: the BTS records of the taken branches ([`BtsSim`]) as an
@@ -26,9 +27,10 @@
 //! thousand instructions per second (`/bin/echo hi`, 279,397 instructions,
 //! takes 1.6 s on a 2-core VM); meant for small programs and test inputs.
 //! Options of the real capture that have no meaning here (`--snapshot`,
-//! `--terms`, `-p`) are refused.
+//! `-p`) are refused.
 
 mod maps;
+mod terms;
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -47,12 +49,13 @@ use hwtrace_regs::Uarch;
 use hwtrace_regs::debugctl::{DebugCtl, DebugCtlFlag, DebugCtlLayout};
 use hwtrace_regs::ds::{DsFormat, DsManagementArea};
 use hwtrace_sim::{
-    BtsConfig, BtsSim, Execution, IpRange, LbrConfig, LbrSim, PtConfig, PtEncoder, QemuRecorder,
-    RecordEnd, branches,
+    BtsConfig, BtsSim, Execution, IpRange, LbrConfig, LbrSim, PtEncoder, QemuRecorder, RecordEnd,
+    branches,
 };
 use hwtrace_types::Ip;
 
 use maps::{GuestLog, Mapping, guest_mappings};
+pub use terms::PtTerms;
 
 /// Instructions between two LBR samples.
 pub const LBR_PERIOD: u64 = 10_007;
@@ -60,9 +63,6 @@ pub const LBR_PERIOD: u64 = 10_007;
 const PT_PMU_TYPE: u32 = 8;
 /// The `intel_bts` PMU type written.
 const BTS_PMU_TYPE: u32 = 9;
-/// intel_pt config: `pt` (bit 0) and `branch` (bit 13), as perf's
-/// `intel_pt//u` without tsc/mtc (no clock to time).
-const PT_CONFIG: u64 = 1 | 1 << 13;
 /// The sample id every record carries.
 const EVENT_ID: u64 = 1;
 
@@ -75,6 +75,8 @@ pub struct PortableRequest {
     pub kernel: bool,
     /// `--filter ADDR/SIZE@FILE`.
     pub filter: Option<String>,
+    /// `--terms`: the `intel_pt` config terms (PT only).
+    pub terms: Option<String>,
     /// `-j`: perf's `branch_sample_type` names (LBR).
     pub branch_filter: Option<String>,
     /// Real-capture options given that do not apply (refused).
@@ -129,8 +131,15 @@ pub fn record_portable(req: &PortableRequest) -> Result<PortableSummary> {
     if req.branch_filter.is_some() && req.tracer != Tracer::Lbr {
         bail!("-j applies to LBR only");
     }
+    if req.terms.is_some() && req.tracer != Tracer::IntelPt {
+        bail!("--terms applies to Intel PT only");
+    }
     // Checked before the (slow) recording.
     let lbr_filter = lbr_filter(req.branch_filter.as_deref())?;
+    let terms = match &req.terms {
+        Some(t) => PtTerms::parse(t, PT_PMU_TYPE)?,
+        None => PtTerms::DEFAULT,
+    };
     let (program, args) = req
         .command
         .split_first()
@@ -165,23 +174,35 @@ pub fn record_portable(req: &PortableRequest) -> Result<PortableSummary> {
         pid,
         comm: &comm,
         maps: &maps,
+        // Just before the first instruction when the trace is timed.
+        time: if terms.timed() {
+            terms::TSC_START - 1
+        } else {
+            0
+        },
     };
 
     let mut tmp = req.output.clone().into_os_string();
     tmp.push(".hwtrace-partial");
     let tmp = PathBuf::from(tmp);
     let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let written = write_capture(req, lbr_filter, execution, &side, BufWriter::new(file)).and_then(
-        |(n, w)| {
-            w.into_inner()
-                .map_err(|e| e.into_error())
-                .and_then(|f| f.sync_all())
-                .with_context(|| format!("cannot write {}", tmp.display()))?;
-            std::fs::rename(&tmp, &req.output)
-                .with_context(|| format!("cannot rename to {}", req.output.display()))?;
-            Ok(n)
-        },
-    );
+    let written = write_capture(
+        req,
+        lbr_filter,
+        terms,
+        execution,
+        &side,
+        BufWriter::new(file),
+    )
+    .and_then(|(n, w)| {
+        w.into_inner()
+            .map_err(|e| e.into_error())
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &req.output)
+            .with_context(|| format!("cannot rename to {}", req.output.display()))?;
+        Ok(n)
+    });
     if written.is_err() {
         std::fs::remove_file(&tmp).ok();
     }
@@ -203,13 +224,15 @@ struct Sideband<'a> {
     pid: u32,
     comm: &'a str,
     maps: &'a [Mapping],
+    /// The perf time of the sideband records (0 when untimed).
+    time: u64,
 }
 
 impl Sideband<'_> {
     fn sample_id(&self) -> SampleId {
         SampleId {
             pid_tid: Some((self.pid, self.pid)),
-            time: Some(0),
+            time: Some(self.time),
             cpu: Some(0),
             identifier: Some(EVENT_ID),
             id: Some(EVENT_ID),
@@ -260,9 +283,11 @@ fn filter_range(spec: &str, maps: &[Mapping]) -> Result<IpRange> {
     })
 }
 
-fn pt_attr() -> Attr {
-    let mut attr = intel_pt_attr(PT_PMU_TYPE, PT_CONFIG);
-    attr.sample_type &= !sample::TIME; // no TSC: perf decodes timeless
+fn pt_attr(terms: PtTerms) -> Attr {
+    let mut attr = intel_pt_attr(PT_PMU_TYPE, terms.config);
+    if !terms.timed() {
+        attr.sample_type &= !sample::TIME; // no TSC: perf decodes timeless
+    }
     attr.set(flag::MMAP2, true);
     attr.set(flag::COMM, true);
     attr.set(flag::COMM_EXEC, true);
@@ -286,12 +311,13 @@ type Written<W> = ((usize, usize), W);
 fn write_capture<W: std::io::Write + std::io::Seek>(
     req: &PortableRequest,
     lbr_filter: LbrFilter,
+    terms: PtTerms,
     execution: &Execution,
     side: &Sideband<'_>,
     out: W,
 ) -> Result<Written<W>> {
     match req.tracer {
-        Tracer::IntelPt => write_pt(req, execution, side, out),
+        Tracer::IntelPt => write_pt(req, terms, execution, side, out),
         Tracer::IntelBts => write_bts(execution, side, out),
         Tracer::Lbr => write_lbr(execution, side, lbr_filter, out),
         Tracer::Software => {
@@ -300,34 +326,43 @@ fn write_capture<W: std::io::Write + std::io::Seek>(
     }
 }
 
+/// The sideband, then `aux` as one per-thread stream read at perf time
+/// `end` (0 when untimed; a timed recording's reference must not be 0:
+/// perf 6.1 dies on it).
 fn write_aux<W: std::io::Write + std::io::Seek>(
     w: &mut PerfDataWriter<W>,
     side: &Sideband<'_>,
     aux: &[u8],
+    end: u64,
 ) -> std::io::Result<()> {
     let sid = side.sample_id();
     side.write(w)?;
     w.itrace_start(side.pid, side.pid, &sid)?;
     // Per-thread AUX stream: cpu -1, tid = the thread.
-    w.auxtrace(aux, 0, 0, 0, side.pid, u32::MAX)?;
-    w.aux(0, aux.len() as u64, 0, &sid)?;
+    w.auxtrace(aux, 0, end, 0, side.pid, u32::MAX)?;
+    let read = SampleId {
+        time: sid.time.map(|t| t.max(end)),
+        ..sid
+    };
+    w.aux(0, aux.len() as u64, 0, &read)?;
     w.finished_round()
 }
 
 fn write_pt<W: std::io::Write + std::io::Seek>(
     req: &PortableRequest,
+    terms: PtTerms,
     execution: &Execution,
     side: &Sideband<'_>,
     out: W,
 ) -> Result<Written<W>> {
-    let mut config = PtConfig::default();
+    let mut config = terms.pt_config();
     if let Some(f) = &req.filter {
         config.ip_filter[0] = Some(filter_range(f, side.maps)?);
     }
     let trace = PtEncoder::new(config)
         .encode(execution)
         .context("encoding the execution as Intel PT")?;
-    let attr = pt_attr();
+    let attr = pt_attr(terms);
     let attrs = [EventAttr {
         attr,
         ids: vec![EVENT_ID],
@@ -340,9 +375,14 @@ fn write_pt<W: std::io::Write + std::io::Seek>(
             .filter
             .as_ref()
             .map(|f| format!("filter {}", f.trim()).into_bytes()),
-        ..IntelPtInfo::linux_pmu(PT_PMU_TYPE)
+        ..terms.info(PT_PMU_TYPE)
     })?;
-    write_aux(&mut w, side, &trace.bytes)?;
+    // Read when the program ended: the TSC after its last instruction.
+    let end = match config.tsc {
+        Some(tsc) => tsc.start + tsc.ticks_per_insn * execution.len() as u64,
+        None => 0,
+    };
+    write_aux(&mut w, side, &trace.bytes, end)?;
     let out = w.finish(&features(side.maps))?;
     Ok(((trace.bytes.len(), 0), out))
 }
@@ -389,7 +429,7 @@ fn write_bts<W: std::io::Write + std::io::Seek>(
         pmu_type: BTS_PMU_TYPE,
         ..IntelBtsInfo::default()
     })?;
-    write_aux(&mut w, side, &aux)?;
+    write_aux(&mut w, side, &aux, 0)?;
     let out = w.finish(&features(side.maps))?;
     Ok(((aux.len(), 0), out))
 }

@@ -1,0 +1,220 @@
+//! `--terms` for the portable capture: the `intel_pt` PMU config terms of
+//! a real capture (`tsc,mtc,mtc_period=3,cyc,noretcomp,psb_period=2,...`),
+//! read against the formats Linux gives the PMU, and turned into what the
+//! simulated hardware writes: the same IA32_RTIT_CTL fields, the timing
+//! packets from hwtrace-sim's clock, and the attribute config and
+//! AUXTRACE_INFO words perf then reads, as a real capture has them.
+//!
+//! The clock is the simulator's ([`hwtrace_sim::clock`]): the TSC starts
+//! at [`TSC_START`] and ticks once per instruction, the core runs at 32 ×
+//! and the TSC at 24 × the bus clock, and CPUID.15H is 2 / 216; perf time
+//! is the TSC (the conversion written is the identity), so an instruction
+//! lasts a nanosecond on perf's time line. Terms the simulator has no
+//! model for (power events, PTWRITE) are refused by name.
+
+use anyhow::{Result, bail};
+use hwtrace_perf::capture::pmu::{Format, Pmu};
+use hwtrace_perf::data::{IntelPtInfo, TscConversion};
+use hwtrace_sim::{PtConfig, Timing, TscModel};
+use std::collections::BTreeMap;
+
+/// The formats of Linux's `intel_pt` PMU
+/// (`/sys/bus/event_source/devices/intel_pt/format/*`).
+const FORMATS: &[(&str, &str)] = &[
+    ("pt", "config:0"),
+    ("cyc", "config:1"),
+    ("pwr_evt", "config:4"),
+    ("fup_on_ptw", "config:5"),
+    ("mtc", "config:9"),
+    ("tsc", "config:10"),
+    ("noretcomp", "config:11"),
+    ("ptw", "config:12"),
+    ("branch", "config:13"),
+    ("mtc_period", "config:14-17"),
+    ("cyc_thresh", "config:19-22"),
+    ("psb_period", "config:24-27"),
+];
+
+/// Terms with no model in the simulator.
+const UNSIMULATED: &[(&str, &str)] = &[
+    ("pwr_evt", "power events"),
+    ("fup_on_ptw", "PTWRITE"),
+    ("ptw", "PTWRITE"),
+];
+
+/// The TSC at the first instruction: one second on perf's time line.
+pub const TSC_START: u64 = 1_000_000_000;
+
+/// The clock ratios of the simulated processor (see the module docs).
+const TIMING: Timing = Timing {
+    mtc_freq: None,
+    cyc_thresh: None,
+    cbr: Some(32),
+    tsc_bus_ratio: 24,
+    tsc_ctc_ratio: Some((2, 216)),
+};
+
+/// The PMU the terms are read against: named and numbered as on most
+/// Intel machines (type 8), with Linux's formats.
+fn pmu(kind: u32) -> Pmu {
+    let formats: BTreeMap<String, Format> = FORMATS
+        .iter()
+        .map(|&(name, text)| {
+            let format = Format::parse(text).expect("the table's formats parse");
+            (name.to_owned(), format)
+        })
+        .collect();
+    Pmu {
+        name: "intel_pt".into(),
+        dir: Default::default(),
+        kind,
+        formats,
+        caps: BTreeMap::new(),
+    }
+}
+
+/// The `intel_pt` config of a portable capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PtTerms {
+    /// The attribute's config word.
+    pub config: u64,
+}
+
+impl PtTerms {
+    /// Without `--terms`: `pt,branch` (no timing; a PSB every 4 KiB, as
+    /// the simulator writes by default).
+    pub const DEFAULT: Self = Self {
+        config: 1 | 1 << 13,
+    };
+
+    /// Reads `terms` (comma-separated `name` or `name=value`, as `perf
+    /// record -e intel_pt/TERMS/` takes them; they replace the defaults).
+    pub fn parse(terms: &str, pmu_type: u32) -> Result<Self> {
+        let pmu = pmu(pmu_type);
+        let config = pmu
+            .build_config(terms)
+            .map_err(|e| anyhow::anyhow!("--terms: {e}"))?
+            .config;
+        for &(name, what) in UNSIMULATED {
+            if config & pmu.term_bits(name) != 0 {
+                bail!("--terms: `{name}`: the portable capture does not simulate {what}");
+            }
+        }
+        if config & 1 == 0 {
+            bail!("--terms: give `pt` (PacketEn: without it there is no trace to simulate)");
+        }
+        Ok(Self { config })
+    }
+
+    fn bit(&self, n: u32) -> bool {
+        self.config >> n & 1 != 0
+    }
+
+    fn field(&self, lo: u32, width: u32) -> u8 {
+        ((self.config >> lo) & ((1 << width) - 1)) as u8
+    }
+
+    /// Whether TSC packets are written (perf then times the trace).
+    pub fn timed(&self) -> bool {
+        self.bit(10)
+    }
+
+    /// What the simulated hardware writes under this config (the IP
+    /// filter aside).
+    pub fn pt_config(&self) -> PtConfig {
+        let mut config = PtConfig {
+            return_compression: !self.bit(11),
+            branch_en: self.bit(13),
+            ..PtConfig::default()
+        };
+        if *self != Self::DEFAULT {
+            // The PSB period is a config field: 2^(N+11) bytes.
+            config.psb_period =
+                PtConfig::psb_period_for_freq(self.field(24, 4)).unwrap_or(config.psb_period);
+        }
+        if self.timed() {
+            config.tsc = Some(TscModel {
+                start: TSC_START,
+                ticks_per_insn: 1,
+            });
+        }
+        let (mtc, cyc) = (self.bit(9), self.bit(1));
+        if mtc || cyc {
+            config.timing = Timing {
+                mtc_freq: mtc.then(|| self.field(14, 4)),
+                cyc_thresh: cyc.then(|| self.field(19, 4)),
+                ..TIMING
+            };
+        }
+        config
+    }
+
+    /// AUXTRACE_INFO for this config: Linux's bits, and with timing the
+    /// clock's ratios and the identity TSC conversion.
+    pub fn info(&self, pmu_type: u32) -> IntelPtInfo {
+        let mut info = IntelPtInfo::linux_pmu(pmu_type);
+        if self.timed() {
+            info.tsc = TscConversion {
+                time_shift: 0,
+                time_mult: 1,
+                time_zero: 0,
+                cap_user_time_zero: true,
+            };
+        }
+        if self.bit(9) || self.bit(1) {
+            let (eax, ebx) = TIMING.tsc_ctc_ratio.unwrap_or((0, 0));
+            info.tsc_ctc_ratio_n = Some(u64::from(ebx));
+            info.tsc_ctc_ratio_d = Some(u64::from(eax));
+            info.max_non_turbo_ratio = Some(u64::from(TIMING.tsc_bus_ratio));
+        }
+        info
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terms_set_the_simulated_fields() {
+        let t = PtTerms::parse(
+            "pt,branch,tsc,mtc,mtc_period=3,cyc,cyc_thresh=2,noretcomp,psb_period=1",
+            8,
+        )
+        .unwrap();
+        let c = t.pt_config();
+        assert!(t.timed() && !c.return_compression && c.branch_en);
+        assert_eq!(c.psb_period, 4096);
+        assert_eq!((c.timing.mtc_freq, c.timing.cyc_thresh), (Some(3), Some(2)));
+        assert_eq!(c.tsc.map(|m| m.start), Some(TSC_START));
+        let info = t.info(8);
+        assert_eq!(
+            (info.tsc_ctc_ratio_n, info.tsc_ctc_ratio_d),
+            (Some(216), Some(2))
+        );
+        assert_eq!(info.max_non_turbo_ratio, Some(24));
+        assert_eq!(info.tsc.time_mult, 1);
+        assert_eq!(
+            t.config,
+            1 | 1 << 1 | 1 << 9 | 1 << 10 | 1 << 11 | 1 << 13 | 3 << 14 | 2 << 19 | 1 << 24
+        );
+    }
+
+    #[test]
+    fn the_default_is_untimed_branch_tracing() {
+        let c = PtTerms::DEFAULT.pt_config();
+        assert!(c.return_compression && c.branch_en && c.tsc.is_none());
+        assert_eq!(c.psb_period, PtConfig::default().psb_period);
+        assert_eq!(PtTerms::parse("pt,branch", 8).unwrap(), PtTerms::DEFAULT);
+    }
+
+    #[test]
+    fn unknown_unsimulated_and_out_of_range_terms_are_refused_by_name() {
+        let err = |t: &str| format!("{:#}", PtTerms::parse(t, 8).unwrap_err());
+        assert!(err("pt,bogus").contains("bogus"), "{}", err("pt,bogus"));
+        assert!(err("pt,pwr_evt").contains("power events"));
+        assert!(err("pt,ptw").contains("PTWRITE"));
+        assert!(err("pt,mtc_period=16").contains("mtc_period"));
+        assert!(err("branch,tsc").contains("give `pt`"));
+    }
+}
