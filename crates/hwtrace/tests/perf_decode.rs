@@ -2601,6 +2601,49 @@ fn portable_captures_take_the_real_capture_s_terms() {
         psbs.len() > 3 && psbs.windows(2).all(|w| w[1] - w[0] < 2048 + 64),
         "{psbs:?}"
     );
+    // The timeline: in seconds by the recording's TSC conversion (1 GHz),
+    // each call at a time of its own (interpolated by instructions between
+    // the trace's timestamps), children inside their parents.
+    let json = dir.join("timeline.json");
+    let out = hwtrace(&[
+        "timeline",
+        file.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(doc["otherData"]["tsc_hz"], 1_000_000_000.0);
+    let mut frames: Vec<(f64, f64)> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| {
+            let ts = e["ts"].as_f64().unwrap();
+            (ts, ts + e["dur"].as_f64().unwrap())
+        })
+        .collect();
+    let starts: std::collections::BTreeSet<u64> =
+        frames.iter().map(|f| (f.0 * 1000.0) as u64).collect();
+    assert!(
+        frames.len() > 100 && starts.len() * 10 > frames.len() * 9,
+        "{} calls at {} times",
+        frames.len(),
+        starts.len()
+    );
+    frames.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+    let mut open: Vec<f64> = Vec::new();
+    for (start, end) in frames {
+        while open.last().is_some_and(|&e| e <= start) {
+            open.pop();
+        }
+        assert!(
+            open.last().is_none_or(|&e| end <= e + 1e-9),
+            "a call crosses its caller's end"
+        );
+        open.push(end);
+    }
     // Terms the simulator has no model for are refused before recording.
     let out = hwtrace(&[
         "record",

@@ -194,6 +194,11 @@ pub trait CallSink {
     fn gap(&mut self, _cx: &Context<'_>, _offset: TraceOffset, _why: GapKind) -> io::Result<()> {
         Ok(())
     }
+    /// A timestamp: `now.tsc` is the time from here on (the instructions
+    /// counted in `now.insns` are before it).
+    fn time(&mut self, _now: Stamp) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Several sinks fed from one decode, in order.
@@ -224,6 +229,9 @@ impl CallSink for Sinks<'_> {
     }
     fn gap(&mut self, cx: &Context<'_>, offset: TraceOffset, why: GapKind) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.gap(cx, offset, why))
+    }
+    fn time(&mut self, now: Stamp) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.time(now))
     }
 }
 
@@ -289,7 +297,7 @@ impl CallTracker {
             Exec::Gap { offset, why } => self.gap(offset, why, sink),
             Exec::Time(tsc) => {
                 self.now.tsc = Some(Tsc(tsc));
-                Ok(())
+                sink.time(self.now)
             }
             Exec::Thread { pid, tid, cpu } => {
                 self.switch(ThreadKey::new(pid, tid, cpu), sink)?;

@@ -18,7 +18,13 @@
 //!
 //! The clock: with timestamps in the trace, `ts` is microseconds since the
 //! first timestamp (TSC ticks divided by the TSC frequency; if that is not
-//! known, 1 GHz is assumed and the metadata says so). Without timestamps,
+//! known, 1 GHz is assumed and the metadata says so). A trace gives a
+//! timestamp only now and then (a PSB+, an enable: every few KiB of
+//! trace), so between two the time is interpolated by instructions
+//! executed: the instruction counted when timestamp `t0` came and the one
+//! when `t1` came are at `t0` and `t1`, those between spread evenly (an
+//! event is written once the timestamp after it is known; past the last
+//! one, the last interval's rate goes on). Without timestamps,
 //! `ts` counts executed instructions (all threads, in trace order), one
 //! instruction per microsecond. Which clock was used is written in the
 //! file's `otherData` and in the process names. In [`Clock::Auto`] the
@@ -56,6 +62,11 @@ pub struct TimelineOptions {
 
 /// How many events [`Clock::Auto`] holds back waiting for a timestamp.
 const AUTO_WINDOW: usize = 4096;
+
+/// How many events the TSC axis holds back waiting for the next timestamp
+/// at most: past that (a trace whose timestamps stopped), the oldest are
+/// written with the last interval's rate.
+const MAX_WAITING: usize = 1 << 16;
 
 /// The chosen axis.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -95,7 +106,12 @@ pub struct TimelineWriter<W: Write> {
     options: TimelineOptions,
     axis: Option<Axis>,
     first_tsc: Option<Tsc>,
-    held: Vec<Held>,
+    /// Events not written yet, in the order they ended.
+    held: std::collections::VecDeque<Held>,
+    /// Where each timestamp came: the instructions executed before it and
+    /// its TSC, in trace order (one per change of the time: a few per KiB
+    /// of trace).
+    knots: Vec<(u64, u64)>,
     pids: HashSet<u32>,
     wrote_any: bool,
     events: u64,
@@ -131,7 +147,8 @@ impl<W: Write> TimelineWriter<W> {
             options,
             axis,
             first_tsc: None,
-            held: Vec::new(),
+            held: std::collections::VecDeque::new(),
+            knots: Vec::new(),
             pids: HashSet::new(),
             wrote_any: false,
             events: 0,
@@ -143,7 +160,7 @@ impl<W: Write> TimelineWriter<W> {
     /// included).
     pub fn finish(mut self) -> io::Result<(W, u64)> {
         self.choose(true);
-        self.release()?;
+        self.release(true)?;
         let axis = self.axis.unwrap_or(Axis::Insns);
         self.out
             .write_all(b"\n],\"displayTimeUnit\":\"ns\",\"otherData\":{\"clock\":")?;
@@ -201,32 +218,73 @@ impl<W: Write> TimelineWriter<W> {
     /// rounded the same way for every event, keep children inside their
     /// parents exactly (rounding is monotonic), which floating-point
     /// microseconds with separately rounded `dur`s would not.
-    fn ns(&self, (insns, tsc): (u64, Option<Tsc>)) -> u64 {
+    fn ns(&self, point: (u64, Option<Tsc>)) -> u64 {
         match self.axis {
             Some(Axis::Tsc) => {
                 let first = self.first_tsc.map_or(0, |t| t.0);
-                let ticks = tsc.map_or(0, |t| t.0.saturating_sub(first));
+                let ticks = self.ticks(point).map_or(0, |t| t.saturating_sub(first));
                 let hz = self.options.tsc_hz.filter(|hz| *hz > 0.0).unwrap_or(1e9);
                 (ticks as f64 * 1e9 / hz).round() as u64
             }
-            _ => insns.saturating_mul(1000),
+            _ => point.0.saturating_mul(1000),
         }
+    }
+
+    /// The TSC at a point: its timestamp's, moved on by the instructions
+    /// since that timestamp came at the rate to the next one (or, past
+    /// the last, the rate from the one before). Monotonic in the
+    /// instructions between two timestamps, and equal to each timestamp
+    /// where it came, so a frame's children stay inside it.
+    fn ticks(&self, (insns, tsc): (u64, Option<Tsc>)) -> Option<u64> {
+        let t = tsc?.0;
+        let k = self
+            .knots
+            .partition_point(|&(n, _)| n <= insns)
+            .checked_sub(1)?;
+        let (n0, t0) = self.knots[k];
+        if t0 != t {
+            // Its time is not the timestamp that came last before it.
+            return Some(t);
+        }
+        let rate = match self.knots.get(k + 1) {
+            Some(&(n1, t1)) => Some((n1 - n0, t1.checked_sub(t0)?)),
+            None => k
+                .checked_sub(1)
+                .and_then(|p| self.knots.get(p))
+                .and_then(|&(np, tp)| Some((n0 - np, t0.checked_sub(tp)?))),
+        };
+        let Some((dn, dt)) = rate.filter(|&(dn, _)| dn > 0) else {
+            return Some(t0);
+        };
+        let moved = u128::from(insns - n0) * u128::from(dt) / u128::from(dn);
+        Some(t0.saturating_add(u64::try_from(moved).unwrap_or(u64::MAX)))
     }
 
     fn push(&mut self, held: Held) -> io::Result<()> {
         self.note_tsc(held.start.1);
         self.note_tsc(held.end.1);
-        self.held.push(held);
+        self.held.push_back(held);
         self.choose(false);
-        self.release()
+        self.release(false)
     }
 
-    /// Writes the held events once the clock is known.
-    fn release(&mut self) -> io::Result<()> {
-        if self.axis.is_none() {
+    /// Writes the held events once the clock is known and, on the TSC
+    /// axis, the timestamp after each is (all of them when `ending`).
+    fn release(&mut self, ending: bool) -> io::Result<()> {
+        let Some(axis) = self.axis else {
             return Ok(());
-        }
-        for held in std::mem::take(&mut self.held) {
+        };
+        while let Some(held) = self.held.front() {
+            let known = |knots: &[(u64, u64)]| knots.last().is_some_and(|&(n, _)| n > held.end.0);
+            if axis == Axis::Tsc
+                && !ending
+                && self.held.len() <= MAX_WAITING
+                && held.end.1.is_some()
+                && !known(&self.knots)
+            {
+                break;
+            }
+            let held = self.held.pop_front().expect("looked at");
             self.write_event(&held)?;
         }
         Ok(())
@@ -340,6 +398,19 @@ impl<W: Write> CallSink for TimelineWriter<W> {
         })
     }
 
+    fn time(&mut self, now: crate::calls::Stamp) -> io::Result<()> {
+        let Some(Tsc(t)) = now.tsc else {
+            return Ok(());
+        };
+        match self.knots.last_mut() {
+            Some(last) if last.1 == t => {}
+            // Two at one point: the later one holds from there on.
+            Some(last) if last.0 == now.insns => last.1 = t,
+            _ => self.knots.push((now.insns, t)),
+        }
+        self.release(false)
+    }
+
     fn gap(&mut self, cx: &Context<'_>, offset: TraceOffset, why: GapKind) -> io::Result<()> {
         if why.flow_goes_on() {
             return Ok(());
@@ -427,11 +498,15 @@ mod tests {
     #[test]
     fn frames_are_complete_events_on_the_tsc_axis() {
         let doc = timeline(flow(), Clock::Auto);
+        // TSC 1000 before the first instruction, 3000 after the third: 2000
+        // ticks (1 us at 2 GHz) over 3 instructions, a third of a us each,
+        // the same rate after the last timestamp. 0x200 runs from after the
+        // call (1) to after its return (4), 0x100 from 0 to the end (5).
         assert_eq!(
             frames(&doc),
             [
-                ("0x200".to_owned(), 0.0, 1.0),
-                ("0x100".to_owned(), 0.0, 1.0)
+                ("0x200".to_owned(), 0.333, 1.0),
+                ("0x100".to_owned(), 0.0, 1.667)
             ]
         );
         let events = doc["traceEvents"].as_array().unwrap();
@@ -447,6 +522,59 @@ mod tests {
                 .unwrap()
                 .starts_with("TSC at 2000000000 Hz")
         );
+    }
+
+    #[test]
+    fn between_timestamps_the_time_is_spread_by_instructions() {
+        // Ten calls of 0x200, 12 instructions a round; TSC 10000 at the
+        // start, 11200 after five rounds (60 instructions), 12400 after
+        // ten: 20 ticks (10 ns at 2 GHz) an instruction throughout.
+        let mut f = Flow::default().thread(5).time(10_000);
+        for i in 0..10u64 {
+            let at = 0x100 + 0x10 * i;
+            f = f.call(at).run(0x200, 9).ret(0x209).run(at + 5, 1);
+            if i == 4 {
+                f = f.time(11_200);
+            }
+        }
+        let doc = timeline(f.time(12_400), Clock::Auto);
+        let calls: Vec<(f64, f64)> = frames(&doc)
+            .into_iter()
+            .filter(|(name, ..)| name == "0x200")
+            .map(|(_, ts, dur)| (ts, dur))
+            .collect();
+        // Each from after its call (12i + 1) to after its return (12i + 11).
+        let want: Vec<(f64, f64)> = (0..10)
+            .map(|i| (f64::from(12 * i + 1) * 0.01, 0.1))
+            .collect();
+        assert_eq!(calls.len(), 10);
+        for (got, want) in calls.iter().zip(&want) {
+            assert!(
+                (got.0 - want.0).abs() < 1e-9 && (got.1 - want.1).abs() < 1e-9,
+                "{calls:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn time_going_back_between_timestamps_stays_put() {
+        // A second stream (per-CPU queues decode one after another) whose
+        // clock starts earlier: no interpolation across, frames still whole.
+        let f = Flow::default()
+            .thread(5)
+            .time(5_000)
+            .call(0x100)
+            .run(0x200, 4)
+            .ret(0x204)
+            .time(1_000)
+            .call(0x110)
+            .run(0x300, 4)
+            .ret(0x304)
+            .run(0x115, 1);
+        let doc = timeline(f, Clock::Tsc);
+        for (name, ts, dur) in frames(&doc) {
+            assert!(ts >= 0.0 && dur >= 0.0, "{name} {ts} {dur}");
+        }
     }
 
     #[test]

@@ -61,6 +61,15 @@ pub struct PerfInput {
 }
 
 impl PerfInput {
+    /// The TSC frequency the recording's TSC conversion gives (perf time
+    /// is nanoseconds: `ns = tsc · time_mult / 2^time_shift + time_zero`),
+    /// `None` when it has none (an untimed recording).
+    pub fn tsc_hz(&self) -> Option<f64> {
+        let t = self.settings.as_ref()?.tsc;
+        (t.time_mult != 0)
+            .then(|| 1e9 * 2f64.powi(i32::from(t.time_shift)) / f64::from(t.time_mult))
+    }
+
     /// Checks that `file` is an Intel PT (or intel_bts) recording and
     /// reads its settings.
     pub fn open(path: &Path, file: MappedFile, args: &SourceArgs) -> Result<Self> {

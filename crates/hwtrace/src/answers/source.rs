@@ -194,6 +194,15 @@ enum Input {
 const PERF_MAGIC: &[u8; 8] = b"PERFILE2";
 
 impl Source {
+    /// The TSC frequency the input tells (a perf.data recording's TSC
+    /// conversion), for `--tsc-hz` left out.
+    pub fn tsc_hz(&self) -> Option<f64> {
+        match &self.input {
+            Input::Perf(p) => p.tsc_hz(),
+            _ => None,
+        }
+    }
+
     /// Opens the input `args` name: maps files, loads images, reads
     /// dumps. Fails naming the option and the file.
     pub fn open(args: &SourceArgs) -> Result<Self> {

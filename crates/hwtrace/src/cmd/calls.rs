@@ -186,7 +186,7 @@ pub fn problems(report: &SourceReport) -> ExitCode {
 pub fn run(args: CallsArgs) -> Result<ExitCode> {
     let source = open(&args.source)?;
     let name = input_name(&args.source);
-    let rate = TscRate(args.common.tsc_hz);
+    let rate = TscRate(args.common.tsc_hz.or_else(|| source.tsc_hz()));
     let out = BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
     let tree = args.tree || !(args.json || args.folded.is_some() || args.flame.is_some());
     let (mut tree_sink, mut json_sink) = if args.json {

@@ -110,7 +110,7 @@ fn pct(part: u64, whole: u64) -> f64 {
 pub fn run(args: ReportArgs) -> Result<ExitCode> {
     let source = open(&args.source)?;
     let name = input_name(&args.source);
-    let rate = TscRate(args.common.tsc_hz);
+    let rate = TscRate(args.common.tsc_hz.or_else(|| source.tsc_hz()));
 
     let mut profile = Profile::new();
     let mut health = Health::default();
@@ -121,7 +121,7 @@ pub fn run(args: ReportArgs) -> Result<ExitCode> {
                 create(path, "--timeline")?,
                 TimelineOptions {
                     clock: clock(&args.clock),
-                    tsc_hz: args.common.tsc_hz,
+                    tsc_hz: args.common.tsc_hz.or_else(|| source.tsc_hz()),
                     title: name.clone(),
                 },
             )

@@ -42,7 +42,7 @@ pub fn run(args: TimelineArgs) -> Result<ExitCode> {
     let name = input_name(&args.source);
     let options = TimelineOptions {
         clock: clock(&args.clock),
-        tsc_hz: args.common.tsc_hz,
+        tsc_hz: args.common.tsc_hz.or_else(|| source.tsc_hz()),
         title: name.clone(),
     };
     let out: Box<dyn Write> = if args.output.as_os_str() == "-" {
