@@ -7,9 +7,10 @@
 //! and saved in a perf.data shaped like a real `hwtrace record` capture:
 //!
 //! * `--pt` (default): the Intel PT of user-mode branch tracing
-//!   ([`PtEncoder`]: return compression, a PSB every 4 KiB, no timing,
-//!   `--filter` as an IP range; `--terms` as a real capture's, timing from
-//!   the simulator's clock: [`terms`]), as one per-thread AUX stream: an `intel_pt`
+//!   ([`PtEncoder`] under a real capture's terms, `pt,branch,tsc,mtc,
+//!   mtc_period=3` unless `--terms` says otherwise, timed by the
+//!   simulator's clock: [`terms`]; `--filter` as an IP range), as one
+//!   per-thread AUX stream: an `intel_pt`
 //!   attribute, AUXTRACE_INFO, COMM, one MMAP2 per executable mapping,
 //!   ITRACE_START, AUXTRACE + AUX, and build ids.
 //! * `--bts`: the BTS records of the taken branches ([`BtsSim`]) as an
@@ -138,7 +139,7 @@ pub fn record_portable(req: &PortableRequest) -> Result<PortableSummary> {
     let lbr_filter = lbr_filter(req.branch_filter.as_deref())?;
     let terms = match &req.terms {
         Some(t) => PtTerms::parse(t, PT_PMU_TYPE)?,
-        None => PtTerms::DEFAULT,
+        None => PtTerms::real_default(PT_PMU_TYPE),
     };
     let (program, args) = req
         .command

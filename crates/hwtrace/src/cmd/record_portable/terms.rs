@@ -81,11 +81,18 @@ pub struct PtTerms {
 }
 
 impl PtTerms {
-    /// Without `--terms`: `pt,branch` (no timing; a PSB every 4 KiB, as
-    /// the simulator writes by default).
-    pub const DEFAULT: Self = Self {
+    /// `pt,branch`: no timing, a PSB every 4 KiB (the simulator's own
+    /// defaults).
+    pub const UNTIMED: Self = Self {
         config: 1 | 1 << 13,
     };
+
+    /// Without `--terms`, what a real capture takes by default (`hwtrace
+    /// record`'s and perf's `intel_pt//`): `pt,branch,tsc,mtc,mtc_period=3`.
+    pub fn real_default(pmu_type: u32) -> Self {
+        Self::parse("pt,branch,tsc,mtc,mtc_period=3", pmu_type)
+            .expect("the default terms are Linux's intel_pt terms")
+    }
 
     /// Reads `terms` (comma-separated `name` or `name=value`, as `perf
     /// record -e intel_pt/TERMS/` takes them; they replace the defaults).
@@ -127,7 +134,7 @@ impl PtTerms {
             branch_en: self.bit(13),
             ..PtConfig::default()
         };
-        if *self != Self::DEFAULT {
+        if *self != Self::UNTIMED {
             // The PSB period is a config field: 2^(N+11) bytes.
             config.psb_period =
                 PtConfig::psb_period_for_freq(self.field(24, 4)).unwrap_or(config.psb_period);
@@ -201,11 +208,21 @@ mod tests {
     }
 
     #[test]
-    fn the_default_is_untimed_branch_tracing() {
-        let c = PtTerms::DEFAULT.pt_config();
+    fn plain_branch_tracing_is_the_simulator_s_default() {
+        let c = PtTerms::UNTIMED.pt_config();
         assert!(c.return_compression && c.branch_en && c.tsc.is_none());
         assert_eq!(c.psb_period, PtConfig::default().psb_period);
-        assert_eq!(PtTerms::parse("pt,branch", 8).unwrap(), PtTerms::DEFAULT);
+        assert_eq!(PtTerms::parse("pt,branch", 8).unwrap(), PtTerms::UNTIMED);
+    }
+
+    #[test]
+    fn the_default_is_a_real_capture_s_timed_one() {
+        let t = PtTerms::real_default(8);
+        let c = t.pt_config();
+        assert!(t.timed() && c.return_compression && c.branch_en);
+        assert_eq!((c.timing.mtc_freq, c.timing.cyc_thresh), (Some(3), None));
+        // psb_period=0: a PSB every 2 KiB.
+        assert_eq!(c.psb_period, 2048);
     }
 
     #[test]
