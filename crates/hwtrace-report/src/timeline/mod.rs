@@ -68,6 +68,12 @@ const AUTO_WINDOW: usize = 4096;
 /// written with the last interval's rate.
 const MAX_WAITING: usize = 1 << 16;
 
+/// How many timestamps the TSC axis keeps where they came at most (16
+/// bytes each): past that, every other one of the older half is let go, so
+/// the interpolation is coarser where only long-open frames (a `main`)
+/// still start, and memory stays bounded however long the trace.
+const MAX_KNOTS: usize = 1 << 16;
+
 /// The chosen axis.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Axis {
@@ -109,8 +115,8 @@ pub struct TimelineWriter<W: Write> {
     /// Events not written yet, in the order they ended.
     held: std::collections::VecDeque<Held>,
     /// Where each timestamp came: the instructions executed before it and
-    /// its TSC, in trace order (one per change of the time: a few per KiB
-    /// of trace).
+    /// its TSC, in trace order (one per change of the time), thinned out
+    /// in the past ([`MAX_KNOTS`]).
     knots: Vec<(u64, u64)>,
     pids: HashSet<u32>,
     wrote_any: bool,
@@ -230,22 +236,19 @@ impl<W: Write> TimelineWriter<W> {
         }
     }
 
-    /// The TSC at a point: its timestamp's, moved on by the instructions
-    /// since that timestamp came at the rate to the next one (or, past
-    /// the last, the rate from the one before). Monotonic in the
-    /// instructions between two timestamps, and equal to each timestamp
-    /// where it came, so a frame's children stay inside it.
+    /// The TSC at a point: the last timestamp before it, moved on by the
+    /// instructions since it came at the rate to the next one (or, past
+    /// the last, the rate from the one before); a point before any
+    /// timestamp has none. Monotonic in the instructions (timestamps going
+    /// back, from another CPU's stream, hold still) and equal to each
+    /// timestamp where it came, so a frame's children stay inside it.
     fn ticks(&self, (insns, tsc): (u64, Option<Tsc>)) -> Option<u64> {
         let t = tsc?.0;
-        let k = self
-            .knots
-            .partition_point(|&(n, _)| n <= insns)
-            .checked_sub(1)?;
-        let (n0, t0) = self.knots[k];
-        if t0 != t {
-            // Its time is not the timestamp that came last before it.
+        let after = self.knots.partition_point(|&(n, _)| n <= insns);
+        let Some(k) = after.checked_sub(1) else {
             return Some(t);
-        }
+        };
+        let (n0, t0) = self.knots[k];
         let rate = match self.knots.get(k + 1) {
             Some(&(n1, t1)) => Some((n1 - n0, t1.checked_sub(t0)?)),
             None => k
@@ -408,6 +411,15 @@ impl<W: Write> CallSink for TimelineWriter<W> {
             Some(last) if last.0 == now.insns => last.1 = t,
             _ => self.knots.push((now.insns, t)),
         }
+        if self.knots.len() > MAX_KNOTS {
+            // The first stays; every other one of the older half goes.
+            let old = MAX_KNOTS / 2;
+            let mut i = 0;
+            self.knots.retain(|_| {
+                i += 1;
+                i > old || i % 2 == 1
+            });
+        }
         self.release(false)
     }
 
@@ -553,6 +565,36 @@ mod tests {
                 (got.0 - want.0).abs() < 1e-9 && (got.1 - want.1).abs() < 1e-9,
                 "{calls:?}"
             );
+        }
+    }
+
+    #[test]
+    fn old_timestamps_are_thinned_and_frames_still_nest() {
+        // A frame open across more timestamps than are kept, with short
+        // calls inside it throughout, 6 instructions a round.
+        let mut f = Flow::default().thread(5).time(1_000).call(0x100);
+        for i in 0..(MAX_KNOTS as u64 + 100) {
+            f = f.call(0x200).run(0x300, 3).ret(0x303).run(0x205, 1);
+            f = f.time(2_000 + 10 * i);
+        }
+        let mut tracker = CallTracker::new(Box::new(HexNames));
+        let mut w = TimelineWriter::new(std::io::sink(), TimelineOptions::default()).unwrap();
+        for e in &f.ret(0x203).run(0x105, 1).0 {
+            tracker.feed(e, &mut w).unwrap();
+        }
+        assert!(w.knots.len() <= MAX_KNOTS, "{}", w.knots.len());
+        assert!(
+            w.knots
+                .windows(2)
+                .all(|k| k[0].0 < k[1].0 && k[0].1 < k[1].1)
+        );
+        // The early rounds' points, in order, within the outer frame.
+        let end = w.ns((u64::MAX / 2, Some(Tsc(1))));
+        let mut last = w.ns((1, Some(Tsc(1_000))));
+        for i in 0..1000u64 {
+            let at = w.ns((2 + 6 * i, Some(Tsc(1))));
+            assert!(at >= last && at <= end, "{i}: {at}");
+            last = at;
         }
     }
 
