@@ -2644,6 +2644,36 @@ fn portable_captures_take_the_real_capture_s_terms() {
         );
         open.push(end);
     }
+    // `report`'s time per function: on the simulator's clock an
+    // instruction takes a nanosecond, so a function's time is its total
+    // instructions, within the spreading between timestamps.
+    let out = hwtrace(&["report", file.to_str().unwrap(), "--top", "40"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut checked = 0;
+    for line in text
+        .lines()
+        .skip_while(|l| !l.starts_with("top functions"))
+        .skip(2)
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 {
+            break;
+        }
+        let total: f64 = f[3].parse().unwrap();
+        let unit = match f[6] {
+            "s" => 1e9,
+            "ms" => 1e6,
+            "µs" => 1e3,
+            "ns" => 1.0,
+            other => panic!("unit {other:?} in {line}"),
+        };
+        let ns = f[5].parse::<f64>().unwrap() * unit;
+        if total >= 10_000.0 {
+            assert!((ns - total).abs() < total * 0.05, "{line}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "{text}");
     // Terms the simulator has no model for are refused before recording.
     let out = hwtrace(&[
         "record",

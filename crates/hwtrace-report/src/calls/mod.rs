@@ -38,6 +38,7 @@ mod folded;
 mod functions;
 mod json;
 mod profile;
+pub(crate) mod timemap;
 pub(crate) mod tracker;
 mod tree;
 
@@ -45,6 +46,7 @@ pub use folded::FoldedStacks;
 pub use functions::{CodeAddr, FuncId, FunctionName, Functions, HexNames, Symbolize};
 pub use json::JsonLines;
 pub use profile::{FunctionStats, Profile, ThreadStats};
+pub use timemap::TimeMap;
 pub use tracker::{
     CallSink, CallTracker, Context, ExitHow, Frame, FrameKind, MAX_DEPTH, Sinks, Stamp, ThreadKey,
 };

@@ -2,11 +2,16 @@
 //!
 //! A function's *total* counts each of its activations once even when it
 //! recurses (only the outermost activation on a stack adds its total), so
-//! totals never exceed what the thread ran.
+//! totals never exceed what the thread ran. Its time is measured between
+//! points mapped by [`TimeMap`] (the time spread between the trace's
+//! timestamps by instructions), so a function shorter than the gap between
+//! two timestamps takes its share, not nothing; each activation is added
+//! once the timestamp after its end has come, and the rest at
+//! [`CallSink::finish`].
 
 use super::functions::FuncId;
-use super::tracker::{CallSink, Context, ExitHow, Frame, ThreadKey};
-use hwtrace_types::Tsc;
+use super::timemap::{MAX_WAITING, TimeMap};
+use super::tracker::{CallSink, Context, ExitHow, Frame, Stamp, ThreadKey};
 use hwtrace_types::hash::BuildIntHasher;
 use std::collections::HashMap;
 use std::io;
@@ -50,6 +55,11 @@ pub struct Profile {
     /// How many activations of each function are open, per thread (for
     /// counting recursive totals once).
     active: HashMap<(ThreadKey, FuncId), u32, BuildIntHasher>,
+    /// The time at any point.
+    times: TimeMap,
+    /// Outermost activations ended whose time waits for the timestamp
+    /// after them: the function, where it began and ended.
+    timing: std::collections::VecDeque<(FuncId, Stamp, Stamp)>,
 }
 
 impl Profile {
@@ -120,19 +130,46 @@ impl CallSink for Profile {
         if outermost {
             self.active.remove(&key);
         }
-        let ticks = match (top.entered.tsc, cx.now.tsc) {
-            (Some(Tsc(a)), Some(Tsc(b))) => b.saturating_sub(a),
-            _ => 0,
-        };
         let f = self.functions.entry(top.func).or_default();
         f.self_insns += top.self_insns(cx.thread_insns);
         if outermost {
             f.total_insns += top.total_insns(cx.thread_insns);
-            f.total_ticks += ticks;
+            if top.entered.tsc.is_some() && cx.now.tsc.is_some() {
+                self.timing.push_back((top.func, top.entered, cx.now));
+                self.settle(false);
+            }
         }
         let t = self.threads.entry(cx.thread).or_default();
         t.insns = t.insns.max(cx.thread_insns);
         Ok(())
+    }
+
+    fn time(&mut self, now: Stamp) -> io::Result<()> {
+        self.times.note(now);
+        self.settle(false);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.settle(true);
+        Ok(())
+    }
+}
+
+impl Profile {
+    /// Adds the time of the activations whose end the timestamps have
+    /// passed (all of them when `all`).
+    fn settle(&mut self, all: bool) {
+        while let Some(&(func, start, end)) = self.timing.front() {
+            if !all && self.timing.len() <= MAX_WAITING && !self.times.knows(end.insns) {
+                break;
+            }
+            self.timing.pop_front();
+            let at = |s: Stamp| self.times.ticks((s.insns, s.tsc));
+            if let (Some(a), Some(b)) = (at(start), at(end)) {
+                self.functions.entry(func).or_default().total_ticks += b.saturating_sub(a);
+            }
+        }
     }
 }
 
@@ -170,6 +207,13 @@ mod tests {
         assert_eq!(names, [("0x100", 0, 2, 8), ("0x200", 2, 6, 6)]);
         let t = p.threads[&ThreadKey::default()];
         assert_eq!((t.insns, t.calls, t.max_depth), (8, 2, 3));
-        assert_eq!(p.functions[&by_total[1].0].total_ticks, 400);
+        // TSC 100 before the first instruction and 500 after the seventh:
+        // 0x200 ran from after the call (1) to after its return (7), six
+        // of the seven instructions: 400 · 6/7 ticks (the start rounded
+        // down).
+        assert_eq!(
+            p.functions[&by_total[1].0].total_ticks,
+            500 - (100 + 400 / 7)
+        );
     }
 }

@@ -199,6 +199,10 @@ pub trait CallSink {
     fn time(&mut self, _now: Stamp) -> io::Result<()> {
         Ok(())
     }
+    /// The flow is over (after the exits of the frames left open).
+    fn finish(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Several sinks fed from one decode, in order.
@@ -232,6 +236,9 @@ impl CallSink for Sinks<'_> {
     }
     fn time(&mut self, now: Stamp) -> io::Result<()> {
         self.0.iter_mut().try_for_each(|s| s.time(now))
+    }
+    fn finish(&mut self) -> io::Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.finish())
     }
 }
 
@@ -311,7 +318,7 @@ impl CallTracker {
         for t in 0..self.threads.len() {
             self.unwind_all(t, ExitHow::End, sink)?;
         }
-        Ok(())
+        sink.finish()
     }
 
     /// The index of `key`'s state, made current (telling the sink about

@@ -18,20 +18,17 @@
 //!
 //! The clock: with timestamps in the trace, `ts` is microseconds since the
 //! first timestamp (TSC ticks divided by the TSC frequency; if that is not
-//! known, 1 GHz is assumed and the metadata says so). A trace gives a
-//! timestamp only now and then (a PSB+, an enable: every few KiB of
-//! trace), so between two the time is interpolated by instructions
-//! executed: the instruction counted when timestamp `t0` came and the one
-//! when `t1` came are at `t0` and `t1`, those between spread evenly (an
-//! event is written once the timestamp after it is known; past the last
-//! one, the last interval's rate goes on). Without timestamps,
+//! known, 1 GHz is assumed and the metadata says so), spread between the
+//! trace's timestamps by instructions executed ([`TimeMap`]: an event is
+//! written once the timestamp after it has come). Without timestamps,
 //! `ts` counts executed instructions (all threads, in trace order), one
 //! instruction per microsecond. Which clock was used is written in the
 //! file's `otherData` and in the process names. In [`Clock::Auto`] the
 //! first few thousand events wait for a timestamp to appear before the
 //! clock is chosen (a PT trace gives one in its first PSB+).
 
-use crate::calls::{CallSink, Context, ExitHow, Frame, FrameKind, ThreadKey};
+use crate::calls::timemap::MAX_WAITING;
+use crate::calls::{CallSink, Context, ExitHow, Frame, FrameKind, ThreadKey, TimeMap};
 use crate::exec::GapKind;
 use hwtrace_types::{TraceOffset, Tsc};
 use std::collections::HashSet;
@@ -62,17 +59,6 @@ pub struct TimelineOptions {
 
 /// How many events [`Clock::Auto`] holds back waiting for a timestamp.
 const AUTO_WINDOW: usize = 4096;
-
-/// How many events the TSC axis holds back waiting for the next timestamp
-/// at most: past that (a trace whose timestamps stopped), the oldest are
-/// written with the last interval's rate.
-const MAX_WAITING: usize = 1 << 16;
-
-/// How many timestamps the TSC axis keeps where they came at most (16
-/// bytes each): past that, every other one of the older half is let go, so
-/// the interpolation is coarser where only long-open frames (a `main`)
-/// still start, and memory stays bounded however long the trace.
-const MAX_KNOTS: usize = 1 << 16;
 
 /// The chosen axis.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -114,10 +100,8 @@ pub struct TimelineWriter<W: Write> {
     first_tsc: Option<Tsc>,
     /// Events not written yet, in the order they ended.
     held: std::collections::VecDeque<Held>,
-    /// Where each timestamp came: the instructions executed before it and
-    /// its TSC, in trace order (one per change of the time), thinned out
-    /// in the past ([`MAX_KNOTS`]).
-    knots: Vec<(u64, u64)>,
+    /// The time at any point, from the timestamps so far.
+    times: TimeMap,
     pids: HashSet<u32>,
     wrote_any: bool,
     events: u64,
@@ -154,7 +138,7 @@ impl<W: Write> TimelineWriter<W> {
             axis,
             first_tsc: None,
             held: std::collections::VecDeque::new(),
-            knots: Vec::new(),
+            times: TimeMap::new(),
             pids: HashSet::new(),
             wrote_any: false,
             events: 0,
@@ -228,39 +212,15 @@ impl<W: Write> TimelineWriter<W> {
         match self.axis {
             Some(Axis::Tsc) => {
                 let first = self.first_tsc.map_or(0, |t| t.0);
-                let ticks = self.ticks(point).map_or(0, |t| t.saturating_sub(first));
+                let ticks = self
+                    .times
+                    .ticks(point)
+                    .map_or(0, |t| t.saturating_sub(first));
                 let hz = self.options.tsc_hz.filter(|hz| *hz > 0.0).unwrap_or(1e9);
                 (ticks as f64 * 1e9 / hz).round() as u64
             }
             _ => point.0.saturating_mul(1000),
         }
-    }
-
-    /// The TSC at a point: the last timestamp before it, moved on by the
-    /// instructions since it came at the rate to the next one (or, past
-    /// the last, the rate from the one before); a point before any
-    /// timestamp has none. Monotonic in the instructions (timestamps going
-    /// back, from another CPU's stream, hold still) and equal to each
-    /// timestamp where it came, so a frame's children stay inside it.
-    fn ticks(&self, (insns, tsc): (u64, Option<Tsc>)) -> Option<u64> {
-        let t = tsc?.0;
-        let after = self.knots.partition_point(|&(n, _)| n <= insns);
-        let Some(k) = after.checked_sub(1) else {
-            return Some(t);
-        };
-        let (n0, t0) = self.knots[k];
-        let rate = match self.knots.get(k + 1) {
-            Some(&(n1, t1)) => Some((n1 - n0, t1.checked_sub(t0)?)),
-            None => k
-                .checked_sub(1)
-                .and_then(|p| self.knots.get(p))
-                .and_then(|&(np, tp)| Some((n0 - np, t0.checked_sub(tp)?))),
-        };
-        let Some((dn, dt)) = rate.filter(|&(dn, _)| dn > 0) else {
-            return Some(t0);
-        };
-        let moved = u128::from(insns - n0) * u128::from(dt) / u128::from(dn);
-        Some(t0.saturating_add(u64::try_from(moved).unwrap_or(u64::MAX)))
     }
 
     fn push(&mut self, held: Held) -> io::Result<()> {
@@ -278,12 +238,11 @@ impl<W: Write> TimelineWriter<W> {
             return Ok(());
         };
         while let Some(held) = self.held.front() {
-            let known = |knots: &[(u64, u64)]| knots.last().is_some_and(|&(n, _)| n > held.end.0);
             if axis == Axis::Tsc
                 && !ending
                 && self.held.len() <= MAX_WAITING
                 && held.end.1.is_some()
-                && !known(&self.knots)
+                && !self.times.knows(held.end.0)
             {
                 break;
             }
@@ -402,24 +361,7 @@ impl<W: Write> CallSink for TimelineWriter<W> {
     }
 
     fn time(&mut self, now: crate::calls::Stamp) -> io::Result<()> {
-        let Some(Tsc(t)) = now.tsc else {
-            return Ok(());
-        };
-        match self.knots.last_mut() {
-            Some(last) if last.1 == t => {}
-            // Two at one point: the later one holds from there on.
-            Some(last) if last.0 == now.insns => last.1 = t,
-            _ => self.knots.push((now.insns, t)),
-        }
-        if self.knots.len() > MAX_KNOTS {
-            // The first stays; every other one of the older half goes.
-            let old = MAX_KNOTS / 2;
-            let mut i = 0;
-            self.knots.retain(|_| {
-                i += 1;
-                i > old || i % 2 == 1
-            });
-        }
+        self.times.note(now);
         self.release(false)
     }
 
@@ -457,6 +399,7 @@ fn json_str(out: &mut dyn Write, s: &str) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::calls::timemap::MAX_KNOTS;
     use crate::calls::tracker::tests::Flow;
     use crate::calls::{CallTracker, HexNames};
     use crate::exec::Exec;
@@ -582,12 +525,8 @@ mod tests {
         for e in &f.ret(0x203).run(0x105, 1).0 {
             tracker.feed(e, &mut w).unwrap();
         }
-        assert!(w.knots.len() <= MAX_KNOTS, "{}", w.knots.len());
-        assert!(
-            w.knots
-                .windows(2)
-                .all(|k| k[0].0 < k[1].0 && k[0].1 < k[1].1)
-        );
+        assert!(w.times.len() <= MAX_KNOTS, "{}", w.times.len());
+        assert!(w.times.rising());
         // The early rounds' points, in order, within the outer frame.
         let end = w.ns((u64::MAX / 2, Some(Tsc(1))));
         let mut last = w.ns((1, Some(Tsc(1_000))));
