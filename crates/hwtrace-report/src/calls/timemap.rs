@@ -28,7 +28,7 @@ pub const MAX_KNOTS: usize = 1 << 16;
 
 /// Where each timestamp came: the instructions executed before it and its
 /// TSC, in trace order (one per change of the time), thinned out in the
-/// past ([`MAX_KNOTS`]).
+/// past (65,536 at most).
 #[derive(Clone, Debug, Default)]
 pub struct TimeMap {
     knots: Vec<(u64, u64)>,
