@@ -6,7 +6,9 @@
 //! `} name` and its counts, its callees indented between. Each line that
 //! ends a frame says how many instructions ran in it (and, for an open
 //! `{`, how many in itself), and how long it took when the trace has
-//! timestamps.
+//! timestamps, measured on the time spread between them ([`TimeMap`]):
+//! the text after such a line waits until the timestamp after its end has
+//! come.
 //!
 //! ```text
 //! main {
@@ -23,11 +25,12 @@
 //! `<- caller` line at the outermost level, and the lines that follow are
 //! indented from it.
 
-use super::tracker::{CallSink, Context, ExitHow, Frame, FrameKind, ThreadKey};
+use super::timemap::{MAX_WAITING, TimeMap};
+use super::tracker::{CallSink, Context, ExitHow, Frame, FrameKind, Stamp, ThreadKey};
 use crate::exec::GapKind;
+use hwtrace_types::TraceOffset;
 use hwtrace_types::hash::BuildIntHasher;
-use hwtrace_types::{TraceOffset, Tsc};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 
 /// How TSC ticks become seconds: the TSC frequency, if known.
@@ -52,9 +55,23 @@ impl TscRate {
     }
 }
 
+/// A piece of the output waiting for a duration before it.
+enum Piece {
+    Text(Vec<u8>),
+    /// `, DURATION` of a frame from one point to another.
+    Duration(Stamp, Stamp),
+}
+
 /// Writes the call trace to `out` as frames enter and exit.
 pub struct TreeWriter<W: Write> {
     out: W,
+    /// The text being written since the last duration.
+    text: Vec<u8>,
+    /// What waits for a duration to be known, in order.
+    waiting: VecDeque<Piece>,
+    /// How many durations wait.
+    durations: usize,
+    times: TimeMap,
     rate: TscRate,
     /// The frame whose `name {` is not written yet (it may turn out to
     /// call nothing and be a single line), per thread: its depth.
@@ -74,16 +91,46 @@ impl<W: Write> TreeWriter<W> {
     pub fn new(out: W, rate: TscRate) -> Self {
         Self {
             out,
+            text: Vec::new(),
+            waiting: VecDeque::new(),
+            durations: 0,
+            times: TimeMap::new(),
             rate,
             open: HashMap::default(),
             last_thread: None,
         }
     }
 
-    /// The output, flushed.
+    /// The output, everything written and flushed.
     pub fn into_inner(mut self) -> io::Result<W> {
+        self.release(true)?;
         self.out.flush()?;
         Ok(self.out)
+    }
+
+    /// Writes the text whose durations are known (all when `ending`).
+    fn release(&mut self, ending: bool) -> io::Result<()> {
+        while let Some(piece) = self.waiting.front() {
+            match piece {
+                Piece::Text(t) => self.out.write_all(t)?,
+                &Piece::Duration(start, end) => {
+                    if !ending && self.durations <= MAX_WAITING && !self.times.knows(end.insns) {
+                        break;
+                    }
+                    let at = |s: Stamp| self.times.ticks((s.insns, s.tsc));
+                    if let (Some(a), Some(b)) = (at(start), at(end)) {
+                        write!(self.out, ", {}", self.rate.duration(b.saturating_sub(a)))?;
+                    }
+                    self.durations -= 1;
+                }
+            }
+            self.waiting.pop_front();
+        }
+        if self.waiting.is_empty() {
+            self.out.write_all(&self.text)?;
+            self.text.clear();
+        }
+        Ok(())
     }
 
     /// Starts a line at `depth`: a thread header when the thread changed.
@@ -91,12 +138,12 @@ impl<W: Write> TreeWriter<W> {
         if self.last_thread != Some(thread) {
             // Records without thread information are one unnamed thread.
             if thread != ThreadKey::default() || self.last_thread.is_some() {
-                writeln!(self.out, "[{thread}]")?;
+                writeln!(self.text, "[{thread}]")?;
             }
             self.last_thread = Some(thread);
         }
         for _ in 0..depth {
-            self.out.write_all(b"  ")?;
+            self.text.extend_from_slice(b"  ");
         }
         Ok(())
     }
@@ -108,7 +155,7 @@ impl<W: Write> TreeWriter<W> {
         {
             self.line(cx.thread, depth)?;
             writeln!(
-                self.out,
+                self.text,
                 "{}{} {{",
                 marker(frame),
                 cx.funcs.name(frame.func)
@@ -119,16 +166,17 @@ impl<W: Write> TreeWriter<W> {
 
     fn counts(&mut self, cx: &Context<'_>, frame: &Frame, leaf: bool) -> io::Result<()> {
         let total = frame.total_insns(cx.thread_insns);
-        write!(self.out, "  {total} insns")?;
+        write!(self.text, "  {total} insns")?;
         if !leaf {
-            write!(self.out, " (self {})", frame.self_insns(cx.thread_insns))?;
+            write!(self.text, " (self {})", frame.self_insns(cx.thread_insns))?;
         }
-        if let (Some(Tsc(start)), Some(Tsc(end))) = (frame.entered.tsc, cx.now.tsc) {
-            write!(
-                self.out,
-                ", {}",
-                self.rate.duration(end.saturating_sub(start))
-            )?;
+        if frame.entered.tsc.is_some() && cx.now.tsc.is_some() {
+            // The duration once the timestamp after the end has come.
+            let text = std::mem::take(&mut self.text);
+            self.waiting.push_back(Piece::Text(text));
+            self.waiting
+                .push_back(Piece::Duration(frame.entered, cx.now));
+            self.durations += 1;
         }
         Ok(())
     }
@@ -169,20 +217,30 @@ impl<W: Write> CallSink for TreeWriter<W> {
         if leaf {
             self.open.remove(&cx.thread);
             self.line(cx.thread, depth)?;
-            write!(self.out, "{}{name}", marker(&frame))?;
+            write!(self.text, "{}{name}", marker(&frame))?;
         } else {
             self.flush_open(cx, stack)?;
             self.line(cx.thread, depth)?;
-            write!(self.out, "}} {name}")?;
+            write!(self.text, "}} {name}")?;
         }
         self.counts(cx, &frame, leaf)?;
         match how {
-            ExitHow::Return => writeln!(self.out),
-            ExitHow::Unwound => writeln!(self.out, " [unwound]"),
-            ExitHow::Gap(why) => writeln!(self.out, " [trace data lost: {}]", gap_words(why)),
-            ExitHow::End => writeln!(self.out, " [trace ends]"),
-            ExitHow::DepthLimit => writeln!(self.out, " [stack too deep]"),
-        }
+            ExitHow::Return => writeln!(self.text),
+            ExitHow::Unwound => writeln!(self.text, " [unwound]"),
+            ExitHow::Gap(why) => writeln!(self.text, " [trace data lost: {}]", gap_words(why)),
+            ExitHow::End => writeln!(self.text, " [trace ends]"),
+            ExitHow::DepthLimit => writeln!(self.text, " [stack too deep]"),
+        }?;
+        self.release(false)
+    }
+
+    fn time(&mut self, now: Stamp) -> io::Result<()> {
+        self.times.note(now);
+        self.release(false)
+    }
+
+    fn finish(&mut self) -> io::Result<()> {
+        self.release(true)
     }
 
     fn caller(&mut self, cx: &Context<'_>, stack: &[Frame]) -> io::Result<()> {
@@ -193,11 +251,12 @@ impl<W: Write> CallSink for TreeWriter<W> {
         };
         self.line(cx.thread, 0)?;
         writeln!(
-            self.out,
+            self.text,
             "{}{} {{ (entered before the trace began)",
             marker(frame),
             cx.funcs.name(frame.func)
-        )
+        )?;
+        self.release(false)
     }
 
     fn gap(&mut self, cx: &Context<'_>, offset: TraceOffset, why: GapKind) -> io::Result<()> {
@@ -206,10 +265,11 @@ impl<W: Write> CallSink for TreeWriter<W> {
         }
         self.line(cx.thread, 0)?;
         writeln!(
-            self.out,
+            self.text,
             "[gap at trace offset {offset}: {}]",
             gap_words(why)
-        )
+        )?;
+        self.release(false)
     }
 }
 
@@ -254,13 +314,15 @@ mod tests {
             .run(0x205, 1)
             .ret(0x206)
             .run(0x105, 1);
+        // TSC 1000 before the first instruction, 3000 after the fifth: 400
+        // ticks (0.4 µs at 1 GHz) an instruction, and so on after it.
         assert_eq!(
             tree(flow),
             "(trace begins in) 0x100 {\n  \
              0x200 {\n    \
-             0x300  3 insns, 2.000 µs\n  \
-             } 0x200  6 insns (self 3), 2.000 µs\n\
-             } 0x100  8 insns (self 2), 2.000 µs [trace ends]\n"
+             0x300  3 insns, 1.200 µs\n  \
+             } 0x200  6 insns (self 3), 2.400 µs\n\
+             } 0x100  8 insns (self 2), 3.200 µs [trace ends]\n"
         );
     }
 
