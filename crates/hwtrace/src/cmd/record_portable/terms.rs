@@ -81,12 +81,6 @@ pub struct PtTerms {
 }
 
 impl PtTerms {
-    /// `pt,branch`: no timing, a PSB every 4 KiB (the simulator's own
-    /// defaults).
-    pub const UNTIMED: Self = Self {
-        config: 1 | 1 << 13,
-    };
-
     /// Without `--terms`, what a real capture takes by default (`hwtrace
     /// record`'s and perf's `intel_pt//`): `pt,branch,tsc,mtc,mtc_period=3`.
     pub fn real_default(pmu_type: u32) -> Self {
@@ -134,11 +128,9 @@ impl PtTerms {
             branch_en: self.bit(13),
             ..PtConfig::default()
         };
-        if *self != Self::UNTIMED {
-            // The PSB period is a config field: 2^(N+11) bytes.
-            config.psb_period =
-                PtConfig::psb_period_for_freq(self.field(24, 4)).unwrap_or(config.psb_period);
-        }
+        // The PSB period is a config field: 2^(N+11) bytes.
+        config.psb_period =
+            PtConfig::psb_period_for_freq(self.field(24, 4)).unwrap_or(config.psb_period);
         if self.timed() {
             config.tsc = Some(TscModel {
                 start: TSC_START,
@@ -208,11 +200,13 @@ mod tests {
     }
 
     #[test]
-    fn plain_branch_tracing_is_the_simulator_s_default() {
-        let c = PtTerms::UNTIMED.pt_config();
+    fn plain_branch_tracing_is_untimed() {
+        let t = PtTerms::parse("pt,branch", 8).unwrap();
+        assert_eq!(t.config, 1 | 1 << 13);
+        let c = t.pt_config();
         assert!(c.return_compression && c.branch_en && c.tsc.is_none());
-        assert_eq!(c.psb_period, PtConfig::default().psb_period);
-        assert_eq!(PtTerms::parse("pt,branch", 8).unwrap(), PtTerms::UNTIMED);
+        // PSBFreq 0: every 2 KiB.
+        assert_eq!(c.psb_period, 2048);
     }
 
     #[test]
