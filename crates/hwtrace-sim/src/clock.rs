@@ -101,6 +101,19 @@ pub enum TimingError {
 }
 
 impl Timing {
+    /// The clock ratios hwtrace's simulated captures use (no MTC, no CYC
+    /// until asked): core 32 × bus clock, TSC 24 × bus clock (decoders:
+    /// nominal frequency 24), CPUID.15H EAX = 2, EBX = 216: 108 TSC ticks
+    /// per crystal tick, a whole number for every MTCFreq, which is what
+    /// lets decoders keep the resolution the module documentation gives.
+    pub const WHOLE_RATIOS: Timing = Timing {
+        mtc_freq: None,
+        cyc_thresh: None,
+        cbr: Some(32),
+        tsc_bus_ratio: 24,
+        tsc_ctc_ratio: Some((2, 216)),
+    };
+
     /// Refuses what cannot be simulated, in words.
     pub fn validate(&self) -> Result<(), TimingError> {
         for (field, value) in [("MTCFreq", self.mtc_freq), ("CYCThresh", self.cyc_thresh)] {

@@ -129,6 +129,45 @@ pub struct Pmu {
     pub caps: BTreeMap<String, String>,
 }
 
+/// The `format/*` files of Linux's `intel_pt` PMU (since 4.x), term and
+/// bits: what a machine's sysfs says, for a PMU that is not there (the
+/// portable capture, tests).
+pub const LINUX_INTEL_PT_FORMATS: &[(&str, &str)] = &[
+    ("pt", "config:0"),
+    ("cyc", "config:1"),
+    ("pwr_evt", "config:4"),
+    ("fup_on_ptw", "config:5"),
+    ("mtc", "config:9"),
+    ("tsc", "config:10"),
+    ("noretcomp", "config:11"),
+    ("ptw", "config:12"),
+    ("branch", "config:13"),
+    ("mtc_period", "config:14-17"),
+    ("cyc_thresh", "config:19-22"),
+    ("psb_period", "config:24-27"),
+];
+
+impl Pmu {
+    /// Linux's `intel_pt` PMU as a machine without one would have it:
+    /// [`LINUX_INTEL_PT_FORMATS`], type `kind`, no directory, no caps.
+    pub fn linux_intel_pt(kind: u32) -> Self {
+        let formats = LINUX_INTEL_PT_FORMATS
+            .iter()
+            .map(|&(name, text)| {
+                let format = Format::parse(text).expect("Linux's intel_pt formats parse");
+                (name.to_owned(), format)
+            })
+            .collect();
+        Self {
+            name: "intel_pt".into(),
+            dir: PathBuf::new(),
+            kind,
+            formats,
+            caps: BTreeMap::new(),
+        }
+    }
+}
+
 /// The sysfs directory of PMU `name` under `sysfs_root` (normally `/sys`).
 pub fn pmu_dir(sysfs_root: &Path, name: &str) -> PathBuf {
     sysfs_root.join("bus/event_source/devices").join(name)

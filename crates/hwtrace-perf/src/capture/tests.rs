@@ -40,20 +40,7 @@ impl Drop for TempTree {
 }
 
 /// The intel_pt `format` files Linux has exposed since 4.x.
-const PT_FORMATS: &[(&str, &str)] = &[
-    ("pt", "config:0"),
-    ("cyc", "config:1"),
-    ("pwr_evt", "config:4"),
-    ("fup_on_ptw", "config:5"),
-    ("mtc", "config:9"),
-    ("tsc", "config:10"),
-    ("noretcomp", "config:11"),
-    ("ptw", "config:12"),
-    ("branch", "config:13"),
-    ("mtc_period", "config:14-17"),
-    ("cyc_thresh", "config:19-22"),
-    ("psb_period", "config:24-27"),
-];
+const PT_FORMATS: &[(&str, &str)] = super::pmu::LINUX_INTEL_PT_FORMATS;
 
 #[derive(Clone, Copy)]
 enum Cpu {

@@ -370,18 +370,9 @@ const TSC_CLOCK: TscModel = TscModel {
     ticks_per_insn: 1,
 };
 
-/// The clock ratios behind `--mtc-freq` and `--cyc`: core 32 × bus clock,
-/// TSC 24 × bus clock (decoders: `--nom-freq 24`), CPUID.15H EAX = 2,
-/// EBX = 216 (`--cpuid-0x15.eax 2 --cpuid-0x15.ebx 216`): 108 TSC ticks per
-/// crystal tick, a whole number for every MTCFreq, which is what lets
-/// decoders keep the resolution `hwtrace_sim::clock` documents.
-const SIM_TIMING: Timing = Timing {
-    mtc_freq: None,
-    cyc_thresh: None,
-    cbr: Some(32),
-    tsc_bus_ratio: 24,
-    tsc_ctc_ratio: Some((2, 216)),
-};
+/// The clock ratios behind `--mtc-freq` and `--cyc` ([`Timing::WHOLE_RATIOS`]:
+/// decoders take `--nom-freq 24 --cpuid-0x15.eax 2 --cpuid-0x15.ebx 216`).
+const SIM_TIMING: Timing = Timing::WHOLE_RATIOS;
 
 /// The CR3 the recorded process is given for `--cr3-filter`.
 const PROCESS_CR3: Cr3 = Cr3(0x0000_0001_2345_6000);

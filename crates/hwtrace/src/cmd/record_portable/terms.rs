@@ -1,6 +1,6 @@
 //! `--terms` for the portable capture: the `intel_pt` PMU config terms of
 //! a real capture (`tsc,mtc,mtc_period=3,cyc,noretcomp,psb_period=2,...`),
-//! read against the formats Linux gives the PMU, and turned into what the
+//! read against the formats Linux gives the PMU ([`Pmu::linux_intel_pt`]), and turned into what the
 //! simulated hardware writes: the same IA32_RTIT_CTL fields, the timing
 //! packets from hwtrace-sim's clock, and the attribute config and
 //! AUXTRACE_INFO words perf then reads, as a real capture has them.
@@ -13,27 +13,9 @@
 //! model for (power events, PTWRITE) are refused by name.
 
 use anyhow::{Result, bail};
-use hwtrace_perf::capture::pmu::{Format, Pmu};
+use hwtrace_perf::capture::pmu::Pmu;
 use hwtrace_perf::data::{IntelPtInfo, TscConversion};
 use hwtrace_sim::{PtConfig, Timing, TscModel};
-use std::collections::BTreeMap;
-
-/// The formats of Linux's `intel_pt` PMU
-/// (`/sys/bus/event_source/devices/intel_pt/format/*`).
-const FORMATS: &[(&str, &str)] = &[
-    ("pt", "config:0"),
-    ("cyc", "config:1"),
-    ("pwr_evt", "config:4"),
-    ("fup_on_ptw", "config:5"),
-    ("mtc", "config:9"),
-    ("tsc", "config:10"),
-    ("noretcomp", "config:11"),
-    ("ptw", "config:12"),
-    ("branch", "config:13"),
-    ("mtc_period", "config:14-17"),
-    ("cyc_thresh", "config:19-22"),
-    ("psb_period", "config:24-27"),
-];
 
 /// Terms with no model in the simulator.
 const UNSIMULATED: &[(&str, &str)] = &[
@@ -46,32 +28,7 @@ const UNSIMULATED: &[(&str, &str)] = &[
 pub const TSC_START: u64 = 1_000_000_000;
 
 /// The clock ratios of the simulated processor (see the module docs).
-const TIMING: Timing = Timing {
-    mtc_freq: None,
-    cyc_thresh: None,
-    cbr: Some(32),
-    tsc_bus_ratio: 24,
-    tsc_ctc_ratio: Some((2, 216)),
-};
-
-/// The PMU the terms are read against: named and numbered as on most
-/// Intel machines (type 8), with Linux's formats.
-fn pmu(kind: u32) -> Pmu {
-    let formats: BTreeMap<String, Format> = FORMATS
-        .iter()
-        .map(|&(name, text)| {
-            let format = Format::parse(text).expect("the table's formats parse");
-            (name.to_owned(), format)
-        })
-        .collect();
-    Pmu {
-        name: "intel_pt".into(),
-        dir: Default::default(),
-        kind,
-        formats,
-        caps: BTreeMap::new(),
-    }
-}
+const TIMING: Timing = Timing::WHOLE_RATIOS;
 
 /// The `intel_pt` config of a portable capture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +48,7 @@ impl PtTerms {
     /// Reads `terms` (comma-separated `name` or `name=value`, as `perf
     /// record -e intel_pt/TERMS/` takes them; they replace the defaults).
     pub fn parse(terms: &str, pmu_type: u32) -> Result<Self> {
-        let pmu = pmu(pmu_type);
+        let pmu = Pmu::linux_intel_pt(pmu_type);
         let config = pmu
             .build_config(terms)
             .map_err(|e| anyhow::anyhow!("--terms: {e}"))?
