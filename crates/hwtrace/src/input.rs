@@ -143,7 +143,13 @@ impl MappedRange {
 /// streams in.
 pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     if path == Path::new("-") {
-        return map_spooled(spool_stream(std::io::stdin().lock(), path)?, path);
+        use std::io::IsTerminal;
+        let stdin = std::io::stdin();
+        anyhow::ensure!(
+            !stdin.is_terminal(),
+            "-: standard input is a terminal: pipe a trace into it (`zstd -dc t.zst | hwtrace ... -`)"
+        );
+        return map_spooled(spool_stream(stdin.lock(), path)?, path);
     }
     let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let meta = file
@@ -151,7 +157,15 @@ pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
         .with_context(|| format!("cannot stat {}", path.display()))?;
     anyhow::ensure!(!meta.is_dir(), "{} is a directory", path.display());
     if !meta.is_file() {
-        // A FIFO, a character device, a socket: read as it comes.
+        use std::os::unix::fs::FileTypeExt;
+        let kind = meta.file_type();
+        // A device never ends (/dev/zero) or is a disk, not a trace.
+        anyhow::ensure!(
+            kind.is_fifo() || kind.is_socket(),
+            "{} is a device, not a trace file",
+            path.display()
+        );
+        // A pipe: read as it comes.
         return map_spooled(spool_stream(file, path)?, path);
     }
     let mut head = [0u8; 4];
@@ -356,6 +370,15 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let e = format!("{:#}", MappedFile::open(&std::env::temp_dir()).unwrap_err());
         assert!(e.ends_with("is a directory"), "{e}");
+        // /dev/zero would fill the disk it is copied to.
+        let e = format!(
+            "{:#}",
+            MappedFile::open(Path::new("/dev/zero")).unwrap_err()
+        );
+        assert!(
+            e.ends_with("/dev/zero is a device, not a trace file"),
+            "{e}"
+        );
     }
 
     #[test]
