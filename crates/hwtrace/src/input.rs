@@ -142,16 +142,18 @@ impl MappedRange {
 /// file that cannot be mapped is first copied into a temporary file as it
 /// streams in.
 pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
-    if path == Path::new("-") {
-        use std::io::IsTerminal;
-        let stdin = std::io::stdin();
-        anyhow::ensure!(
-            !stdin.is_terminal(),
-            "-: standard input is a terminal: pipe a trace into it (`zstd -dc t.zst | hwtrace ... -`)"
-        );
-        return map_spooled(spool_stream(stdin.lock(), path)?, path);
-    }
-    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut file = if path == Path::new("-") {
+        // Standard input as a file of its own: mapped when it is one
+        // (`< trace.pt`), read as it streams when it is a pipe.
+        use std::os::fd::AsFd;
+        let fd = std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("cannot read standard input")?;
+        File::from(fd)
+    } else {
+        File::open(path).with_context(|| format!("cannot open {}", path.display()))?
+    };
     let meta = file
         .metadata()
         .with_context(|| format!("cannot stat {}", path.display()))?;
@@ -159,18 +161,25 @@ pub fn map_file(path: &Path) -> Result<Option<memmap2::Mmap>> {
     if !meta.is_file() {
         use std::os::unix::fs::FileTypeExt;
         let kind = meta.file_type();
-        // A device never ends (/dev/zero) or is a disk, not a trace.
+        // A device never ends (/dev/zero), waits for typing (a terminal)
+        // or is a disk: not a trace.
         anyhow::ensure!(
             kind.is_fifo() || kind.is_socket(),
-            "{} is a device, not a trace file",
-            path.display()
+            "{} is a device, not a trace file{}",
+            path.display(),
+            if path == Path::new("-") {
+                " (pipe a trace into standard input, or redirect one from a file)"
+            } else {
+                ""
+            }
         );
         // A pipe: read as it comes.
         return map_spooled(spool_stream(file, path)?, path);
     }
     let mut head = [0u8; 4];
     let head = &mut head[..meta.len().min(4) as usize];
-    file.read_exact(head)
+    // At offset 0 whatever the file's position (standard input's may not be).
+    std::os::unix::fs::FileExt::read_exact_at(&file, head, 0)
         .with_context(|| format!("cannot read {}", path.display()))?;
     if let Some(compression) = Compression::of(head) {
         std::io::Seek::rewind(&mut file)

@@ -259,6 +259,27 @@ fn standard_input_and_pipes_read_as_the_trace_itself() {
             );
         }
     }
+    // A file redirected to standard input is mapped as it is; a device is
+    // refused (/dev/zero would fill the disk it was copied to).
+    for (args, input) in [(vec!["dump", p], &plain), (vec!["ptdump", p], &gz)] {
+        let want = common::hwtrace(&args);
+        let got = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+            .args([args[0], "-"])
+            .stdin(std::fs::File::open(input).unwrap())
+            .output()
+            .unwrap();
+        assert!(got.stdout == want.stdout, "{args:?} < {input:?}");
+    }
+    let zero = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .args(["dump", "-"])
+        .stdin(std::fs::File::open("/dev/zero").unwrap())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&zero.stderr);
+    assert!(
+        !zero.status.success() && err.contains("is a device"),
+        "{err}"
+    );
     // Nothing on standard input: no trace, said as for an empty file.
     let empty = dir.join("empty.pt");
     std::fs::write(&empty, b"").unwrap();
