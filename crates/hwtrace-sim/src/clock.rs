@@ -114,6 +114,17 @@ impl Timing {
         tsc_ctc_ratio: Some((2, 216)),
     };
 
+    /// [`WHOLE_RATIOS`](Self::WHOLE_RATIOS) with MTC packets every
+    /// `2^mtc_freq` crystal ticks and CYC packets at `cyc_thresh` as
+    /// asked; `None` when neither is (then no CBR either: the default).
+    pub fn with_whole_ratios(mtc_freq: Option<u8>, cyc_thresh: Option<u8>) -> Option<Timing> {
+        (mtc_freq.is_some() || cyc_thresh.is_some()).then_some(Timing {
+            mtc_freq,
+            cyc_thresh,
+            ..Self::WHOLE_RATIOS
+        })
+    }
+
     /// Refuses what cannot be simulated, in words.
     pub fn validate(&self) -> Result<(), TimingError> {
         for (field, value) in [("MTCFreq", self.mtc_freq), ("CYCThresh", self.cyc_thresh)] {

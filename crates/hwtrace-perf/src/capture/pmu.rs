@@ -87,6 +87,18 @@ impl Format {
         }
         Some(out)
     }
+
+    /// Gathers the value [`encode`](Self::encode) scattered into `word`.
+    pub fn decode(&self, word: u64) -> u64 {
+        let (mut out, mut at) = (0u64, 0u32);
+        for &(lo, hi) in &self.ranges {
+            let n = hi - lo + 1;
+            let mask = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+            out |= ((word >> lo) & mask).checked_shl(at).unwrap_or(0);
+            at += n;
+        }
+        out
+    }
 }
 
 /// The four config words of an attribute.
@@ -276,6 +288,19 @@ impl Pmu {
             *out.word(f.word) |= bits;
         }
         Ok(out)
+    }
+
+    /// The value of term `name` in `config` (0 when the PMU has no such
+    /// term): what [`build_config`](Self::build_config) put there.
+    pub fn term_value(&self, config: &ConfigValues, name: &str) -> u64 {
+        self.formats.get(name).map_or(0, |f| {
+            f.decode(match f.word {
+                ConfigWord::Config => config.config,
+                ConfigWord::Config1 => config.config1,
+                ConfigWord::Config2 => config.config2,
+                ConfigWord::Config3 => config.config3,
+            })
+        })
     }
 
     /// The config bits of a single-bit term (for AUXTRACE_INFO's `*_bit`

@@ -136,6 +136,30 @@ fn format_files_parse_and_scatter_values() {
 }
 
 #[test]
+fn format_values_gather_back_from_the_word() {
+    for (text, value) in [
+        ("config:14-17", 3),
+        ("config1:0-1,8-9", 0b1101),
+        ("config2:0-63", u64::MAX),
+    ] {
+        let f = Format::parse(text).unwrap();
+        // Other terms' bits set around the field change nothing.
+        let ones = u64::MAX >> (64 - f.width());
+        let around = !f.encode(ones).unwrap() & 0x5555_5555_5555_5555;
+        assert_eq!(f.decode(f.encode(value).unwrap() | around), value, "{text}");
+    }
+    let pmu = Pmu::linux_intel_pt(8);
+    let values = pmu
+        .build_config("pt,tsc,mtc_period=5,psb_period=2")
+        .unwrap();
+    let got: Vec<u64> = ["pt", "tsc", "mtc_period", "psb_period", "cyc", "bogus"]
+        .iter()
+        .map(|t| pmu.term_value(&values, t))
+        .collect();
+    assert_eq!(got, [1, 1, 5, 2, 0, 0]);
+}
+
+#[test]
 fn pmu_discovery_per_cpu_generation() {
     for cpu in [Cpu::Skylake, Cpu::IceLake, Cpu::SapphireRapids] {
         let (sys, _proc) = intel_machine(cpu, 2, 0);

@@ -228,6 +228,16 @@ impl<'a> PerfData<'a> {
         self.bytes
     }
 
+    /// The feature sections: the file's, or in a pipe stream those its
+    /// HEADER_FEATURE records brought, as far as `records` has read.
+    pub fn features_after<'r>(&'r self, records: &'r Records<'a>) -> &'r Features<'a> {
+        if self.header.is_pipe() {
+            records.pipe_features()
+        } else {
+            &self.features
+        }
+    }
+
     /// Iterates over the data section's records.
     pub fn records(&self) -> Records<'a> {
         let FileSection { offset, size } = self.header.data;

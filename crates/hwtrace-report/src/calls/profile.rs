@@ -10,7 +10,7 @@
 //! [`CallSink::finish`].
 
 use super::functions::FuncId;
-use super::timemap::{MAX_WAITING, TimeMap};
+use super::timemap::TimeMap;
 use super::tracker::{CallSink, Context, ExitHow, Frame, Stamp, ThreadKey};
 use hwtrace_types::hash::BuildIntHasher;
 use std::collections::HashMap;
@@ -161,13 +161,12 @@ impl Profile {
     /// passed (all of them when `all`).
     fn settle(&mut self, all: bool) {
         while let Some(&(func, start, end)) = self.timing.front() {
-            if !all && self.timing.len() <= MAX_WAITING && !self.times.knows(end.insns) {
+            if !self.times.settled(end, self.timing.len(), all) {
                 break;
             }
             self.timing.pop_front();
-            let at = |s: Stamp| self.times.ticks((s.insns, s.tsc));
-            if let (Some(a), Some(b)) = (at(start), at(end)) {
-                self.functions.entry(func).or_default().total_ticks += b.saturating_sub(a);
+            if let Some(ticks) = self.times.span(start, end) {
+                self.functions.entry(func).or_default().total_ticks += ticks;
             }
         }
     }

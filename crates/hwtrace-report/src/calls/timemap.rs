@@ -68,6 +68,20 @@ impl TimeMap {
         self.knots.last().is_some_and(|&(n, _)| n > insns)
     }
 
+    /// Whether the oldest of `waiting` items held for the time, one that
+    /// ends at `end`, is to be written now: it has no time to wait for,
+    /// the timestamp after it has come, too many wait (65,536),
+    /// or the flow is over (`ending`).
+    pub fn settled(&self, end: Stamp, waiting: usize, ending: bool) -> bool {
+        ending || end.tsc.is_none() || waiting > MAX_WAITING || self.knows(end.insns)
+    }
+
+    /// The ticks from one point to another, `None` where either has no
+    /// time.
+    pub fn span(&self, start: Stamp, end: Stamp) -> Option<u64> {
+        Some(self.ticks(end)?.saturating_sub(self.ticks(start)?))
+    }
+
     /// The TSC at a point (instructions executed before it, and the time
     /// it carries): the last timestamp before it moved on by the
     /// instructions since it came, at the rate to the next one (or, past
@@ -76,8 +90,8 @@ impl TimeMap {
     /// instructions (timestamps going back, from another CPU's stream,
     /// hold still) and equal to each timestamp where it came, so a frame's
     /// children stay inside it.
-    pub fn ticks(&self, (insns, tsc): (u64, Option<Tsc>)) -> Option<u64> {
-        let t = tsc?.0;
+    pub fn ticks(&self, at: Stamp) -> Option<u64> {
+        let (insns, t) = (at.insns, at.tsc?.0);
         let after = self.knots.partition_point(|&(n, _)| n <= insns);
         let Some(k) = after.checked_sub(1) else {
             return Some(t);
@@ -131,12 +145,18 @@ mod tests {
         assert!(!m.knows(0));
         m.note(at(10, 2000));
         assert!(m.knows(9) && !m.knows(10));
-        let t = |m: &TimeMap, n| m.ticks((n, Some(Tsc(1)))).unwrap();
+        let t = |m: &TimeMap, n| m.ticks(at(n, 1)).unwrap();
         assert_eq!(
             [t(&m, 0), t(&m, 5), t(&m, 10), t(&m, 15)],
             [1000, 1500, 2000, 2500]
         );
-        assert_eq!(m.ticks((3, None)), None);
+        assert_eq!(
+            m.ticks(Stamp {
+                insns: 3,
+                tsc: None
+            }),
+            None
+        );
         // Going back (another CPU's stream): held still, not backwards.
         m.note(at(20, 500));
         assert_eq!(t(&m, 15), 2000);

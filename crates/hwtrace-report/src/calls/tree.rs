@@ -25,7 +25,7 @@
 //! `<- caller` line at the outermost level, and the lines that follow are
 //! indented from it.
 
-use super::timemap::{MAX_WAITING, TimeMap};
+use super::timemap::TimeMap;
 use super::tracker::{CallSink, Context, ExitHow, Frame, FrameKind, Stamp, ThreadKey};
 use crate::exec::GapKind;
 use hwtrace_types::TraceOffset;
@@ -114,12 +114,11 @@ impl<W: Write> TreeWriter<W> {
             match piece {
                 Piece::Text(t) => self.out.write_all(t)?,
                 &Piece::Duration(start, end) => {
-                    if !ending && self.durations <= MAX_WAITING && !self.times.knows(end.insns) {
+                    if !self.times.settled(end, self.durations, ending) {
                         break;
                     }
-                    let at = |s: Stamp| self.times.ticks((s.insns, s.tsc));
-                    if let (Some(a), Some(b)) = (at(start), at(end)) {
-                        write!(self.out, ", {}", self.rate.duration(b.saturating_sub(a)))?;
+                    if let Some(ticks) = self.times.span(start, end) {
+                        write!(self.out, ", {}", self.rate.duration(ticks))?;
                     }
                     self.durations -= 1;
                 }

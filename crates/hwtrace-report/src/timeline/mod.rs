@@ -27,8 +27,7 @@
 //! first few thousand events wait for a timestamp to appear before the
 //! clock is chosen (a PT trace gives one in its first PSB+).
 
-use crate::calls::timemap::MAX_WAITING;
-use crate::calls::{CallSink, Context, ExitHow, Frame, FrameKind, ThreadKey, TimeMap};
+use crate::calls::{CallSink, Context, ExitHow, Frame, FrameKind, Stamp, ThreadKey, TimeMap};
 use crate::exec::GapKind;
 use hwtrace_types::{TraceOffset, Tsc};
 use std::collections::HashSet;
@@ -71,8 +70,8 @@ enum Axis {
 #[derive(Debug)]
 struct Held {
     thread: ThreadKey,
-    start: (u64, Option<Tsc>),
-    end: (u64, Option<Tsc>),
+    start: Stamp,
+    end: Stamp,
     body: Body,
 }
 
@@ -208,7 +207,7 @@ impl<W: Write> TimelineWriter<W> {
     /// rounded the same way for every event, keep children inside their
     /// parents exactly (rounding is monotonic), which floating-point
     /// microseconds with separately rounded `dur`s would not.
-    fn ns(&self, point: (u64, Option<Tsc>)) -> u64 {
+    fn ns(&self, point: Stamp) -> u64 {
         match self.axis {
             Some(Axis::Tsc) => {
                 let first = self.first_tsc.map_or(0, |t| t.0);
@@ -219,13 +218,13 @@ impl<W: Write> TimelineWriter<W> {
                 let hz = self.options.tsc_hz.filter(|hz| *hz > 0.0).unwrap_or(1e9);
                 (ticks as f64 * 1e9 / hz).round() as u64
             }
-            _ => point.0.saturating_mul(1000),
+            _ => point.insns.saturating_mul(1000),
         }
     }
 
     fn push(&mut self, held: Held) -> io::Result<()> {
-        self.note_tsc(held.start.1);
-        self.note_tsc(held.end.1);
+        self.note_tsc(held.start.tsc);
+        self.note_tsc(held.end.tsc);
         self.held.push_back(held);
         self.choose(false);
         self.release(false)
@@ -238,12 +237,7 @@ impl<W: Write> TimelineWriter<W> {
             return Ok(());
         };
         while let Some(held) = self.held.front() {
-            if axis == Axis::Tsc
-                && !ending
-                && self.held.len() <= MAX_WAITING
-                && held.end.1.is_some()
-                && !self.times.knows(held.end.0)
-            {
+            if axis == Axis::Tsc && !self.times.settled(held.end, self.held.len(), ending) {
                 break;
             }
             let held = self.held.pop_front().expect("looked at");
@@ -348,8 +342,8 @@ impl<W: Write> CallSink for TimelineWriter<W> {
         };
         self.push(Held {
             thread: cx.thread,
-            start: (top.entered.insns, top.entered.tsc),
-            end: (cx.now.insns, cx.now.tsc),
+            start: top.entered,
+            end: cx.now,
             body: Body::Frame {
                 name: cx.funcs.name(top.func).to_owned(),
                 kind: top.kind,
@@ -360,7 +354,7 @@ impl<W: Write> CallSink for TimelineWriter<W> {
         })
     }
 
-    fn time(&mut self, now: crate::calls::Stamp) -> io::Result<()> {
+    fn time(&mut self, now: Stamp) -> io::Result<()> {
         self.times.note(now);
         self.release(false)
     }
@@ -369,11 +363,10 @@ impl<W: Write> CallSink for TimelineWriter<W> {
         if why.flow_goes_on() {
             return Ok(());
         }
-        let now = (cx.now.insns, cx.now.tsc);
         self.push(Held {
             thread: cx.thread,
-            start: now,
-            end: now,
+            start: cx.now,
+            end: cx.now,
             body: Body::Gap { offset, why },
         })
     }
@@ -528,10 +521,14 @@ mod tests {
         assert!(w.times.len() <= MAX_KNOTS, "{}", w.times.len());
         assert!(w.times.rising());
         // The early rounds' points, in order, within the outer frame.
-        let end = w.ns((u64::MAX / 2, Some(Tsc(1))));
-        let mut last = w.ns((1, Some(Tsc(1_000))));
+        let at = |insns, tsc| Stamp {
+            insns,
+            tsc: Some(Tsc(tsc)),
+        };
+        let end = w.ns(at(u64::MAX / 2, 1));
+        let mut last = w.ns(at(1, 1_000));
         for i in 0..1000u64 {
-            let at = w.ns((2 + 6 * i, Some(Tsc(1))));
+            let at = w.ns(at(2 + 6 * i, 1));
             assert!(at >= last && at <= end, "{i}: {at}");
             last = at;
         }

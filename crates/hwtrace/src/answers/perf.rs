@@ -92,16 +92,11 @@ impl PerfInput {
                 _ => {}
             }
         }
-        let features = if data.header.is_pipe() {
-            records.pipe_features().clone()
-        } else {
-            data.features.clone()
-        };
         let settings = match pt {
             Some(info) => Some(PtSettings::for_recording(
                 &info,
                 records.attrs(),
-                features.cpuid,
+                data.features_after(&records).cpuid,
                 args.cpu,
                 args.lenient,
                 "hwtrace",

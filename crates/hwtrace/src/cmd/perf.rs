@@ -298,11 +298,7 @@ fn info(path: &Path) -> Result<ExitCode> {
             Err(e) => errors.push(e),
         }
     }
-    let features = if h.is_pipe() {
-        records.pipe_features().clone()
-    } else {
-        file.features.clone()
-    };
+    let features = file.features_after(&records).clone();
     for (i, a) in records.attrs().iter().enumerate() {
         print_attr(&mut out, i, a, &aux_pmus)?;
     }
@@ -546,17 +542,11 @@ fn decode(args: &DecodeArgs) -> Result<ExitCode> {
             path.display()
         );
     }
-    // The processor whose errata apply: asked for, or the recording's.
-    let features = if file.header.is_pipe() {
-        records.pipe_features().clone()
-    } else {
-        file.features.clone()
-    };
     let settings = pt.as_ref().map(|info| {
         PtSettings::for_recording(
             info,
             records.attrs(),
-            features.cpuid,
+            file.features_after(&records).cpuid,
             args.cpu,
             args.lenient,
             "hwtrace perf decode",

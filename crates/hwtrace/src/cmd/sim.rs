@@ -370,10 +370,6 @@ const TSC_CLOCK: TscModel = TscModel {
     ticks_per_insn: 1,
 };
 
-/// The clock ratios behind `--mtc-freq` and `--cyc` ([`Timing::WHOLE_RATIOS`]:
-/// decoders take `--nom-freq 24 --cpuid-0x15.eax 2 --cpuid-0x15.ebx 216`).
-const SIM_TIMING: Timing = Timing::WHOLE_RATIOS;
-
 /// The CR3 the recorded process is given for `--cr3-filter`.
 const PROCESS_CR3: Cr3 = Cr3(0x0000_0001_2345_6000);
 
@@ -396,12 +392,10 @@ fn pt_config(a: &PtArgs) -> Result<PtConfig> {
     if a.tsc {
         config.tsc = Some(TSC_CLOCK);
     }
-    if a.mtc_freq.is_some() || a.cyc.is_some() {
-        config.timing = Timing {
-            mtc_freq: a.mtc_freq,
-            cyc_thresh: a.cyc,
-            ..SIM_TIMING
-        };
+    // The clock ratios behind --mtc-freq and --cyc (decoders take
+    // `--nom-freq 24 --cpuid-0x15.eax 2 --cpuid-0x15.ebx 216`).
+    if let Some(timing) = Timing::with_whole_ratios(a.mtc_freq, a.cyc) {
+        config.timing = timing;
         config
             .timing
             .validate()

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use hwtrace_perf::data::{Features, FileOffset, PerfData, PerfRecord};
+use hwtrace_perf::data::{FileOffset, PerfData, PerfRecord};
 use hwtrace_perf::pevent::record::Body;
 
 /// `PERF_RECORD_MISC_MMAP_DATA`: a data mapping (MMAP records carry no
@@ -158,11 +158,7 @@ impl Sideband {
                 _ => {}
             }
         }
-        let features: &Features<'_> = if file.header.is_pipe() {
-            records.pipe_features()
-        } else {
-            &file.features
-        };
+        let features = file.features_after(&records);
         for list in sb.switches.values_mut() {
             list.sort_by_key(|&(time, _)| time);
         }

@@ -334,44 +334,54 @@ impl<'s> QueueDecoder<'s> {
                 Branches::new(RunEndItems::new(flow.runs(trace), &passed)).try_for_each(&mut each)
             }
             Format::Insns => flow.items(trace).try_for_each(&mut each),
-            Format::Stats if flow.fixed_image().is_some() => {
-                let opts = printer.opts;
-                let mut names = names;
-                let mut parallel = ParallelConfig::counting(opts.jobs, len);
-                if let Some(unit) = opts.unit_bytes {
-                    parallel.unit_bytes = unit;
-                }
-                let (config, image) = (flow.config(), flow.fixed_image());
-                let image = image.expect("checked by the guard");
-                let make = || {
-                    FastSource::counting(FastDecoder::new(trace, config, image), parallel.max_stall)
-                        .untimed()
-                };
-                // Counted on every core; the failures reported in order.
-                let mut reported = Ok(());
-                counted::count(trace, opts.jobs, &parallel, make, |t| {
-                    printer.report.insns += t.stats.insns;
-                    for f in t.failures {
-                        if reported.is_ok() {
-                            reported =
-                                printer.item(f, flow, start, len, names.as_deref_mut(), out, diag);
-                        }
+            Format::Stats => match flow.fixed_image() {
+                // One image throughout: counted on every core, the
+                // failures reported in order.
+                Some(image) => {
+                    let opts = printer.opts;
+                    let mut parallel = ParallelConfig::counting(opts.jobs, len);
+                    if let Some(unit) = opts.unit_bytes {
+                        parallel.unit_bytes = unit;
                     }
-                });
-                reported
-            }
-            Format::Stats => {
-                let mut items = flow.runs(trace);
-                // Only counted: plain code passed over a run at a time.
-                let mut skipped = 0;
-                loop {
-                    skipped += items.skip_runs();
-                    let Some(item) = items.next() else { break };
-                    each(item)?;
+                    let config = flow.config();
+                    let make = || {
+                        let dec = FastDecoder::new(trace, config, image);
+                        FastSource::counting(dec, parallel.max_stall).untimed()
+                    };
+                    let mut reported = Ok(());
+                    counted::count(trace, opts.jobs, &parallel, make, |t| {
+                        printer.report.insns += t.stats.insns;
+                        for f in t.failures {
+                            if reported.is_ok() {
+                                reported = printer.item(
+                                    f,
+                                    flow,
+                                    start,
+                                    len,
+                                    names.as_deref_mut(),
+                                    out,
+                                    diag,
+                                );
+                            }
+                        }
+                    });
+                    reported
                 }
-                printer.report.insns += skipped;
-                Ok(())
-            }
+                // The image follows timed events, which counting passes
+                // over: plain code passed over a run at a time, every event
+                // an item.
+                None => {
+                    let mut items = flow.runs(trace);
+                    let mut skipped = 0;
+                    loop {
+                        skipped += items.skip_runs();
+                        let Some(item) = items.next() else { break };
+                        each(item)?;
+                    }
+                    printer.report.insns += skipped;
+                    Ok(())
+                }
+            },
         }
     }
 

@@ -56,7 +56,7 @@ use hwtrace_sim::{
 use hwtrace_types::Ip;
 
 use maps::{GuestLog, Mapping, guest_mappings};
-pub use terms::PtTerms;
+use terms::PtTerms;
 
 /// Instructions between two LBR samples.
 pub const LBR_PERIOD: u64 = 10_007;

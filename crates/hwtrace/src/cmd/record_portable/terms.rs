@@ -13,6 +13,7 @@
 //! model for (power events, PTWRITE) are refused by name.
 
 use anyhow::{Result, bail};
+use hwtrace_perf::capture::plan::default_pt_terms;
 use hwtrace_perf::capture::pmu::Pmu;
 use hwtrace_perf::data::{IntelPtInfo, TscConversion};
 use hwtrace_sim::{PtConfig, Timing, TscModel};
@@ -30,18 +31,30 @@ pub const TSC_START: u64 = 1_000_000_000;
 /// The clock ratios of the simulated processor (see the module docs).
 const TIMING: Timing = Timing::WHOLE_RATIOS;
 
-/// The `intel_pt` config of a portable capture.
+/// The `intel_pt` config of a portable capture, and the fields the
+/// simulator reads from it (by the PMU's formats, as the kernel would).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PtTerms {
     /// The attribute's config word.
     pub config: u64,
+    tsc: bool,
+    noretcomp: bool,
+    branch: bool,
+    /// MTCFreq when `mtc` is on, CYCThresh when `cyc` is.
+    mtc: Option<u8>,
+    cyc: Option<u8>,
+    /// PSBFreq.
+    psb_period: u8,
 }
 
 impl PtTerms {
-    /// Without `--terms`, what a real capture takes by default (`hwtrace
-    /// record`'s and perf's `intel_pt//`): `pt,branch,tsc,mtc,mtc_period=3`.
+    /// Without `--terms`, what a real capture takes by default
+    /// ([`default_pt_terms`] on a PMU with MTC): `pt,branch,tsc,mtc,
+    /// mtc_period=3`.
     pub fn real_default(pmu_type: u32) -> Self {
-        Self::parse("pt,branch,tsc,mtc,mtc_period=3", pmu_type)
+        let mut pmu = Pmu::linux_intel_pt(pmu_type);
+        pmu.caps.insert("mtc".into(), "1".into());
+        Self::parse(&default_pt_terms(&pmu), pmu_type)
             .expect("the default terms are Linux's intel_pt terms")
     }
 
@@ -49,58 +62,56 @@ impl PtTerms {
     /// record -e intel_pt/TERMS/` takes them; they replace the defaults).
     pub fn parse(terms: &str, pmu_type: u32) -> Result<Self> {
         let pmu = Pmu::linux_intel_pt(pmu_type);
-        let config = pmu
+        let values = pmu
             .build_config(terms)
-            .map_err(|e| anyhow::anyhow!("--terms: {e}"))?
-            .config;
+            .map_err(|e| anyhow::anyhow!("--terms: {e}"))?;
+        let value = |name| pmu.term_value(&values, name);
         for &(name, what) in UNSIMULATED {
-            if config & pmu.term_bits(name) != 0 {
+            if value(name) != 0 {
                 bail!("--terms: `{name}`: the portable capture does not simulate {what}");
             }
         }
-        if config & 1 == 0 {
+        if value("pt") == 0 {
             bail!("--terms: give `pt` (PacketEn: without it there is no trace to simulate)");
         }
-        Ok(Self { config })
-    }
-
-    fn bit(&self, n: u32) -> bool {
-        self.config >> n & 1 != 0
-    }
-
-    fn field(&self, lo: u32, width: u32) -> u8 {
-        ((self.config >> lo) & ((1 << width) - 1)) as u8
+        // Each field fits its format's bits (`build_config` checked), so
+        // in a byte.
+        let field = |name| value(name) as u8;
+        Ok(Self {
+            config: values.config,
+            tsc: value("tsc") != 0,
+            noretcomp: value("noretcomp") != 0,
+            branch: value("branch") != 0,
+            mtc: (value("mtc") != 0).then(|| field("mtc_period")),
+            cyc: (value("cyc") != 0).then(|| field("cyc_thresh")),
+            psb_period: field("psb_period"),
+        })
     }
 
     /// Whether TSC packets are written (perf then times the trace).
     pub fn timed(&self) -> bool {
-        self.bit(10)
+        self.tsc
     }
 
     /// What the simulated hardware writes under this config (the IP
     /// filter aside).
     pub fn pt_config(&self) -> PtConfig {
         let mut config = PtConfig {
-            return_compression: !self.bit(11),
-            branch_en: self.bit(13),
+            return_compression: !self.noretcomp,
+            branch_en: self.branch,
             ..PtConfig::default()
         };
         // The PSB period is a config field: 2^(N+11) bytes.
         config.psb_period =
-            PtConfig::psb_period_for_freq(self.field(24, 4)).unwrap_or(config.psb_period);
-        if self.timed() {
+            PtConfig::psb_period_for_freq(self.psb_period).unwrap_or(config.psb_period);
+        if self.tsc {
             config.tsc = Some(TscModel {
                 start: TSC_START,
                 ticks_per_insn: 1,
             });
         }
-        let (mtc, cyc) = (self.bit(9), self.bit(1));
-        if mtc || cyc {
-            config.timing = Timing {
-                mtc_freq: mtc.then(|| self.field(14, 4)),
-                cyc_thresh: cyc.then(|| self.field(19, 4)),
-                ..TIMING
-            };
+        if let Some(timing) = Timing::with_whole_ratios(self.mtc, self.cyc) {
+            config.timing = timing;
         }
         config
     }
@@ -109,7 +120,7 @@ impl PtTerms {
     /// clock's ratios and the identity TSC conversion.
     pub fn info(&self, pmu_type: u32) -> IntelPtInfo {
         let mut info = IntelPtInfo::linux_pmu(pmu_type);
-        if self.timed() {
+        if self.tsc {
             info.tsc = TscConversion {
                 time_shift: 0,
                 time_mult: 1,
@@ -117,7 +128,7 @@ impl PtTerms {
                 cap_user_time_zero: true,
             };
         }
-        if self.bit(9) || self.bit(1) {
+        if self.mtc.is_some() || self.cyc.is_some() {
             let (eax, ebx) = TIMING.tsc_ctc_ratio.unwrap_or((0, 0));
             info.tsc_ctc_ratio_n = Some(u64::from(ebx));
             info.tsc_ctc_ratio_d = Some(u64::from(eax));
