@@ -32,6 +32,9 @@ pub mod drcov;
 pub mod json;
 pub mod lcov;
 pub mod libxdc;
+mod part;
+
+pub use part::CoveragePart;
 
 use crate::exec::{Exec, ExecRun, GapKind};
 use crate::symbols::Space;
@@ -189,6 +192,10 @@ pub struct CoverageBuilder {
     /// (a [`GapKind::Disabled`] right after it): the edge out of it is
     /// counted in [`Edge::left_filter`] too.
     left_filter: Option<(Chain, u32)>,
+    /// A part's builder ([`CoveragePart`]): what it read of the state
+    /// before the part, to be resolved when it is merged (`None`: the
+    /// builder saw the stream from its start).
+    past: Option<Box<part::Past>>,
 }
 
 /// The memo slot of the transfer from block `from` to a block starting
@@ -231,6 +238,7 @@ impl CoverageBuilder {
             insns: 0,
             memo: true,
             left_filter: None,
+            past: None,
         }
     }
 
@@ -323,6 +331,13 @@ impl CoverageBuilder {
         seen.hits = 0;
     }
 
+    /// Adds the hits every memo slot holds to their blocks and edges.
+    fn flush_memo(&mut self) {
+        for seen in &mut self.seen {
+            Self::flush_seen(&mut self.blocks, &mut self.edge_list, seen);
+        }
+    }
+
     /// Takes one record.
     #[inline]
     pub fn push(&mut self, exec: &Exec) {
@@ -400,6 +415,16 @@ impl CoverageBuilder {
         {
             self.left_filter = Some((chain, id));
             self.here.0 = u32::MAX;
+            if let Some(past) = &mut self.past {
+                past.left_filter_known();
+            }
+        } else if let Some(past) = &mut self.past
+            && past.last_is_past()
+        {
+            // The last block is the one before the part: whether it ends
+            // in a conditional branch is known when merging.
+            past.left_filter_after_past_last();
+            self.here.0 = u32::MAX;
         }
     }
 
@@ -417,6 +442,9 @@ impl CoverageBuilder {
             self.prev.retain(|c, _| {
                 !(c.tid == tid && c.cpu == cpu && space.is_none_or(|s| s == c.space))
             });
+            if let Some(past) = &mut self.past {
+                past.drop_chains(space);
+            }
         }
     }
 
@@ -441,6 +469,9 @@ impl CoverageBuilder {
                 self.prev.remove(&chain)
             }
         };
+        // A part's first block on a chain it has not dropped: the edge
+        // into it comes from the chain's block before the part.
+        let from_past = prev.is_none() && self.past.as_mut().is_some_and(|p| p.first_touch(chain));
         // Mostly a block the previous one went to before: found among its
         // successors without hashing.
         let is_open =
@@ -452,23 +483,15 @@ impl CoverageBuilder {
         });
         let id = match known {
             Some(id) => id,
-            None => {
-                let key = (open.space, open.start.0, open.end.0);
-                let next = u32::try_from(self.blocks.len()).unwrap_or(u32::MAX);
-                let id = *self.ids.entry(key).or_insert(next);
-                if id == next {
-                    self.blocks.push(Block {
-                        space: open.space,
-                        start: open.start,
-                        end: open.end,
-                        last: open.last,
-                        last_class: open.last_class,
-                        insns: open.insns,
-                        hits: 0,
-                    });
-                }
-                id
-            }
+            None => self.block_id(Block {
+                space: open.space,
+                start: open.start,
+                end: open.end,
+                last: open.last,
+                last_class: open.last_class,
+                insns: open.insns,
+                hits: 0,
+            }),
         };
         let Some(block) = self.blocks.get_mut(id as usize) else {
             return;
@@ -483,8 +506,11 @@ impl CoverageBuilder {
             }
             _ => None,
         };
-        if let Some(prev) = prev {
-            let edge = self.count_edge(prev, id);
+        let edge = prev.map(|prev| self.count_edge(prev, id));
+        if let Some(past) = &mut self.past {
+            past.closed(chain, id, prev, from_past, edge);
+        }
+        if let (Some(prev), Some(edge)) = (prev, edge) {
             if left_filter == Some(prev)
                 && let Some(e) = self.edge_list.get_mut(edge as usize)
             {
@@ -513,17 +539,42 @@ impl CoverageBuilder {
         }
     }
 
+    /// The id of the block `b` is (by space, start and end), added with
+    /// no hits if new.
+    fn block_id(&mut self, b: Block) -> u32 {
+        let key = (b.space, b.start.0, b.end.0);
+        let next = u32::try_from(self.blocks.len()).unwrap_or(u32::MAX);
+        let id = *self.ids.entry(key).or_insert(next);
+        if id == next {
+            self.blocks.push(Block { hits: 0, ..b });
+        }
+        id
+    }
+
     /// Puts the current chain's last block back among the others'.
     fn park_last(&mut self) {
         self.here.0 = u32::MAX;
         if let Some((chain, id)) = self.last.take() {
             self.prev.insert(chain, id);
         }
+        if let Some(past) = &mut self.past {
+            past.last_parked();
+        }
     }
 
     /// One more time from block `from` to block `to`: the edge's index in
     /// `edge_list`.
     fn count_edge(&mut self, from: u32, to: u32) -> u32 {
+        let index = self.edge_index(from, to);
+        if let Some(edge) = self.edge_list.get_mut(index as usize) {
+            edge.hits += 1;
+        }
+        index
+    }
+
+    /// The index in `edge_list` of the edge from block `from` to block
+    /// `to` (added, with no hits, if new).
+    fn edge_index(&mut self, from: u32, to: u32) -> u32 {
         let i = from as usize;
         if self.succ.len() <= i {
             self.succ.resize(i + 1, [(u32::MAX, 0); 2]);
@@ -549,18 +600,13 @@ impl CoverageBuilder {
                 left_filter: 0,
             });
         }
-        if let Some(edge) = self.edge_list.get_mut(index as usize) {
-            edge.hits += 1;
-        }
         index
     }
 
     /// The coverage so far (the open block counted).
     pub fn finish(mut self) -> Coverage {
         self.close();
-        for seen in &mut self.seen {
-            Self::flush_seen(&mut self.blocks, &mut self.edge_list, seen);
-        }
+        self.flush_memo();
         // Sort blocks by (space, start, end) and renumber the edges.
         let mut order: Vec<u32> = (0..self.blocks.len() as u32).collect();
         order.sort_by_key(|&i| {

@@ -405,6 +405,12 @@ fn lcov_counts_lines_of_the_blocks_that_ran() {
 /// two CR3s, with disables, lost data and overflows in between; then cut
 /// into runs of at most `max` instructions.
 fn random_flow(seed: u64, len: usize, max: u32) -> Vec<Exec> {
+    random_flow_of(seed, len, max, true)
+}
+
+/// [`random_flow`], with thread records or without (one thread, as a raw
+/// trace's records), and then with a disable every ten blocks or so.
+fn random_flow_of(seed: u64, len: usize, max: u32, threads: bool) -> Vec<Exec> {
     let mut x = seed | 1;
     let mut next = move |n: u64| {
         x ^= x << 13;
@@ -428,6 +434,8 @@ fn random_flow(seed: u64, len: usize, max: u32) -> Vec<Exec> {
     for _ in 0..len {
         match next(100) {
             0 => flow.push(gap(GapKind::Disabled)),
+            4..=12 if !threads => flow.push(gap(GapKind::Disabled)),
+            2 if !threads => flow.push(Exec::Time(seed)),
             1 => flow.push(gap([GapKind::Lost, GapKind::Overflow][next(2) as usize])),
             2 => {
                 let tid = next(2) as u32;
@@ -537,5 +545,124 @@ fn a_conditional_branch_out_of_the_filter_is_no_libxdc_outcome() {
 
         let cov = Coverage::from_execs(&flow(GapKind::Disabled, InsnClass::Jump, times));
         assert_eq!(edge(&cov).left_filter, 0);
+    }
+}
+
+/// A flow cut into parts at `cuts` (record indices), each built apart and
+/// merged in order.
+fn merged(flow: &[Exec], cuts: &[usize]) -> Coverage {
+    let mut whole = CoverageBuilder::new();
+    let mut from = 0;
+    for &to in cuts.iter().chain([&flow.len()]) {
+        let mut part = CoveragePart::new();
+        for e in &flow[from..to] {
+            part.push(e);
+        }
+        whole.merge(part);
+        from = to;
+    }
+    whole.finish()
+}
+
+/// Where two coverages differ, in a few lines.
+fn differences(got: &Coverage, want: &Coverage) -> String {
+    let mut out = Vec::new();
+    if got.insns != want.insns {
+        out.push(format!("insns {} against {}", got.insns, want.insns));
+    }
+    if got.blocks != want.blocks {
+        let diff: Vec<_> = got
+            .blocks
+            .iter()
+            .zip(&want.blocks)
+            .filter(|(g, w)| g != w)
+            .take(3)
+            .collect();
+        out.push(format!(
+            "{} blocks against {}: {diff:?}",
+            got.blocks.len(),
+            want.blocks.len()
+        ));
+    }
+    let edges = |c: &Coverage| -> Vec<(Ip, Ip, u64, u64)> {
+        c.edges
+            .iter()
+            .map(|e| {
+                let (f, t) = (&c.blocks[e.from as usize], &c.blocks[e.to as usize]);
+                (f.start, t.start, e.hits, e.left_filter)
+            })
+            .collect()
+    };
+    let (g, w) = (edges(got), edges(want));
+    let extra: Vec<_> = g.iter().filter(|e| !w.contains(e)).take(4).collect();
+    let missing: Vec<_> = w.iter().filter(|e| !g.contains(e)).take(4).collect();
+    if !extra.is_empty() || !missing.is_empty() {
+        out.push(format!("edges got {extra:x?}, want {missing:x?}"));
+    }
+    out.join("; ")
+}
+
+/// Cutting a stream anywhere (inside blocks, between a conditional branch
+/// and the disable after it, parts with no block or nothing at all),
+/// building the parts apart and merging them in order gives the coverage
+/// of the stream in one piece: blocks, edges, hits, the left-filter marks.
+#[test]
+fn parts_merged_in_order_cover_as_the_whole_stream() {
+    let mut marked = 0;
+    for seed in 1..60u64 {
+        for max in [1, 3, u32::MAX] {
+            let flow = random_flow_of(seed, 1500, max, false);
+            let want = Coverage::from_execs(&flow);
+            marked += want.edges.iter().filter(|e| e.left_filter > 0).count();
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            let mut next = move |n: usize| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % n as u64) as usize
+            };
+            for parts in [2, 5, 40, 300] {
+                let mut cuts: Vec<usize> = (1..parts).map(|_| next(flow.len() + 1)).collect();
+                cuts.sort_unstable();
+                let got = merged(&flow, &cuts);
+                assert!(
+                    got == want,
+                    "seed {seed}, runs of at most {max}, {parts} parts: {}",
+                    differences(&got, &want)
+                );
+            }
+            // Every record a part of its own.
+            if seed > 20 {
+                continue;
+            }
+            let each: Vec<usize> = (1..flow.len()).collect();
+            let got = merged(&flow, &each);
+            assert!(
+                got == want,
+                "seed {seed}, runs of at most {max}, one record a part: {}",
+                differences(&got, &want)
+            );
+        }
+    }
+    assert!(marked > 50, "too few left-filter marks to test: {marked}");
+}
+
+/// A part with nothing, or with a head only, hands the open block on.
+#[test]
+fn parts_without_a_block_end_hand_the_open_block_on() {
+    let flow = [
+        insn(0x1000, 1, InsnClass::Other),
+        insn(0x1001, 1, InsnClass::Other),
+        Exec::Time(5),
+        insn(0x1002, 2, InsnClass::Jump),
+        insn(0x1000, 1, InsnClass::Other),
+        insn(0x1001, 1, InsnClass::Other),
+        insn(0x1002, 2, InsnClass::Jump),
+    ];
+    let want = Coverage::from_execs(&flow);
+    assert_eq!(want.blocks.len(), 1);
+    assert_eq!(want.blocks[0].hits, 2);
+    for cuts in [&[0, 0, 1, 1, 2][..], &[1, 2, 3], &[4, 5, 6, 7], &[7, 7]] {
+        assert_eq!(merged(&flow, cuts), want, "{cuts:?}");
     }
 }
