@@ -9,7 +9,8 @@ use hwtrace_report::exec::{Detail, Exec, ExecInsn, ExecRun, GapKind};
 use hwtrace_types::{AddressSpace, Cr3, Ip, TraceOffset};
 
 /// Turns [`Item`]s of one trace into [`Exec`] records: the address space
-/// follows PIP/VMCS events, times come from events that carry a TSC, and
+/// follows PIP/VMCS events as the decoder's does (unknown again after a
+/// resynchronisation), times come from events that carry a TSC, and
 /// every break in the flow (disable, overflow, error, endless loop)
 /// becomes a [`Exec::Gap`].
 #[derive(Debug)]
@@ -50,6 +51,17 @@ impl ItemMapper {
         self
     }
 
+    /// Sets the address space the records are in (where a stretch of a
+    /// trace decoded apart starts: the decoder's).
+    pub fn set_space(&mut self, space: AddressSpace) {
+        self.space = space;
+    }
+
+    /// Run `r` as a record in the current address space.
+    pub fn run_record(&self, r: &PassedRun) -> ExecRun {
+        exec_run(self.space, r)
+    }
+
     /// The TSC of `event` if it is new (for perf's thread switches).
     pub fn new_time(&self, event: &Event) -> Option<u64> {
         (event.has_tsc && self.last_tsc != Some(event.tsc)).then_some(event.tsc)
@@ -84,6 +96,10 @@ impl ItemMapper {
             Item::Resync { from, to } => {
                 let end = to.unwrap_or(self.len);
                 report.skipped_bytes += end.saturating_sub(from);
+                // The decoder starts over at the PSB: the address space is
+                // unknown until a PIP (or VMCS) packet says it, for the
+                // code it reads and so for the records.
+                self.space = AddressSpace::UNKNOWN;
             }
             Item::Stuck { offset, ip, insns } => {
                 report.errors += 1;
