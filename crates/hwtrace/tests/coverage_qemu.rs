@@ -23,10 +23,12 @@
 mod common;
 
 use anyhow::{Context, Result, bail, ensure};
+use common::coverage::same;
 use common::qemu::{self, Key, Scratch, Truth, from_json, need, record, truth};
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_report::coverage::afl;
-use hwtrace_sim::{PtConfig, PtEncoder, RecordEnd, Recording};
+use hwtrace_sim::{Cr3Filter, PtConfig, PtEncoder, RecordEnd, Recording};
+use hwtrace_types::Cr3;
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
@@ -105,6 +107,13 @@ fn check(name: &str, rec: &Recording, extra: &[String]) -> Result<(Scratch, Trut
         seg_paths.push(p);
     }
     args.extend(extra.iter().cloned());
+    // On every core, with tiny work units, the same bytes as on one thread
+    // (both kinds of AFL map: the flag is the comparison's).
+    let mut base: Vec<String> = args[1..].to_vec();
+    if let Some(at) = base.iter().position(|a| a == "--afl-edges") {
+        base.drain(at..at + 2);
+    }
+    same(name, &dir.0, &base)?;
     let out = |f: &str| dir.0.join(f).display().to_string();
     for (flag, file) in [
         ("--drcov", "cov.drcov"),
@@ -252,6 +261,65 @@ fn gzip() -> Result<()> {
         rec.end
     );
     check("gzip", &rec, &[]).map(|_| ())
+}
+
+/// A trace whose PSB+ carry the process's CR3 (PIP packets: CR3
+/// filtering on), its last byte cut, then the same run traced without
+/// CR3s: after the resynchronisation the second piece's blocks are in no
+/// address space, not the first piece's, on one thread as on several.
+#[test]
+fn a_trace_with_cr3s_then_one_without_covers_the_same_on_every_core() -> Result<()> {
+    let dir = Scratch::new("coverage", "cr3-then-none")?;
+    let input = dir.file("in.txt", text(10).as_bytes())?;
+    let rec = record(
+        "/usr/bin/gzip",
+        &["-c", "-1", input.to_str().unwrap_or_default()],
+        40_000,
+    )?;
+    let cr3 = Cr3(0x1234_5000);
+    let with = PtEncoder::new(PtConfig {
+        cr3_filter: Some(Cr3Filter {
+            cr3_match: cr3,
+            process_cr3: cr3,
+        }),
+        ..PtConfig::default()
+    })
+    .encode(&rec.execution)?;
+    let without = PtEncoder::new(PtConfig::default()).encode(&rec.execution)?;
+    let mut trace = with.bytes[..with.bytes.len() - 1].to_vec();
+    trace.extend_from_slice(&without.bytes);
+    let path = dir.file("trace.pt", &trace)?;
+    let mut args = vec![path.display().to_string()];
+    for (n, seg) in rec.execution.memory().segments().iter().enumerate() {
+        let p = dir.file(&format!("seg{n}.bin"), &seg.bytes)?;
+        args.extend([
+            "--image".into(),
+            format!("{}@{:x}", p.display(), seg.addr.0),
+        ]);
+    }
+    let summary = same("cr3-then-none", &dir.0, &args)?;
+    eprintln!("CR3s, then none: {summary}");
+    // The code ran in both spaces: each block twice over.
+    let json = dir.0.join("both.json");
+    let run = Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .arg("coverage")
+        .args(&args)
+        .arg("--json")
+        .arg(&json)
+        .output()?;
+    ensure!(run.status.code() == Some(2), "{run:?}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json)?)?;
+    let spaces: BTreeSet<String> = v["blocks"]
+        .as_array()
+        .context("blocks")?
+        .iter()
+        .map(|b| b["cr3"].to_string())
+        .collect();
+    ensure!(
+        spaces.len() == 2 && spaces.contains("null"),
+        "address spaces {spaces:?}"
+    );
+    Ok(())
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use super::driver::{Flow, FlowItem, Seam, SeamAt, Skipped};
 use super::pool::SourcePool;
 use super::segment::{Splitter, Unit};
-use super::{PassedRun, StepSource};
+use super::{PassedRun, Probe, StepSource};
 use crate::ErrorKind;
 use hwtrace_types::TraceOffset;
 use std::collections::BTreeMap;
@@ -140,6 +140,21 @@ pub trait Sink: Send {
     /// [`keeps_runs`](Self::keeps_runs)).
     fn push_run(&mut self, run: &PassedRun) {
         let _ = run;
+    }
+    /// Whether the sink folds what it takes into something that does not
+    /// grow with the items (a coverage map, counts): then a unit's worker
+    /// is not stopped at [`ParallelConfig::unit_items`], which bounds what
+    /// sinks that keep their items hold.
+    fn folds(&self) -> bool {
+        false
+    }
+    /// The decoder's state where the sink's items start, before the first
+    /// is pushed: after a unit's anchor, or where the merging thread's own
+    /// decode starts a batch. A sink whose work depends on state the items
+    /// before it set (the address space, say) takes it from here. Not
+    /// called for the items from the start of the trace.
+    fn starts_at(&mut self, probe: &Probe) {
+        let _ = probe;
     }
 }
 
@@ -426,6 +441,9 @@ fn work<S: StepSource, K: Sink>(
     // rather than grow by copying.
     let guess = (unit.end.0 - unit.start.0).saturating_mul(4).min(1 << 20);
     let mut items = new_sink(usize::try_from(guess).unwrap_or(0));
+    if let Some(anchor) = &own {
+        items.starts_at(&anchor.probe);
+    }
     let mut resynced = false;
     // Where the loop below first looks at the flow's state: the next
     // unit's anchor, or just past the next unit's start.
@@ -436,7 +454,7 @@ fn work<S: StepSource, K: Sink>(
     };
     // Items and runs kept so far (a counting sink keeps none).
     let mut kept = 0usize;
-    let budget = if items.counts_only() {
+    let budget = if items.counts_only() || items.folds() {
         usize::MAX
     } else {
         unit_items
@@ -515,6 +533,9 @@ struct Merge<'e, S, K, N, E, G: FnMut(K) -> Result<(), E>> {
     /// Items in `batch`, and how many make a batch.
     batched: usize,
     batch_len: usize,
+    /// Whether anything was decoded or handed out yet (a batch from the
+    /// start of the trace needs no [`Sink::starts_at`]).
+    started: bool,
     stats: ParallelStats,
 }
 
@@ -534,6 +555,7 @@ where
             batch: new_sink(batch_len),
             batched: 0,
             batch_len,
+            started: false,
             stats: ParallelStats::default(),
         }
     }
@@ -559,6 +581,7 @@ where
     /// Hands out a worker's items (after whatever the merge decoded
     /// itself).
     fn hand_out(&mut self, items: K) -> Result<(), E> {
+        self.started = true;
         self.flush()?;
         (self.emit)(items)
     }
@@ -567,6 +590,10 @@ where
     /// first when it only counts them or keeps runs, while the flow is
     /// before `until`; runs count towards the batch's size like items).
     fn next(&mut self, flow: &mut Flow<S>, until: TraceOffset) -> Option<FlowItem> {
+        if self.batched == 0 && self.started {
+            self.batch.starts_at(&flow.source().probe());
+        }
+        self.started = true;
         let (item, runs) = next_into(flow, &mut self.batch, until);
         self.batched += runs;
         item

@@ -9,13 +9,16 @@
 //!   `Exec` records (used for raw PT and for each perf.data AUX stream);
 //! - `perf`: perf.data Intel PT streams, per thread, over the files the
 //!   sideband names (through [`crate::perfdecode`]);
-//! - `branches`: BTS records and LBR entries as `Exec::Branch`.
+//! - `branches`: BTS records and LBR entries as `Exec::Branch`;
+//! - [`folded`]: a raw trace decoded on every core, each stretch's records
+//!   folded where they were decoded (coverage's parts), in trace order.
 //!
 //! Decoding problems are not printed here: they become `Exec::Gap`
 //! records in the stream and lines in the [`SourceReport`], so each answer
 //! decides how to show them.
 
 mod branches;
+pub mod folded;
 mod perf;
 mod pipeline;
 mod pt;

@@ -100,11 +100,17 @@ pub struct SourceArgs {
     #[arg(long, value_name = "N", requires = "lbr")]
     pub lbr_tos: Option<String>,
     /// Decode on a thread of its own beside the answer (2, the default on
-    /// a machine with two cores or more, but for coverage, whose own work
-    /// per run costs less than handing the run over) or on the answer's
-    /// (1). The answer is the same; more than 2 uses no more threads.
+    /// a machine with two cores or more) or on the answer's (1); more than
+    /// 2 uses no more threads. Coverage of a raw Intel PT trace decodes
+    /// and builds on N threads instead (default: every core), its
+    /// coverage of other inputs on one unless N asks for two. The answer
+    /// is the same.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub jobs: Option<u64>,
+    /// The least trace bytes a parallel work unit covers (tests use tiny
+    /// units to put seams everywhere).
+    #[arg(long, value_name = "BYTES", hide = true, value_parser = clap::value_parser!(u64).range(1..))]
+    pub unit_bytes: Option<u64>,
 }
 
 /// What decoding found besides the records: counts and the first
@@ -148,6 +154,23 @@ impl SourceReport {
         }
     }
 
+    /// Adds what decoding the next stretch of the same input found (its
+    /// problems after these, as far as they are kept).
+    pub fn add(&mut self, next: SourceReport) {
+        self.insns += next.insns;
+        self.branches += next.branches;
+        self.gaps += next.gaps;
+        self.errors += next.errors;
+        self.overflows += next.overflows;
+        self.skipped_bytes += next.skipped_bytes;
+        self.lost_bytes += next.lost_bytes;
+        self.status_errors += next.status_errors;
+        for p in next.problems {
+            self.problem(p);
+        }
+        self.more_problems += next.more_problems;
+    }
+
     /// Whether anything went wrong.
     pub fn has_problems(&self) -> bool {
         !self.problems.is_empty()
@@ -188,6 +211,15 @@ enum Input {
         bytes: u64,
         memory: Option<Box<FlowMemory>>,
     },
+}
+
+/// A raw Intel PT input: the trace, named as problems name it, the code it
+/// ran and the decoder's configuration.
+pub(super) struct RawPt<'a> {
+    pub name: String,
+    pub trace: &'a MappedTrace,
+    pub memory: &'a FlowMemory,
+    pub config: hwtrace_flow::Config,
 }
 
 /// `PERFILE2`, the first bytes of a perf.data file (file or pipe format).
@@ -348,6 +380,33 @@ impl Source {
         }
     }
 
+    /// A raw Intel PT input as [`folded`](super::folded) decodes it.
+    pub(super) fn raw_pt_input(&self) -> Option<RawPt<'_>> {
+        match &self.input {
+            Input::Pt {
+                path,
+                trace,
+                memory,
+                config,
+            } => Some(RawPt {
+                name: show(path),
+                trace,
+                memory,
+                config: *config,
+            }),
+            _ => None,
+        }
+    }
+
+    /// An empty report of this input's decode.
+    pub(super) fn new_report(&self) -> SourceReport {
+        SourceReport {
+            trace_bytes: self.trace_bytes(),
+            lenient: self.lenient,
+            ..SourceReport::default()
+        }
+    }
+
     /// Bytes of trace the input has (for progress).
     pub fn trace_bytes(&self) -> u64 {
         match &self.input {
@@ -372,11 +431,7 @@ impl Source {
 
     /// [`run`](Self::run) on this thread alone.
     pub fn run_here(&self, detail: Detail, sink: Sink<'_>) -> Result<SourceReport> {
-        let mut report = SourceReport {
-            trace_bytes: self.trace_bytes(),
-            lenient: self.lenient,
-            ..SourceReport::default()
-        };
+        let mut report = self.new_report();
         match &self.input {
             Input::Pt {
                 path,

@@ -3,6 +3,7 @@
 
 use std::process::{Command, Output};
 
+pub mod coverage;
 pub mod qemu;
 
 /// Runs `hwtrace ARGS…`.
