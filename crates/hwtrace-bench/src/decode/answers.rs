@@ -7,7 +7,8 @@
 //! answers from a raw PT trace, so the ratio that matters is the answer's
 //! time over the decode's. The answers run as users run them (decoding on
 //! a thread of its own beside the answer on a machine with two cores or
-//! more), and `report --jobs 1` on one thread. Outputs go to /dev/null.
+//! more; coverage decoding and building on every core), and `report
+//! --jobs 1` and `coverage --jobs 1` on one thread. Outputs go to /dev/null.
 
 use super::{Bench, Input, Options, Spec, mib, open};
 use anyhow::{Result, ensure};
@@ -15,12 +16,14 @@ use std::process::Command;
 
 /// The answer commands timed, with the arguments that write their outputs
 /// to /dev/null.
-const ANSWERS: [(&str, &[&str]); 6] = [
+const ANSWERS: [(&str, &[&str]); 7] = [
     ("report", &[]),
     // The answers decode beside their own work on a second thread where
     // the machine has one: the same answer on one thread, for the ratio.
     ("report --jobs 1", &["--jobs", "1"]),
     ("calls", &["--folded", "/dev/null"]),
+    // Coverage of a raw trace decodes and builds on every core; on one
+    // thread for the ratio.
     (
         "coverage",
         &[
@@ -30,6 +33,19 @@ const ANSWERS: [(&str, &[&str]); 6] = [
             "/dev/null",
             "--afl-map",
             "/dev/null",
+        ],
+    ),
+    (
+        "coverage --jobs 1",
+        &[
+            "--drcov",
+            "/dev/null",
+            "--json",
+            "/dev/null",
+            "--afl-map",
+            "/dev/null",
+            "--jobs",
+            "1",
         ],
     ),
     ("timeline", &["-o", "/dev/null"]),
