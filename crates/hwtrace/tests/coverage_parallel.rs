@@ -18,7 +18,7 @@
 mod common;
 
 use anyhow::{Result, ensure};
-use common::coverage::same;
+use common::parallel::same;
 use common::{libipt_flow_cases, shared};
 
 #[test]

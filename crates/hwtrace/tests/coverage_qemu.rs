@@ -23,7 +23,7 @@
 mod common;
 
 use anyhow::{Context, Result, bail, ensure};
-use common::coverage::same;
+use common::parallel::same;
 use common::qemu::{self, Key, Scratch, Truth, from_json, need, record, truth};
 use hwtrace_flow::insn::InsnClass;
 use hwtrace_report::coverage::afl;

@@ -12,6 +12,7 @@
 //! the decoder's state where it starts ([`Sink::starts_at`]).
 
 use super::pt::ItemMapper;
+use super::source::Sink as RecordSink;
 use super::{Source, SourceReport};
 use crate::flow::Item;
 use anyhow::Result;
@@ -20,7 +21,7 @@ use hwtrace_flow::parallel::{
     self, FastSource, FlowItem, MAX_STALL, ParallelConfig, PassedRun, Probe, Sink,
 };
 use hwtrace_report::coverage::CoveragePart;
-use hwtrace_report::exec::{Exec, GapKind};
+use hwtrace_report::exec::{Detail, Exec, ExecRun, GapKind};
 
 /// What an answer makes of one stretch's records, on the thread that
 /// decoded them.
@@ -36,6 +37,13 @@ impl Fold for CoveragePart {
     }
 }
 
+impl Fold for Vec<Exec> {
+    #[inline]
+    fn push(&mut self, exec: &Exec) {
+        Vec::push(self, *exec);
+    }
+}
+
 /// One stretch of the trace: its records folded, and what decoding it
 /// found.
 struct Stretch<F> {
@@ -44,6 +52,19 @@ struct Stretch<F> {
     report: SourceReport,
     /// The trace offset decoded to.
     offset: Option<u64>,
+    /// Runs that neither call nor return are joined ([`Detail::Calls`]):
+    /// the stretch being joined.
+    join: bool,
+    open: Option<ExecRun>,
+}
+
+impl<F: Fold> Stretch<F> {
+    /// Hands on the stretch being joined.
+    fn close(&mut self) {
+        if let Some(s) = self.open.take() {
+            self.fold.push(&Exec::Stretch(s));
+        }
+    }
 }
 
 impl<F: Fold> Sink for Stretch<F> {
@@ -63,10 +84,23 @@ impl<F: Fold> Sink for Stretch<F> {
     fn push_run(&mut self, r: &PassedRun) {
         self.offset = Some(r.before.0);
         self.report.insns += u64::from(r.run.insns);
-        self.fold.push(&Exec::Run(self.mapper.run_record(r)));
+        let run = self.mapper.run_record(r);
+        if !self.join {
+            self.fold.push(&Exec::Run(run));
+            return;
+        }
+        if let Some(s) = self.open.as_mut()
+            && s.join(&run)
+        {
+            return;
+        }
+        if let Some(s) = self.open.replace(run) {
+            self.fold.push(&Exec::Stretch(s));
+        }
     }
 
     fn push(&mut self, item: FlowItem) {
+        self.close();
         let item = Item::from(item);
         if let Item::Insn { offset, .. } = item {
             self.offset = Some(offset);
@@ -89,13 +123,62 @@ impl Source {
     /// least `unit_bytes`, when given), the records of each stretch folded
     /// into a fold from `new_fold` on the thread that decoded them; hands
     /// the folds to `merge` in trace order with the trace offset each
-    /// decoded to, the last one holding the end of the trace. `None` for other inputs (perf.data, branch lists),
-    /// which decode on one thread ([`Source::run`]). An error from `merge`
-    /// stops the decode and is returned.
+    /// decoded to, the last one holding the end of the trace. `None` for
+    /// other inputs (perf.data, branch lists), which decode on one thread
+    /// ([`Source::run`]). An error from `merge` stops the decode and is
+    /// returned.
     pub fn run_folded<F: Fold>(
         &self,
         jobs: usize,
         unit_bytes: Option<u64>,
+        new_fold: impl Fn() -> F + Sync,
+        merge: impl FnMut(F, Option<u64>) -> Result<()>,
+    ) -> Result<Option<SourceReport>> {
+        let Some(len) = self.raw_pt_input().map(|pt| pt.trace.bytes().len() as u64) else {
+            return Ok(None);
+        };
+        let mut config = ParallelConfig::counting(jobs, len);
+        if let Some(unit) = unit_bytes {
+            config.unit_bytes = unit;
+        }
+        // Coverage reads no times: units splice on wherever the flow meets.
+        self.stretches(Detail::Runs, false, config, new_fold, merge)
+    }
+
+    /// [`Source::run`]'s records of a raw Intel PT input decoded on `jobs`
+    /// threads (work units of at least `unit_bytes`, when given), each
+    /// stretch's records made by the thread that decoded it and handed to
+    /// `sink` here, in trace order. `None` for other inputs.
+    pub fn run_parallel(
+        &self,
+        detail: Detail,
+        jobs: usize,
+        unit_bytes: Option<u64>,
+        sink: RecordSink<'_>,
+    ) -> Result<Option<SourceReport>> {
+        if self.raw_pt_input().is_none() {
+            return Ok(None);
+        }
+        // Units small enough that the records they hold stay few (a run is
+        // at least a TNT bit: at most a few records a trace byte), as many
+        // in flight as keep the threads busy.
+        let mut config = ParallelConfig::counting(jobs, 0);
+        config.unit_bytes = unit_bytes.unwrap_or(RECORD_UNIT);
+        let mut seams = Seams::default();
+        let report = self.stretches(detail, true, config, Vec::new, |records, _| {
+            records.into_iter().try_for_each(|e| seams.push(e, sink))
+        })?;
+        seams.finish(sink)?;
+        Ok(report)
+    }
+
+    /// The decode both share: `detail`'s records of each stretch into a
+    /// fold, timed or not, split as `config` says.
+    fn stretches<F: Fold>(
+        &self,
+        detail: Detail,
+        timed: bool,
+        mut config: ParallelConfig,
         new_fold: impl Fn() -> F + Sync,
         mut merge: impl FnMut(F, Option<u64>) -> Result<()>,
     ) -> Result<Option<SourceReport>> {
@@ -104,26 +187,27 @@ impl Source {
         };
         let bytes = pt.trace.bytes();
         let len = bytes.len() as u64;
-        let mut config = ParallelConfig::counting(jobs, len);
-        if let Some(unit) = unit_bytes {
-            config.unit_bytes = unit;
-        }
         // The merging thread's own decode (a unit no seam joins, or the
         // whole trace when it is one unit) folds in stretches of this many
         // records: a fold's fixed cost (its maps) is small next to theirs.
-        config.batch = 1 << 20;
+        config.batch = config.batch.max(1 << 16);
         let (memory, decoder) = (pt.memory, pt.config);
-        // Coverage reads no times: units splice on wherever the flow meets.
-        let make =
-            || FastSource::runs(FastDecoder::new(bytes, decoder, memory), MAX_STALL).untimed();
+        let make = || {
+            let source = FastSource::runs(FastDecoder::new(bytes, decoder, memory), MAX_STALL);
+            if timed { source } else { source.untimed() }
+        };
+        let join = detail == Detail::Calls;
         let new_sink = |_| Stretch {
             mapper: ItemMapper::new(0, len, pt.name.clone()),
             fold: new_fold(),
             report: SourceReport::default(),
             offset: None,
+            join,
+            open: None,
         };
         let mut report = self.new_report();
-        parallel::decode_into(bytes, &config, make, new_sink, |s: Stretch<F>| {
+        parallel::decode_into(bytes, &config, make, new_sink, |mut s: Stretch<F>| {
+            s.close();
             report.add(s.report);
             if let Some(offset) = s.offset {
                 pt.trace.decoded_to(offset);
@@ -145,5 +229,126 @@ impl Source {
         report.add(end.report);
         merge(end.fold, Some(len))?;
         Ok(Some(report))
+    }
+}
+
+/// The records of consecutive stretches, decoded apart, handed on as one
+/// decode hands them out: a [`Detail::Calls`] stretch a seam cut in two is
+/// joined again (no record came between its halves), and a time the
+/// stretch before already said is not said twice (a unit's decode starts
+/// without the last time, as the one decode does not).
+#[derive(Default)]
+struct Seams {
+    /// The last stretch, held while the next record may join it.
+    pending: Option<ExecRun>,
+    last_time: Option<u64>,
+}
+
+impl Seams {
+    fn push(&mut self, e: Exec, sink: RecordSink<'_>) -> Result<()> {
+        match e {
+            Exec::Stretch(s) => {
+                if let Some(p) = self.pending.as_mut()
+                    && p.join(&s)
+                {
+                    return Ok(());
+                }
+                return match self.pending.replace(s) {
+                    Some(p) => sink(Exec::Stretch(p)),
+                    None => Ok(()),
+                };
+            }
+            Exec::Time(t) if self.last_time == Some(t) => return Ok(()),
+            Exec::Time(t) => self.last_time = Some(t),
+            _ => {}
+        }
+        self.finish(sink)?;
+        sink(e)
+    }
+
+    /// Hands on the stretch held.
+    fn finish(&mut self, sink: RecordSink<'_>) -> Result<()> {
+        match self.pending.take() {
+            Some(p) => sink(Exec::Stretch(p)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The least trace bytes of a work unit whose records are handed over
+/// ([`Source::run_parallel`]): a few hundred thousand records at most.
+const RECORD_UNIT: u64 = 128 << 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtrace_flow::insn::InsnClass;
+    use hwtrace_types::{AddressSpace, Ip, TraceOffset};
+
+    fn stretch(ip: u64, insns: u32, last: InsnClass) -> Exec {
+        Exec::Stretch(ExecRun {
+            space: AddressSpace::UNKNOWN,
+            ip: Ip(ip),
+            insns,
+            last_ip: Ip(ip + u64::from(insns) - 1),
+            last_size: 1,
+            last_class: last,
+        })
+    }
+
+    /// Records of stretches decoded apart, through [`Seams`].
+    fn through(stretches: &[&[Exec]]) -> Vec<Exec> {
+        let mut seams = Seams::default();
+        let mut out = Vec::new();
+        let mut sink = |e| {
+            out.push(e);
+            Ok(())
+        };
+        for records in stretches {
+            for &e in *records {
+                seams.push(e, &mut sink).unwrap();
+            }
+        }
+        seams.finish(&mut sink).unwrap();
+        out
+    }
+
+    #[test]
+    fn a_stretch_cut_by_a_seam_is_joined_and_a_time_said_once() {
+        let gap = Exec::Gap {
+            offset: TraceOffset(9),
+            why: GapKind::Disabled,
+        };
+        // 0x10..0x13 (a jump) and 0x20..0x21 (a call) are one stretch:
+        // joined across the seam; the call ends it.
+        let got = through(&[
+            &[Exec::Time(5), stretch(0x10, 4, InsnClass::Jump)],
+            &[
+                stretch(0x20, 2, InsnClass::Call),
+                stretch(0x30, 1, InsnClass::Return),
+                Exec::Time(5),
+                Exec::Time(7),
+            ],
+            &[Exec::Time(7), gap, stretch(0x40, 3, InsnClass::Other)],
+        ]);
+        let joined = Exec::Stretch(ExecRun {
+            space: AddressSpace::UNKNOWN,
+            ip: Ip(0x10),
+            insns: 6,
+            last_ip: Ip(0x21),
+            last_size: 1,
+            last_class: InsnClass::Call,
+        });
+        assert_eq!(
+            got,
+            [
+                Exec::Time(5),
+                joined,
+                stretch(0x30, 1, InsnClass::Return),
+                Exec::Time(7),
+                gap,
+                stretch(0x40, 3, InsnClass::Other),
+            ]
+        );
     }
 }

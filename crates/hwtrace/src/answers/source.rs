@@ -99,12 +99,12 @@ pub struct SourceArgs {
     /// LBR: MSR_LASTBRANCH_TOS (default: the dump's).
     #[arg(long, value_name = "N", requires = "lbr")]
     pub lbr_tos: Option<String>,
-    /// Decode on a thread of its own beside the answer (2, the default on
-    /// a machine with two cores or more) or on the answer's (1); more than
-    /// 2 uses no more threads. Coverage of a raw Intel PT trace decodes
-    /// and builds on N threads instead (default: every core), its
-    /// coverage of other inputs on one unless N asks for two. The answer
-    /// is the same.
+    /// Threads to decode on (default: every core). A raw Intel PT trace is
+    /// decoded by PSB work units on N threads (coverage also builds on
+    /// them); perf.data and branch lists decode on a thread of their own
+    /// beside the answer (2 or more), except for coverage, which takes
+    /// them on one thread unless N asks for two. 1: everything on one
+    /// thread. The answer is the same.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub jobs: Option<u64>,
     /// The least trace bytes a parallel work unit covers (tests use tiny
@@ -191,8 +191,14 @@ pub struct Source {
     mappings: Vec<Mapping>,
     /// `--kallsyms` (for perf.data also its kcore_dir's `kallsyms`).
     kallsyms: Option<Kallsyms>,
-    /// Whether [`run`](Self::run) decodes on a thread of its own.
+    /// Whether [`run`](Self::run) decodes perf.data and branch lists on a
+    /// thread of its own.
     beside: bool,
+    /// Threads a raw trace is decoded on by [`run`](Self::run) (more than
+    /// one: [`run_parallel`](Self::run_parallel)), and the least bytes of
+    /// its work units (`--unit-bytes`).
+    jobs: usize,
+    unit_bytes: Option<u64>,
     /// `--lenient`.
     lenient: bool,
 }
@@ -269,10 +275,14 @@ impl Source {
                 .transpose()
                 .context("--kallsyms")
         };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let beside = match args.jobs {
             Some(n) => n >= 2,
-            None => std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2),
+            None => cores >= 2,
         };
+        let jobs = args
+            .jobs
+            .map_or(cores, |n| usize::try_from(n).unwrap_or(usize::MAX));
         if args.bts.is_some() || args.bts_ds.is_some() {
             let (list, bytes) = branches::bts(args)?;
             return Ok(Self {
@@ -284,6 +294,8 @@ impl Source {
                 mappings,
                 kallsyms: kallsyms()?,
                 beside,
+                jobs,
+                unit_bytes: args.unit_bytes,
                 lenient: args.lenient,
             });
         }
@@ -298,6 +310,8 @@ impl Source {
                 mappings,
                 kallsyms: kallsyms()?,
                 beside,
+                jobs,
+                unit_bytes: args.unit_bytes,
                 lenient: args.lenient,
             });
         }
@@ -314,6 +328,8 @@ impl Source {
                 mappings,
                 kallsyms,
                 beside,
+                jobs,
+                unit_bytes: args.unit_bytes,
                 lenient: args.lenient,
             });
         }
@@ -342,6 +358,8 @@ impl Source {
             mappings,
             kallsyms: kallsyms()?,
             beside,
+            jobs,
+            unit_bytes: args.unit_bytes,
             lenient: args.lenient,
         })
     }
@@ -418,10 +436,17 @@ impl Source {
 
     /// Decodes the whole input, handing every record to `sink` in trace
     /// order (perf.data: one AUX stream after the other, each starting
-    /// with its `Exec::Thread`).
+    /// with its `Exec::Thread`): a raw trace on every thread `--jobs`
+    /// allows ([`run_parallel`](Self::run_parallel)), other inputs beside
+    /// the answer ([`pipeline`]) or on this thread.
     /// `detail`: what the answer needs of the flow ([`Detail::Calls`]:
     /// runs that neither call nor return joined with the ones after them).
     pub fn run(&self, detail: Detail, sink: Sink<'_>) -> Result<SourceReport> {
+        if self.jobs > 1
+            && let Some(report) = self.run_parallel(detail, self.jobs, self.unit_bytes, sink)?
+        {
+            return Ok(report);
+        }
         if self.beside {
             pipeline::run_beside(self, detail, sink)
         } else {

@@ -3,7 +3,7 @@
 
 use std::process::{Command, Output};
 
-pub mod coverage;
+pub mod parallel;
 pub mod qemu;
 
 /// Runs `hwtrace ARGS…`.
