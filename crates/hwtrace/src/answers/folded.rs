@@ -28,6 +28,12 @@ use hwtrace_report::exec::{Detail, Exec, ExecRun, GapKind};
 pub trait Fold: Send {
     /// Takes the stretch's next record.
     fn push(&mut self, exec: &Exec);
+    /// Whether what it holds does not grow with the records (a coverage
+    /// part: its blocks and edges); a fold that keeps them is held to the
+    /// work unit's item budget ([`ParallelConfig::unit_items`]).
+    fn summarises(&self) -> bool {
+        true
+    }
 }
 
 impl Fold for CoveragePart {
@@ -41,6 +47,10 @@ impl Fold for Vec<Exec> {
     #[inline]
     fn push(&mut self, exec: &Exec) {
         Vec::push(self, *exec);
+    }
+
+    fn summarises(&self) -> bool {
+        false
     }
 }
 
@@ -73,7 +83,7 @@ impl<F: Fold> Sink for Stretch<F> {
     }
 
     fn folds(&self) -> bool {
-        true
+        self.fold.summarises()
     }
 
     fn starts_at(&mut self, probe: &Probe) {
@@ -164,6 +174,7 @@ impl Source {
         // in flight as keep the threads busy.
         let mut config = ParallelConfig::counting(jobs, 0);
         config.unit_bytes = unit_bytes.unwrap_or(RECORD_UNIT);
+        config.unit_items = RECORD_ITEMS;
         let mut seams = Seams::default();
         let report = self.stretches(detail, true, config, Vec::new, |records, _| {
             records.into_iter().try_for_each(|e| seams.push(e, sink))
@@ -276,8 +287,19 @@ impl Seams {
 }
 
 /// The least trace bytes of a work unit whose records are handed over
-/// ([`Source::run_parallel`]): a few hundred thousand records at most.
-const RECORD_UNIT: u64 = 128 << 10;
+/// ([`Source::run_parallel`]): large enough that a unit's fixed costs (the
+/// next unit's anchor found twice, the clock warmed over the bytes before
+/// its PSB) stay small (on the benchmark's real traces, 128 KiB units
+/// took a fifth more CPU than 512 KiB ones).
+const RECORD_UNIT: u64 = 512 << 10;
+
+/// The most items and runs a worker keeps for one unit of records (a
+/// record is 64 bytes: at most 64 MiB a unit, whatever the code; a loop
+/// calling a small function makes several records a trace byte). Past it
+/// the merging thread decodes the rest of the unit. The benchmark's
+/// traces make 1 to 3 runs a byte: a quarter of this stopped most units
+/// early (no faster than one thread).
+const RECORD_ITEMS: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests {
