@@ -5,10 +5,10 @@
 //! peak RSS; medians over runs. The reference is `hwtrace flow --jobs 1
 //! --stats` on the same bytes in the same run: no peer computes these
 //! answers from a raw PT trace, so the ratio that matters is the answer's
-//! time over the decode's. The answers run as users run them (decoding on
-//! a thread of its own beside the answer on a machine with two cores or
-//! more; coverage decoding and building on every core), and `report
-//! --jobs 1` and `coverage --jobs 1` on one thread. Outputs go to /dev/null.
+//! time over the decode's. The answers run as users run them (a raw trace
+//! decoded by work units on every core, coverage built there too), and
+//! `report --jobs 1` and `coverage --jobs 1` on one thread. Outputs go to
+//! /dev/null.
 
 use super::{Bench, Input, Options, Spec, mib, open};
 use anyhow::{Result, ensure};
@@ -18,8 +18,8 @@ use std::process::Command;
 /// to /dev/null.
 const ANSWERS: [(&str, &[&str]); 7] = [
     ("report", &[]),
-    // The answers decode beside their own work on a second thread where
-    // the machine has one: the same answer on one thread, for the ratio.
+    // The answers decode on every core: the same answer on one thread,
+    // for the ratio.
     ("report --jobs 1", &["--jobs", "1"]),
     ("calls", &["--folded", "/dev/null"]),
     // Coverage of a raw trace decodes and builds on every core; on one
