@@ -1,15 +1,21 @@
-//! Answers built on every core: a raw Intel PT trace decoded by PSB units
-//! on the parallel engine's workers, each stretch's records folded by the
-//! worker that decoded them ([`Fold`]) and the folds handed back in trace
-//! order, for the answer to merge.
+//! Answers of a raw Intel PT trace on every core: the trace decoded by
+//! PSB work units on the parallel engine's workers, each unit's records
+//! made (and, for coverage, folded) by the worker that decoded it, and
+//! handed back in trace order.
 //!
-//! For answers whose work on a stretch can be done without the stretches
-//! before it and merged afterwards (coverage: `CoveragePart`). Nothing per
-//! record crosses threads: handing each run to one answering thread costs
-//! about what coverage's own work on it does. The records a fold takes are
-//! those [`Source::run_here`] hands out for the same stretch; a stretch's
-//! records that depend on the ones before (the address space) start from
-//! the decoder's state where it starts ([`Sink::starts_at`]).
+//! - [`Source::run_folded`]: answers whose work on a stretch can be done
+//!   without the stretches before it and merged afterwards (coverage:
+//!   `CoveragePart`). Nothing per record crosses threads: handing each
+//!   run to one answering thread costs about what coverage does with it.
+//! - [`Source::run_parallel`]: the records themselves, for answers that
+//!   follow the call structure (report, calls, timeline): the decode and
+//!   the records' making, two thirds of their time, spread over the
+//!   workers; the answer takes the records on the calling thread.
+//!
+//! A stretch's records are those [`Source::run_here`] hands out for it,
+//! but for where runs are cut; what depends on the records before (the
+//! address space) starts from the decoder's state where the stretch starts
+//! ([`Sink::starts_at`]), and [`Seams`] joins what a seam cut in two.
 
 use super::pt::ItemMapper;
 use super::source::Sink as RecordSink;
