@@ -1,32 +1,40 @@
-//! The call answers (`report` with its flame graph, folded stacks, call
-//! tree and timeline; `calls`; `timeline`) of a raw trace decoded on
-//! several threads, each work unit's records made by the thread that
-//! decoded it and handed to the answer in trace order, give byte for byte
-//! what they give on one thread: a record a seam cut in two, a time two
-//! units both read, the address space at a unit's start must not show.
-//! Tiny work units put seams at nearly every PSB.
+//! The answers of a raw trace decoded on several threads give byte for
+//! byte what they give on one. `coverage` builds each work unit's blocks
+//! and edges on the thread that decoded it and merges the parts in trace
+//! order, so every seam (a block cut in two, the edge across it, a
+//! conditional branch whose target left the IP filter just before it, the
+//! address space at a unit's start) must be stitched exactly; the call
+//! answers (`report` with its flame graph, folded stacks, call tree and
+//! timeline; `calls`; `timeline`) take records each unit's thread made,
+//! in trace order: a record a seam cut in two, a time two units both read
+//! must not show. Compared: every output file, stdout, stderr and the exit
+//! code, with tiny work units that put seams at nearly every PSB.
 //!
-//! Inputs: the three real hardware traces (strict and `--lenient`), every
-//! 7th libipt corpus case with an image (timing packets among them), the
-//! real traces concatenated with errors between them, and gzip recorded
-//! with qemu-user and encoded with TSC, MTC and CYC packets (the
-//! timeline's times), with and without a slow consumer's overflows.
+//! Inputs: the three real hardware traces (strict and `--lenient`: errors,
+//! resynchronisations, PIPs, filter exits), every 7th libipt corpus case
+//! with an image (timing packets among them), the real traces
+//! concatenated with errors between them (each piece's CR3 must not leak
+//! into the next), and gzip recorded with qemu-user and encoded with TSC,
+//! MTC and CYC packets (the timeline's times), with and without a slow
+//! consumer's overflows. `coverage_qemu.rs` checks its recorded runs the
+//! same way, besides against their truth.
 //!
 //! Needs `qemu-x86_64` (`scripts/setup.sh`) for the recorded run.
 
 mod common;
 
 use anyhow::{Result, ensure};
-use common::parallel::same_answer;
+use common::parallel::{concatenated_real_traces, same, same_answer};
 use common::qemu::{Scratch, need};
 use common::{libipt_flow_cases, shared};
 use std::path::Path;
 use std::process::Command;
 
-/// Every call answer of `args` (run in `dir`), on one thread and on
-/// several: `report` with all its outputs, `calls --tree`/`--folded`,
-/// `timeline`. Returns `report`'s stdout.
+/// Every answer of `args` (run in `dir`), on one thread and on several:
+/// `coverage` with all its outputs, `report` with all its outputs, `calls
+/// --tree`/`--folded`, `timeline`. Returns `report`'s stdout.
 fn same_answers(name: &str, dir: &Path, args: &[String]) -> Result<String> {
+    same(name, dir, args)?;
     let with = |command: &str| -> Vec<String> {
         std::iter::once(command.to_owned())
             .chain(args.iter().cloned())
@@ -88,22 +96,12 @@ fn libipt_corpus_cases_answer_the_same_on_every_core() -> Result<()> {
     Ok(())
 }
 
-/// foo, Unzip, icelake_tip and foo again, each cut by a byte, over their
-/// pages together.
+/// The real traces one after the other, errors between them
+/// ([`concatenated_real_traces`]).
 #[test]
 fn concatenated_traces_answer_the_same_on_every_core() -> Result<()> {
-    let real = shared().join("real");
     let dir = Scratch::new("answers-parallel", "concatenated")?;
-    let mut trace = Vec::new();
-    for name in ["foo", "Unzip", "icelake_tip", "foo"] {
-        let bytes = std::fs::read(real.join(name).join("trace.pt"))?;
-        trace.extend_from_slice(&bytes[..bytes.len() - 1]);
-    }
-    dir.file("all.pt", &trace)?;
-    let mut args = vec!["all.pt".to_owned()];
-    for name in ["foo", "Unzip", "icelake_tip"] {
-        args.extend(["--pages".to_owned(), real.join(name).display().to_string()]);
-    }
+    let args = concatenated_real_traces(&dir.0)?;
     same_answers("concatenated", &dir.0, &args)?;
     Ok(())
 }

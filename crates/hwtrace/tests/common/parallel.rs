@@ -1,7 +1,6 @@
 //! An answer command (coverage, report, calls, timeline) on one thread
 //! and on several, compared byte for byte: exit code, stdout, stderr and
-//! every output file (`coverage_parallel.rs`, `coverage_qemu.rs`,
-//! `answers_parallel.rs`).
+//! every output file (`answers_parallel.rs`, `coverage_qemu.rs`).
 
 use anyhow::{Context, Result, ensure};
 use std::path::{Path, PathBuf};
@@ -129,4 +128,24 @@ pub fn same(name: &str, dir: &Path, args: &[String]) -> Result<String> {
         summary = stdout.lines().next().unwrap_or_default().to_owned();
     }
     Ok(summary)
+}
+
+/// foo, Unzip, icelake_tip and foo again, each cut by its last byte (its
+/// last packet broken: the next piece starts with a decode error and a
+/// resynchronisation, and the CR3 the piece before left is not its own),
+/// written to `dir/all.pt`: the arguments that decode it there (the trace
+/// and the three traces' page caches).
+pub fn concatenated_real_traces(dir: &Path) -> Result<Vec<String>> {
+    let real = super::shared().join("real");
+    let mut trace = Vec::new();
+    for name in ["foo", "Unzip", "icelake_tip", "foo"] {
+        let bytes = std::fs::read(real.join(name).join("trace.pt"))?;
+        trace.extend_from_slice(&bytes[..bytes.len() - 1]);
+    }
+    std::fs::write(dir.join("all.pt"), &trace)?;
+    let mut args = vec!["all.pt".to_owned()];
+    for name in ["foo", "Unzip", "icelake_tip"] {
+        args.extend(["--pages".to_owned(), real.join(name).display().to_string()]);
+    }
+    Ok(args)
 }
