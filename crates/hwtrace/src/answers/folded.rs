@@ -28,6 +28,7 @@ use hwtrace_flow::parallel::{
 };
 use hwtrace_report::coverage::CoveragePart;
 use hwtrace_report::exec::{Detail, Exec, ExecRun, GapKind};
+use std::sync::Mutex;
 
 /// What an answer makes of one stretch's records, on the thread that
 /// decoded them.
@@ -182,8 +183,22 @@ impl Source {
         config.unit_bytes = unit_bytes.unwrap_or(RECORD_UNIT);
         config.unit_items = RECORD_ITEMS;
         let mut seams = Seams::default();
-        let report = self.stretches(detail, true, config, Vec::new, |records, _| {
-            records.into_iter().try_for_each(|e| seams.push(e, sink))
+        // Record buffers handed back once taken, for the next units: a
+        // fresh one would grow by copying and fault its pages in.
+        let spare = Mutex::new(Vec::<Vec<Exec>>::new());
+        let take = || {
+            spare
+                .lock()
+                .ok()
+                .and_then(|mut s| s.pop())
+                .unwrap_or_default()
+        };
+        let report = self.stretches(detail, true, config, take, |mut records, _| {
+            let done = records.drain(..).try_for_each(|e| seams.push(e, sink));
+            if let Ok(mut s) = spare.lock() {
+                s.push(records);
+            }
+            done
         })?;
         seams.finish(sink)?;
         Ok(report)
