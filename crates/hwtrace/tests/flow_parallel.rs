@@ -722,3 +722,154 @@ fn flow_jobs_prints_the_same_bytes_in_every_format() -> Result<()> {
     }
     Ok(())
 }
+
+/// A sink that checks the address space a stretch's runs were decoded in
+/// against the one [`Sink::starts_at`] gave and the items since (PIP and
+/// VMCS events; unknown again after a resynchronisation), as an answer
+/// that tracks it from the items relies on.
+struct SpaceCheck {
+    /// The space the runs should be in (`None` before the trace's start
+    /// has said it: the first stretch starts with no `starts_at`).
+    space: hwtrace_types::AddressSpace,
+    started: bool,
+    runs: u64,
+    wrong: Vec<(
+        TraceOffset,
+        hwtrace_types::AddressSpace,
+        hwtrace_types::AddressSpace,
+    )>,
+    folds: bool,
+}
+
+impl SpaceCheck {
+    fn new(folds: bool) -> Self {
+        Self {
+            space: hwtrace_types::AddressSpace::UNKNOWN,
+            started: false,
+            runs: 0,
+            wrong: Vec::new(),
+            folds,
+        }
+    }
+}
+
+impl Sink for SpaceCheck {
+    fn push(&mut self, item: FlowItem) {
+        match item {
+            FlowItem::Event { event, .. } => match event.kind {
+                EventKind::Paging { cr3, .. } | EventKind::AsyncPaging { cr3, .. } => {
+                    self.space.cr3 = Some(hwtrace_types::Cr3(cr3));
+                }
+                EventKind::Vmcs { base } | EventKind::AsyncVmcs { base, .. } => {
+                    self.space.vmcs = Some(base);
+                }
+                _ => {}
+            },
+            FlowItem::Resync { .. } => self.space = hwtrace_types::AddressSpace::UNKNOWN,
+            _ => {}
+        }
+    }
+    fn keeps_runs(&self) -> bool {
+        true
+    }
+    fn push_run(&mut self, run: &PassedRun) {
+        self.runs += 1;
+        if run.run.space != self.space {
+            self.wrong.push((run.before, run.run.space, self.space));
+        }
+    }
+    fn folds(&self) -> bool {
+        self.folds
+    }
+    fn starts_at(&mut self, probe: &hwtrace_flow::parallel::Probe) {
+        self.started = true;
+        self.space = probe.space;
+    }
+}
+
+/// Where a stretch of a parallel decode starts, its sink is told the
+/// decoder's state ([`Sink::starts_at`]): its address space and the PIP,
+/// VMCS and resynchronisations after it give the space of every run, on
+/// the real traces (PIPs in every PSB+, errors in Unzip) and the three
+/// concatenated with errors between them. A sink that folds is not held to
+/// the item budget: its units splice as without one.
+#[test]
+fn a_stretch_starts_with_the_decoders_state() -> Result<()> {
+    let mut image = Image::new();
+    let mut traces = Vec::new();
+    for name in ["foo", "Unzip", "icelake_tip"] {
+        let dir = shared().join("real").join(name);
+        let cache = PageCache::open_files(&dir.join("pages.addr"), &dir.join("pages.dump"))?;
+        image.add_page_cache(None, cache, name);
+        traces.push((name.to_owned(), std::fs::read(dir.join("trace.pt"))?));
+    }
+    let mut all = Vec::new();
+    for (_, t) in &traces {
+        all.extend_from_slice(&t[..t.len() - 1]);
+    }
+    traces.push(("concatenated".to_owned(), all));
+    for (name, trace) in &traces {
+        let trace = trace.as_slice();
+        let keep = || {
+            FastSource::runs(
+                FastDecoder::new(trace, Config::default(), &image),
+                MAX_STALL,
+            )
+        };
+        for (threads, unit_bytes, _) in SPLITS {
+            // Runs, stretches told where they start, stretches handed out.
+            let check = |folds: bool, unit_items: usize| -> Result<(u64, usize, usize)> {
+                let mut runs = 0;
+                let mut started = 0;
+                let mut sinks = 0;
+                let config = ParallelConfig {
+                    unit_items,
+                    ..split(threads, unit_bytes, 1 << 17)
+                };
+                decode_into(
+                    trace,
+                    &config,
+                    keep,
+                    |_| SpaceCheck::new(folds),
+                    |s| {
+                        sinks += 1;
+                        runs += s.runs;
+                        started += usize::from(s.started);
+                        if let Some(w) = s.wrong.first() {
+                            anyhow::bail!(
+                                "{name}: {} runs decoded in another space than the stretch's, first at {:?}: {:?} against {:?}",
+                                s.wrong.len(),
+                                w.0,
+                                w.1,
+                                w.2
+                            );
+                        }
+                        Ok(())
+                    },
+                )?;
+                Ok((runs, started, sinks))
+            };
+            let (runs, started, sinks) = check(true, 1 << 17)?;
+            // icelake_tip (208 bytes) decodes to nothing but its error.
+            ensure!(
+                runs > 0 && started > 0 || trace.len() < 1000,
+                "{name}: {runs} runs, {started} stretches told"
+            );
+            // A sink that folds is not stopped at a budget of one item: the
+            // workers' stretches come back as they did. One that does not
+            // fold is, and the merging thread's small batches follow.
+            let folded = check(true, 1)?;
+            ensure!(
+                folded == (runs, started, sinks),
+                "{name}: {folded:?} against {:?}",
+                (runs, started, sinks)
+            );
+            let (held_runs, _, held_sinks) = check(false, 1)?;
+            ensure!(
+                held_runs == runs && (held_sinks > sinks || trace.len() < 1000),
+                "{name}: {held_runs} runs in {held_sinks} stretches against {runs} in {sinks}"
+            );
+        }
+    }
+    Ok(())
+}
