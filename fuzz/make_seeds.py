@@ -38,6 +38,10 @@ object_files:  a kind byte, then: a small static ELF built here with `gcc -g` (t
                tables in its one PT_LOAD segment, mapping its RIP; the same core's headers
                as a kcore's (kind 5); the PDB clang and lld-link write for a small program
                (kind 6); /proc/kallsyms text with text, weak, data and module symbols (kind 7).
+coverage_parts: a cut count (1-7) and the cut places, then records of three bytes (kind,
+               block, shape): runs and instructions over 16 blocks under three CR3s, gaps of
+               every kind and times; written to testdata/fuzz/coverage_parts/ too (seed-*),
+               where the regression test requires them to give records.
 
 Run from the repository root:  python3 fuzz/make_seeds.py
 """
@@ -391,7 +395,37 @@ def qemu_core():
     return head.ljust(mem_off, b"\0") + bytes(mem)
 
 
+def coverage_seeds():
+    """Streams of 400 records cut in 1 to 7 places, loops mostly: a
+    record's kind is mostly a run, its block the next few."""
+    write = seed_writer("coverage_parts")
+    keep = os.path.join(ROOT, "testdata", "fuzz", "coverage_parts")
+    os.makedirs(keep, exist_ok=True)
+    for seed in range(1, 7):
+        x = seed * 0x9E3779B9 & 0xFFFFFFFF
+        def nxt(n):
+            nonlocal x
+            x ^= (x << 13) & 0xFFFFFFFF
+            x ^= x >> 17
+            x ^= (x << 5) & 0xFFFFFFFF
+            return x % n
+        cuts = 1 + seed % 7
+        data = bytearray([cuts])
+        for _ in range(cuts):
+            data += struct.pack("<H", nxt(401))
+        block = 0
+        for _ in range(400):
+            kind = [0, 1, 2, 3, 0, 1, 4, 5, 6, 7][nxt(10)] if nxt(4) == 0 else 0
+            block = (block + 1 + nxt(3)) % 16 if nxt(5) else nxt(256)
+            data += bytes([kind, block, nxt(256)])
+        name = "seed-%d" % seed
+        write(name, bytes(data))
+        with open(os.path.join(keep, name), "wb") as f:
+            f.write(bytes(data))
+
+
 if __name__ == "__main__":
+    coverage_seeds()
     packet_seeds()
     page_walk_seeds()
     cr3_scan_seeds()
