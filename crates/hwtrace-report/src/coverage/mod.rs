@@ -175,6 +175,9 @@ pub struct CoverageBuilder {
     /// `last` (consecutive blocks are mostly on one chain).
     prev: HashMap<Chain, u32, BuildIntHasher>,
     last: Option<(Chain, u32)>,
+    /// How `last` ended as it ran: its last instruction's class (a block's
+    /// stored class is its first run's).
+    last_ended: InsnClass,
     /// `last`'s block and CR3 while `last` is on the current thread's
     /// chains (`u32::MAX`: it is not, or there is none): a block in that
     /// CR3 goes on `last`'s chain.
@@ -230,6 +233,7 @@ impl CoverageBuilder {
             open: None,
             prev: HashMap::default(),
             last: None,
+            last_ended: InsnClass::Unknown,
             here: (u32::MAX, None),
             pid: None,
             tid: None,
@@ -251,6 +255,7 @@ impl CoverageBuilder {
             && self.count_seen(r.space.cr3, r.ip.0, end)
         {
             self.insns += u64::from(r.insns);
+            self.last_ended = r.last_class;
         } else {
             self.run_general(r);
         }
@@ -401,17 +406,16 @@ impl CoverageBuilder {
     }
 
     /// Tracing was switched off by a branch, after the current chain's
-    /// last block: when that block ends in a conditional branch, the
+    /// last block: when that block ended in a conditional branch as it ran
+    /// (its class as stored is its first run's, which a part built apart
+    /// may not have seen), the
     /// branch left the IP filter (a conditional branch writes a TNT bit
     /// when it stays in, and nothing stops tracing between it and the next
     /// instruction but an asynchronous event, [`GapKind::Interrupted`]).
     /// The edge out of it goes the general way, where it is marked.
     fn note_left_filter(&mut self) {
         if let Some((chain, id)) = self.last
-            && self
-                .blocks
-                .get(id as usize)
-                .is_some_and(|b| b.last_class == InsnClass::CondJump)
+            && self.last_ended == InsnClass::CondJump
         {
             self.left_filter = Some((chain, id));
             self.here.0 = u32::MAX;
@@ -498,6 +502,7 @@ impl CoverageBuilder {
         };
         block.hits += 1;
         self.last = Some((chain, id));
+        self.last_ended = open.last_class;
         self.here = (id, open.space.cr3);
         let left_filter = match self.left_filter {
             Some((c, from)) if c == chain => {

@@ -260,14 +260,7 @@ impl CoverageBuilder {
         let mut filter = match past.filter {
             PastFilter::Before => self.left_filter,
             PastFilter::LastIfConditional => match self.last {
-                Some((c, id))
-                    if self
-                        .blocks
-                        .get(id as usize)
-                        .is_some_and(|blk| blk.last_class == InsnClass::CondJump) =>
-                {
-                    Some((c, id))
-                }
+                Some((c, id)) if self.last_ended == InsnClass::CondJump => Some((c, id)),
                 _ => self.left_filter,
             },
         };
@@ -334,6 +327,7 @@ impl CoverageBuilder {
             if let Some((c, id)) = b.last {
                 self.prev.remove(&c);
                 self.last = Some((c, map(id)));
+                self.last_ended = b.last_ended;
             }
         }
         self.left_filter = if past.own_filter {
