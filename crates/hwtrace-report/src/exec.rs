@@ -112,6 +112,19 @@ impl ExecRun {
         self.last_class = next.last_class;
         true
     }
+
+    /// Adds `next` (the run right after) to the stretch `open` is joining:
+    /// joined to it where [`join`](Self::join) allows, else `open` starts
+    /// over with `next` and the stretch it held is returned, to be handed
+    /// on.
+    pub fn join_into(open: &mut Option<ExecRun>, next: ExecRun) -> Option<ExecRun> {
+        if let Some(s) = open.as_mut()
+            && s.join(&next)
+        {
+            return None;
+        }
+        open.replace(next)
+    }
 }
 
 /// An executed instruction.

@@ -475,7 +475,7 @@ impl CoverageBuilder {
         };
         // A part's first block on a chain it has not dropped: the edge
         // into it comes from the chain's block before the part.
-        let from_past = prev.is_none() && self.past.as_mut().is_some_and(|p| p.first_touch(chain));
+        let from_past = prev.is_none() && self.past.as_ref().is_some_and(|p| p.first_touch(chain));
         // Mostly a block the previous one went to before: found among its
         // successors without hashing.
         let is_open =

@@ -89,9 +89,9 @@ pub(super) struct Past {
     /// whose edge comes from that chain's block before the part: the
     /// chain and the block.
     entries: Vec<(Chain, u32)>,
-    /// The first close on each chain while `filter` is `Some`.
+    /// The first close on each chain while the part has not set its own
+    /// mark.
     filter_uses: Vec<FilterUse>,
-    filter_logged: HashSet<Chain, BuildIntHasher>,
 }
 
 impl Past {
@@ -105,7 +105,6 @@ impl Past {
             dropped: Vec::new(),
             entries: Vec::new(),
             filter_uses: Vec::new(),
-            filter_logged: HashSet::default(),
         }
     }
 
@@ -142,8 +141,8 @@ impl Past {
     /// A block is closed on `chain` and no block of the part comes before
     /// it there: whether the edge into it comes from the chain's block
     /// before the part (the first close on a chain not dropped).
-    pub(super) fn first_touch(&mut self, chain: Chain) -> bool {
-        self.touched.insert(chain) && !self.dropped_all && !self.dropped.contains(&chain.space)
+    pub(super) fn first_touch(&self, chain: Chain) -> bool {
+        !self.touched.contains(&chain) && !self.dropped_all && !self.dropped.contains(&chain.space)
     }
 
     /// Block `id` was closed on `chain`, entered from `prev` (or from the
@@ -157,12 +156,12 @@ impl Past {
         from_past: bool,
         edge: Option<u32>,
     ) {
-        self.touched.insert(chain);
+        let first = self.touched.insert(chain);
         let entry = from_past.then(|| {
             self.entries.push((chain, id));
             self.entries.len() - 1
         });
-        if !self.own_filter && self.filter_logged.insert(chain) {
+        if first && !self.own_filter {
             self.filter_uses.push(FilterUse {
                 chain,
                 prev: match (prev, from_past) {

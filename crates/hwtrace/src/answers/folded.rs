@@ -18,7 +18,7 @@
 //! ([`Sink::starts_at`]), and [`Seams`] joins what a seam cut in two.
 
 use super::pt::ItemMapper;
-use super::source::Sink as RecordSink;
+use super::source::{RawPt, Sink as RecordSink};
 use super::{Source, SourceReport};
 use crate::flow::Item;
 use anyhow::Result;
@@ -106,12 +106,7 @@ impl<F: Fold> Sink for Stretch<F> {
             self.fold.push(&Exec::Run(run));
             return;
         }
-        if let Some(s) = self.open.as_mut()
-            && s.join(&run)
-        {
-            return;
-        }
-        if let Some(s) = self.open.replace(run) {
+        if let Some(s) = ExecRun::join_into(&mut self.open, run) {
             self.fold.push(&Exec::Stretch(s));
         }
     }
@@ -151,15 +146,16 @@ impl Source {
         new_fold: impl Fn() -> F + Sync,
         merge: impl FnMut(F, Option<u64>) -> Result<()>,
     ) -> Result<Option<SourceReport>> {
-        let Some(len) = self.raw_pt_input().map(|pt| pt.trace.bytes().len() as u64) else {
+        let Some(raw) = self.raw_pt_input() else {
             return Ok(None);
         };
-        let mut config = ParallelConfig::counting(jobs, len);
+        let mut config = ParallelConfig::counting(jobs, raw.trace.bytes().len() as u64);
         if let Some(unit) = unit_bytes {
             config.unit_bytes = unit;
         }
         // Coverage reads no times: units splice on wherever the flow meets.
-        self.stretches(Detail::Runs, false, config, new_fold, merge)
+        self.stretches(raw, Detail::Runs, false, config, new_fold, merge)
+            .map(Some)
     }
 
     /// [`Source::run`]'s records of a raw Intel PT input decoded on `jobs`
@@ -173,9 +169,9 @@ impl Source {
         unit_bytes: Option<u64>,
         sink: RecordSink<'_>,
     ) -> Result<Option<SourceReport>> {
-        if self.raw_pt_input().is_none() {
+        let Some(raw) = self.raw_pt_input() else {
             return Ok(None);
-        }
+        };
         // Units small enough that the records they hold stay few (a run is
         // at least a TNT bit: at most a few records a trace byte), as many
         // in flight as keep the threads busy.
@@ -197,7 +193,7 @@ impl Source {
                 .and_then(|mut s| s.pop())
                 .unwrap_or_default()
         };
-        let report = self.stretches(detail, true, config, take, |mut records, _| {
+        let report = self.stretches(raw, detail, true, config, take, |mut records, _| {
             let done = records.drain(..).try_for_each(|e| seams.push(e, sink));
             if let Ok(mut s) = spare.lock() {
                 s.push(records);
@@ -205,36 +201,35 @@ impl Source {
             done
         })?;
         seams.finish(sink)?;
-        Ok(report)
+        Ok(Some(report))
     }
 
-    /// The decode both share: `detail`'s records of each stretch into a
-    /// fold, timed or not, split as `config` says.
+    /// The decode both share: `detail`'s records of each stretch of `raw`
+    /// into a fold, timed or not, split as `config` says.
     fn stretches<F: Fold>(
         &self,
+        raw: &RawPt,
         detail: Detail,
         timed: bool,
         mut config: ParallelConfig,
         new_fold: impl Fn() -> F + Sync,
         mut merge: impl FnMut(F, Option<u64>) -> Result<()>,
-    ) -> Result<Option<SourceReport>> {
-        let Some(pt) = self.raw_pt_input() else {
-            return Ok(None);
-        };
-        let bytes = pt.trace.bytes();
+    ) -> Result<SourceReport> {
+        let bytes = raw.trace.bytes();
         let len = bytes.len() as u64;
         // The merging thread's own decode (a unit no seam joins, or the
         // whole trace when it is one unit) folds in stretches of this many
         // records: a fold's fixed cost (its maps) is small next to theirs.
         config.batch = config.batch.max(1 << 16);
-        let (memory, decoder) = (pt.memory, pt.config);
+        let (memory, decoder) = (&*raw.memory, raw.config);
         let make = || {
             let source = FastSource::runs(FastDecoder::new(bytes, decoder, memory), MAX_STALL);
             if timed { source } else { source.untimed() }
         };
         let join = detail == Detail::Calls;
+        let name = raw.name();
         let new_sink = |_| Stretch {
-            mapper: ItemMapper::new(0, len, pt.name.clone()),
+            mapper: ItemMapper::new(0, len, name.clone()),
             fold: new_fold(),
             report: SourceReport::default(),
             offset: None,
@@ -246,7 +241,7 @@ impl Source {
             s.close();
             report.add(s.report);
             if let Some(offset) = s.offset {
-                pt.trace.decoded_to(offset);
+                raw.trace.decoded_to(offset);
             }
             merge(s.fold, s.offset)
         })?;
@@ -264,7 +259,7 @@ impl Source {
         )?;
         report.add(end.report);
         merge(end.fold, Some(len))?;
-        Ok(Some(report))
+        Ok(report)
     }
 }
 
@@ -284,12 +279,7 @@ impl Seams {
     fn push(&mut self, e: Exec, sink: RecordSink<'_>) -> Result<()> {
         match e {
             Exec::Stretch(s) => {
-                if let Some(p) = self.pending.as_mut()
-                    && p.join(&s)
-                {
-                    return Ok(());
-                }
-                return match self.pending.replace(s) {
+                return match ExecRun::join_into(&mut self.pending, s) {
                     Some(p) => sink(Exec::Stretch(p)),
                     None => Ok(()),
                 };

@@ -139,13 +139,7 @@ impl ItemMapper {
             visit(&mut |r| {
                 at = Some(r.before.0);
                 report.insns += u64::from(r.run.insns);
-                let run = exec_run(space, r);
-                if let Some(s) = open.as_mut()
-                    && s.join(&run)
-                {
-                    return;
-                }
-                if let Some(s) = open.replace(run)
+                if let Some(s) = ExecRun::join_into(&mut open, exec_run(space, r))
                     && done.is_ok()
                 {
                     done = sink(Exec::Stretch(s));

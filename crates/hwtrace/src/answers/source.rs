@@ -191,12 +191,10 @@ pub struct Source {
     mappings: Vec<Mapping>,
     /// `--kallsyms` (for perf.data also its kcore_dir's `kallsyms`).
     kallsyms: Option<Kallsyms>,
-    /// Whether [`run`](Self::run) decodes perf.data and branch lists on a
-    /// thread of its own.
-    beside: bool,
-    /// Threads a raw trace is decoded on by [`run`](Self::run) (more than
-    /// one: [`run_parallel`](Self::run_parallel)), and the least bytes of
-    /// its work units (`--unit-bytes`).
+    /// Threads [`run`](Self::run) decodes on: a raw trace on all of them
+    /// ([`run_parallel`](Self::run_parallel)), other inputs on a thread of
+    /// their own beside the answer's when more than one; and the least
+    /// bytes of a raw trace's work units (`--unit-bytes`).
     jobs: usize,
     unit_bytes: Option<u64>,
     /// `--lenient`.
@@ -205,12 +203,7 @@ pub struct Source {
 
 #[derive(Debug)]
 enum Input {
-    Pt {
-        path: PathBuf,
-        trace: MappedTrace,
-        memory: Box<FlowMemory>,
-        config: hwtrace_flow::Config,
-    },
+    Pt(RawPt),
     Perf(Box<perf::PerfInput>),
     Branches {
         list: Vec<(Ip, Ip)>,
@@ -219,13 +212,21 @@ enum Input {
     },
 }
 
-/// A raw Intel PT input: the trace, named as problems name it, the code it
-/// ran and the decoder's configuration.
-pub(super) struct RawPt<'a> {
-    pub name: String,
-    pub trace: &'a MappedTrace,
-    pub memory: &'a FlowMemory,
+/// A raw Intel PT input: the trace and its file, the code it ran and the
+/// decoder's configuration.
+#[derive(Debug)]
+pub(super) struct RawPt {
+    pub path: PathBuf,
+    pub trace: MappedTrace,
+    pub memory: Box<FlowMemory>,
     pub config: hwtrace_flow::Config,
+}
+
+impl RawPt {
+    /// The trace as problems name it.
+    pub fn name(&self) -> String {
+        show(&self.path)
+    }
 }
 
 /// `PERFILE2`, the first bytes of a perf.data file (file or pipe format).
@@ -275,14 +276,10 @@ impl Source {
                 .transpose()
                 .context("--kallsyms")
         };
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let beside = match args.jobs {
-            Some(n) => n >= 2,
-            None => cores >= 2,
-        };
-        let jobs = args
-            .jobs
-            .map_or(cores, |n| usize::try_from(n).unwrap_or(usize::MAX));
+        let jobs = args.jobs.map_or_else(
+            || std::thread::available_parallelism().map_or(1, |n| n.get()),
+            |n| usize::try_from(n).unwrap_or(usize::MAX),
+        );
         if args.bts.is_some() || args.bts_ds.is_some() {
             let (list, bytes) = branches::bts(args)?;
             return Ok(Self {
@@ -293,7 +290,6 @@ impl Source {
                 },
                 mappings,
                 kallsyms: kallsyms()?,
-                beside,
                 jobs,
                 unit_bytes: args.unit_bytes,
                 lenient: args.lenient,
@@ -309,7 +305,6 @@ impl Source {
                 },
                 mappings,
                 kallsyms: kallsyms()?,
-                beside,
                 jobs,
                 unit_bytes: args.unit_bytes,
                 lenient: args.lenient,
@@ -327,7 +322,6 @@ impl Source {
                 input: Input::Perf(Box::new(input)),
                 mappings,
                 kallsyms,
-                beside,
                 jobs,
                 unit_bytes: args.unit_bytes,
                 lenient: args.lenient,
@@ -343,7 +337,7 @@ impl Source {
         // resident size stays flat on huge traces.
         let trace = MappedTrace::from_map(trace.into_map());
         Ok(Self {
-            input: Input::Pt {
+            input: Input::Pt(RawPt {
                 path: path.clone(),
                 trace,
                 memory,
@@ -354,10 +348,9 @@ impl Source {
                         ..config
                     }
                 },
-            },
+            }),
             mappings,
             kallsyms: kallsyms()?,
-            beside,
             jobs,
             unit_bytes: args.unit_bytes,
             lenient: args.lenient,
@@ -387,33 +380,23 @@ impl Source {
     /// (`None` for perf.data and branch lists): for answers that decode
     /// the trace their own way (`coverage --libxdc-edges`).
     pub fn raw_pt(&self) -> Option<(&[u8], &FlowMemory, hwtrace_flow::Config)> {
+        self.raw_pt_input()
+            .map(|pt| (pt.trace.bytes(), &*pt.memory, pt.config))
+    }
+
+    /// A raw Intel PT input as it was opened (`None` for perf.data and
+    /// branch lists).
+    pub(super) fn raw_pt_input(&self) -> Option<&RawPt> {
         match &self.input {
-            Input::Pt {
-                trace,
-                memory,
-                config,
-                ..
-            } => Some((trace.bytes(), memory, *config)),
+            Input::Pt(pt) => Some(pt),
             _ => None,
         }
     }
 
-    /// A raw Intel PT input as [`folded`](super::folded) decodes it.
-    pub(super) fn raw_pt_input(&self) -> Option<RawPt<'_>> {
-        match &self.input {
-            Input::Pt {
-                path,
-                trace,
-                memory,
-                config,
-            } => Some(RawPt {
-                name: show(path),
-                trace,
-                memory,
-                config: *config,
-            }),
-            _ => None,
-        }
+    /// Whether [`run`](Self::run) decodes perf.data and branch lists on a
+    /// thread of its own.
+    fn beside(&self) -> bool {
+        self.jobs >= 2
     }
 
     /// An empty report of this input's decode.
@@ -428,7 +411,7 @@ impl Source {
     /// Bytes of trace the input has (for progress).
     pub fn trace_bytes(&self) -> u64 {
         match &self.input {
-            Input::Pt { trace, .. } => trace.bytes().len() as u64,
+            Input::Pt(pt) => pt.trace.bytes().len() as u64,
             Input::Perf(p) => p.aux_bytes(),
             Input::Branches { bytes, .. } => *bytes,
         }
@@ -447,7 +430,7 @@ impl Source {
         {
             return Ok(report);
         }
-        if self.beside {
+        if self.beside() {
             pipeline::run_beside(self, detail, sink)
         } else {
             self.run_here(detail, sink)
@@ -458,26 +441,22 @@ impl Source {
     pub fn run_here(&self, detail: Detail, sink: Sink<'_>) -> Result<SourceReport> {
         let mut report = self.new_report();
         match &self.input {
-            Input::Pt {
-                path,
-                trace,
-                memory,
-                config,
-            } => {
-                let bytes = trace.bytes();
+            Input::Pt(raw) => {
+                let bytes = raw.trace.bytes();
                 // The block-cached decoder: runs of plain code handed out
                 // whole, every other step as InsnDecoder's items.
-                let dec = FastSource::runs(FastDecoder::new(bytes, *config, &**memory), MAX_STALL);
+                let dec =
+                    FastSource::runs(FastDecoder::new(bytes, raw.config, &*raw.memory), MAX_STALL);
                 let mut map =
-                    pt::ItemMapper::new(0, bytes.len() as u64, show(path)).with_detail(detail);
+                    pt::ItemMapper::new(0, bytes.len() as u64, raw.name()).with_detail(detail);
                 let mut items = Items::new(dec);
                 loop {
                     if let Some(offset) = map.runs(|v| items.visit_runs(v), sink, &mut report)? {
-                        trace.decoded_to(offset);
+                        raw.trace.decoded_to(offset);
                     }
                     let Some(item) = items.next() else { break };
                     if let Item::Insn { offset, .. } = item {
-                        trace.decoded_to(offset);
+                        raw.trace.decoded_to(offset);
                     }
                     map.item(item, sink, &mut report)?;
                 }
@@ -1008,7 +987,7 @@ mod tests {
             if !jobs.is_empty() {
                 args.extend(["--jobs", jobs]);
             }
-            Source::open(&parse(&args).unwrap()).unwrap().beside
+            Source::open(&parse(&args).unwrap()).unwrap().beside()
         };
         assert!(!open("1"));
         assert!(open("2") && open("16"));
