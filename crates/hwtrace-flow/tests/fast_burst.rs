@@ -142,6 +142,7 @@ fn decode_with<M: ReadMemory>(
         partial: dec.cached_partial_paths(),
         passed_events: 0,
         octets: 0,
+        leaps: 0,
     };
     (out, burst_runs, paths)
 }
@@ -158,6 +159,8 @@ struct Paths {
     passed_events: u64,
     /// Runs of eight TNT-8 packets counted bursts remembered together.
     octets: usize,
+    /// Leaps over a few bytes of trace counted bursts remembered.
+    leaps: usize,
 }
 
 /// How counted bursts are asked for ([`tally_decode`]).
@@ -185,7 +188,7 @@ fn tally_decode<M: ReadMemory>(
     mem: M,
     resync: bool,
     bursts: Bursts,
-) -> Result<(usize, u64, usize), String> {
+) -> Result<(usize, u64, (usize, usize)), String> {
     let Bursts {
         cap,
         reach,
@@ -344,7 +347,11 @@ fn tally_decode<M: ReadMemory>(
             want.len()
         ));
     }
-    Ok((counted_runs, passed_events, dec.cached_octets()))
+    Ok((
+        counted_runs,
+        passed_events,
+        (dec.cached_octets(), dec.cached_leaps()),
+    ))
 }
 
 /// Whether `got` (bursts) says what `want` (`next`) says: the IP and time
@@ -419,8 +426,8 @@ fn same<M: ReadMemory + Copy>(
             reach,
             toggles,
         };
-        let (counted, events, octets) = tally_decode(&want, trace, config, mem, resync, bursts)
-            .map_err(|e| {
+        let (counted, events, (octets, leaps)) =
+            tally_decode(&want, trace, config, mem, resync, bursts).map_err(|e| {
                 format!(
                     "{what} (resync {resync}, counted bursts of {cap}, reach {reach}, passing \
                      toggles {toggles}): {e}"
@@ -428,6 +435,7 @@ fn same<M: ReadMemory + Copy>(
             })?;
         paths.passed_events = paths.passed_events.max(events);
         paths.octets = paths.octets.max(octets);
+        paths.leaps = paths.leaps.max(leaps);
         // Without a stop, the same bursts as `next_runs`'s.
         if cap == 256 && reach == u64::MAX && !toggles && counted != burst_runs {
             return Err(format!(
@@ -526,7 +534,8 @@ fn real_traces_burst_as_next_steps() {
 /// A real trace three times over, one copy after the other (each starts
 /// with a PSB, as the benchmark's repeated corpus does): counting bursts
 /// over the second and third copies take the runs of eight TNT-8 packets
-/// the first one's left remembered, and count as `next` does.
+/// and the leaps the first one's left remembered, and count as `next`
+/// does.
 #[test]
 fn repeated_real_traces_burst_as_next_steps() {
     for name in ["foo", "Unzip"] {
@@ -537,6 +546,7 @@ fn repeated_real_traces_burst_as_next_steps() {
         if name == "Unzip" {
             assert!(paths.octets > 0, "{name}: {paths:?}");
         }
+        assert!(paths.leaps > 20, "{name}: {paths:?}");
     }
 }
 

@@ -26,6 +26,7 @@
 
 use super::cache::Cached;
 use super::classify::{Decoded, InsnClass, Special};
+use super::leapmemo::LeapMemo;
 use super::octets::OctetMemo;
 use super::pairmemo::PairMemo;
 use crate::error::ErrorKind;
@@ -481,6 +482,9 @@ pub struct BlockCache {
     octets: OctetMemo,
     /// Passes over disable/enable pairs, remembered by counting chains.
     pairs: PairMemo,
+    /// Sprints' steps over a few bytes of trace, remembered by where they
+    /// start; forgotten with the paths.
+    leaps: LeapMemo,
 }
 
 impl BlockCache {
@@ -541,6 +545,7 @@ impl BlockCache {
         self.path_ops.clear();
         self.ops_mark = 0;
         self.octets.clear();
+        self.leaps.clear();
     }
 
     /// The path from block `start` with TNT bits `bits` (`left` of them)
@@ -595,6 +600,17 @@ impl BlockCache {
             path_ops: &self.path_ops,
         };
         (tables, &mut self.octets)
+    }
+
+    /// The leaps sprints took ([`LeapMemo`]).
+    #[inline(always)]
+    pub(crate) fn leap_memo(&self) -> &LeapMemo {
+        &self.leaps
+    }
+
+    /// The leaps, to remember one.
+    pub(crate) fn leaps_mut(&mut self) -> &mut LeapMemo {
+        &mut self.leaps
     }
 
     /// The slot of block `start`'s path table for `key`, the table made if
@@ -654,6 +670,11 @@ impl BlockCache {
     /// together.
     pub fn octets(&self) -> usize {
         self.octets.len()
+    }
+
+    /// How many sprints' leaps over a few bytes of trace are remembered.
+    pub fn leaps(&self) -> usize {
+        self.leaps.len()
     }
 
     /// Starts recording a path: its runs go after the ones stored (which

@@ -268,6 +268,13 @@ impl<'a, M: ReadMemory> FastDecoder<'a, M> {
         self.cache.octets()
     }
 
+    /// How many leaps counting bursts have remembered: the steps from a
+    /// conditional jump over the next few bytes of trace, taken with one
+    /// lookup when the same block, last IP and bytes come again.
+    pub fn cached_leaps(&self) -> usize {
+        self.cache.leaps()
+    }
+
     /// The offset of the packet being processed.
     pub fn offset(&self) -> TraceOffset {
         self.dec.offset()

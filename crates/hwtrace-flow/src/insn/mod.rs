@@ -7,6 +7,7 @@ mod cache;
 mod classify;
 mod decoder;
 mod fast;
+mod leapmemo;
 mod octets;
 mod pairmemo;
 mod retstack;

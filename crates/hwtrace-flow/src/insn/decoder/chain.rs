@@ -41,6 +41,7 @@ use crate::insn::tally::Counted;
 use hwtrace_packet::LastIp;
 use hwtrace_types::{ReadMemory, TraceOffset};
 
+mod leap;
 mod sprint;
 mod toggle;
 
@@ -65,7 +66,7 @@ pub(in crate::insn) struct ChainAt {
 /// The chain's counts: the sink's, taken at the first step, and the last
 /// block run alone, not counted yet (a burst's last run, when a single
 /// block, is kept whole by the sink).
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Counts {
     counted: Option<Counted>,
     pending: Option<(u32, u32, TraceOffset)>,
@@ -370,7 +371,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
 }
 
 /// A chain's locals, handed to and back from its cold steps.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Spot {
     pos: u64,
     bits: u64,

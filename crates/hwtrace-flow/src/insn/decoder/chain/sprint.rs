@@ -25,15 +25,23 @@
 //! The steps between paths are written out here as in the steps' loop:
 //! shared through helper functions, both loops' code moved (callgrind:
 //! 3-7% more instructions on every benchmark trace).
+//!
+//! The steps ([`sprint_steps`]) go through [`SprintHooks`] for the return
+//! stack and at each *station* (a conditional jump with no TNT bits
+//! loaded, where the next packet is read): on the decoder's own stack,
+//! stopping where a [leap](super::leap) may take over, or on a copy, for
+//! the dry run that records one.
 
 use super::{Counts, Spot, after_path, taken_bit};
 use crate::event::{lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
-use crate::insn::blockcache::{BlockCache, BlockFlow, NO_BLOCK, PathTables, TntPath, tnt_key};
+use crate::insn::blockcache::{
+    BlockCache, BlockFlow, NO_BLOCK, PathTables, StackOp, TntPath, tnt_key,
+};
+use crate::insn::decoder::MAX_UNTRACED_INSNS;
 use crate::insn::decoder::fast::{RunSink, replay_ops};
-use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
 use crate::insn::octets::{OCTET, Octet, OctetMemo, octet_at};
 use crate::insn::retstack::RetStack;
-use hwtrace_types::{ReadMemory, TraceOffset};
+use hwtrace_types::TraceOffset;
 
 /// A sprint's step from block `idx` at trace position `pos`: the path
 /// the TNT-8 packet there takes from the block's table, the position
@@ -94,7 +102,7 @@ struct Stretch {
 #[inline(always)]
 fn straight_path<'c>(
     tables: PathTables<'c>,
-    stack: &mut RetStack,
+    stack: &mut impl SprintHooks,
     idx: u32,
     b: u8,
     room: usize,
@@ -130,7 +138,7 @@ fn straight_path<'c>(
 fn straight(
     tables: PathTables<'_>,
     octets: &mut OctetMemo,
-    stack: &mut RetStack,
+    stack: &mut impl SprintHooks,
     from: &[u8],
     idx: u32,
     room: usize,
@@ -222,7 +230,7 @@ impl Walk {
         &mut self,
         tables: PathTables<'_>,
         octets: &mut OctetMemo,
-        stack: &mut RetStack,
+        stack: &mut impl SprintHooks,
         bytes: u64,
     ) -> bool {
         let (start, room, insns) = (self.idx, self.room, self.insns);
@@ -254,212 +262,281 @@ impl Walk {
     }
 }
 
-/// [`replay_ops`] for [`straight`], out of its loop: about one of gzip's
-/// paths in twenty has operations, and the loop keeps more of its locals
-/// in registers without them.
+/// A path's return stack operations for [`straight`], out of its loop:
+/// about one of gzip's paths in twenty has operations, and the loop keeps
+/// more of its locals in registers without them.
 #[cold]
 #[inline(never)]
-fn replay_path_ops(stack: &mut RetStack, tables: PathTables<'_>, p: &TntPath) {
-    replay_ops(stack, tables.ops(p));
+fn replay_path_ops(stack: &mut impl SprintHooks, tables: PathTables<'_>, p: &TntPath) {
+    stack.replay(tables.ops(p));
 }
 
-impl<M: ReadMemory> InsnDecoder<'_, M> {
-    /// From a conditional jump with no TNT bits loaded (`s`): TNT-8
-    /// packets taking the paths in the blocks' tables, one after the
-    /// other, and between them the steps that lead from one path to the
-    /// next as the steps' loop takes them (a compressed return, a return
-    /// or an indirect branch to a TIP's IP, a direct jump or call), for as
-    /// long as the packet after each is plain. `s` moved past them;
-    /// whether any was taken.
-    ///
-    /// Out of line: it takes most of the steps of a counted trace, and the
-    /// two loops keep their locals in registers better apart (inlined,
-    /// 1% more instructions on the benchmark traces).
-    #[inline(never)]
-    pub(super) fn sprint(
+/// What a sprint's steps do to the return stack, and whether they stop at
+/// a station (a conditional jump with no TNT bits loaded, the next packet
+/// to be read there): the decoder's own stack as it runs, or a copy for a
+/// dry run that records a [leap](super::leap).
+pub(super) trait SprintHooks {
+    /// The return address a compressed return goes to (`None`: the step
+    /// is not taken).
+    fn peek(&self) -> Option<u64>;
+    /// That address, popped.
+    fn pop(&mut self);
+    /// A call's return address.
+    fn push(&mut self, ip: u64);
+    /// A path's operations.
+    fn replay(&mut self, ops: &[StackOp]);
+    /// At a station after the first step, with the chain's locals `s` and
+    /// counts `counted` and `pending`: whether the sprint stops there.
+    fn station(
         &mut self,
-        cache: &mut BlockCache,
+        cache: &BlockCache,
         data: &[u8],
         until: u64,
-        counts: &mut Counts,
-        out: &mut impl RunSink,
-        s: &mut Spot,
-    ) -> bool {
-        let Some(mut step) = sprint_step(cache, data, until, s.pos, s.idx, s.room)
-            .filter(|(p, ..)| s.icount + p.insns <= MAX_UNTRACED_INSNS)
-        else {
-            return false;
-        };
-        // The counts in a local, written back once.
-        let mut k = *counts;
-        let (mut last_ip, mut icount, mut room) = (s.last_ip, s.icount, s.room);
-        let (mut pos, mut bits, mut left, mut offset, mut last, mut idx);
-        'paths: loop {
-            // Paths one after the other: counted with the counts taken
-            // once (the pending block counted), nothing else between.
-            let c = k.before_run(out);
-            let p = loop {
-                let (p, after, o) = step;
-                if p.ops != 0 {
-                    self.replay_stack_ops(cache, p);
-                }
-                c.count_path(p, TraceOffset(o));
-                room -= p.runs as usize;
-                (pos, offset) = (after, o);
-                (last, idx) = (p.last, p.next);
-                if !p.sprints_on {
-                    break p;
-                }
-                // A whole path, as `after_path` has it; the next one
-                // starts with no instructions since the trace was asked,
-                // so it is far below the endless-loop limit (a path holds
-                // at most `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
-                (bits, left, icount) = (0, 0, 0);
-                let (tables, octets) = cache.tables_and_octets();
-                if let Some(st) = straight(
-                    tables,
-                    octets,
-                    &mut self.retstack,
-                    ahead(data, until, pos),
-                    idx,
-                    room,
-                ) {
-                    pos += st.taken;
-                    offset = pos + 1;
-                    c.count_stretch(room - st.room, st.insns, st.rest, TraceOffset(offset));
-                    (last, idx, room) = (st.last, st.idx, st.room);
-                }
-                match sprint_step(cache, data, until, pos, idx, room) {
-                    Some(next) => step = next,
-                    None => break 'paths,
-                }
+        s: &Spot,
+        counts: &Counts,
+    ) -> bool;
+}
+
+/// The steps of a sprint (see the module documentation) from `s`, a
+/// conditional jump with no TNT bits loaded, for as long as they come or
+/// until `hooks` stops them at a station; `s` moved past them. Whether any
+/// was taken, and whether the hooks stopped them.
+///
+/// Out of line: it takes most of the steps of a counted trace, and the
+/// two loops keep their locals in registers better apart (inlined,
+/// 1% more instructions on the benchmark traces).
+#[inline(never)]
+pub(super) fn sprint_steps(
+    cache: &mut BlockCache,
+    data: &[u8],
+    until: u64,
+    counts: &mut Counts,
+    out: &mut impl RunSink,
+    s: &mut Spot,
+    hooks: &mut impl SprintHooks,
+) -> (bool, bool) {
+    let Some(mut step) = sprint_step(cache, data, until, s.pos, s.idx, s.room)
+        .filter(|(p, ..)| s.icount + p.insns <= MAX_UNTRACED_INSNS)
+    else {
+        return (false, false);
+    };
+    // The counts in a local, written back once.
+    let mut k = *counts;
+    // Nothing in a sprint passes events over.
+    let events = k.events;
+    let (mut last_ip, mut icount, mut room) = (s.last_ip, s.icount, s.room);
+    let (mut pos, mut bits, mut left, mut offset, mut last, mut idx);
+    let mut stopped = false;
+    macro_rules! at_station {
+        ($counts:expr) => {{
+            let here = Spot {
+                pos,
+                bits,
+                left,
+                last_ip,
+                offset,
+                icount,
+                last,
+                idx,
+                room,
             };
-            (bits, left, icount) = after_path(p, p.bits, p.left, icount);
-            // The blocks to the next path, each as the steps' loop runs it.
-            loop {
-                let Some(b) = cache.get(idx) else {
-                    break 'paths;
-                };
-                let (flow, n) = (b.flow, b.insns);
-                if room == 0 || icount + u64::from(n) > MAX_UNTRACED_INSNS {
-                    break 'paths;
-                }
-                let to = match flow {
-                    BlockFlow::CondJump if left == 0 => {
-                        match sprint_step(cache, data, until, pos, idx, room) {
-                            Some(next) => {
-                                step = next;
-                                continue 'paths;
-                            }
-                            None => break 'paths,
-                        }
-                    }
-                    BlockFlow::CondJump
-                    | BlockFlow::Jump
-                    | BlockFlow::Straight
-                    | BlockFlow::Call
-                        if left > 0 =>
-                    {
-                        match cache
-                            .tnt_path(idx, tnt_key(bits, left))
-                            .filter(|p| room >= p.runs as usize && offset < until)
-                        {
-                            Some(p) => {
-                                step = (p, pos, offset);
-                                continue 'paths;
-                            }
-                            None => break 'paths,
-                        }
-                    }
-                    BlockFlow::Return
-                        if left > 0 || data.get(pos as usize).and_then(|&b| tnt8(b)).is_some() =>
-                    {
-                        // A compressed return: a taken bit, to the last call.
-                        let Some(to) = self.retstack.peek() else {
-                            break 'paths;
-                        };
-                        let Some((np, nb, nl, no)) = taken_bit(data, pos, bits, left, offset)
-                        else {
-                            break 'paths;
-                        };
-                        if no >= until {
-                            break 'paths;
-                        }
-                        let Some(next) = cache.linked_or_recent(idx, to) else {
-                            break 'paths;
-                        };
-                        self.retstack.pop();
-                        (pos, bits, left, offset) = (np, nb, nl, no);
-                        k.block(out, idx, n, offset);
-                        room -= 1;
-                        icount = 0;
-                        (last, idx) = (idx, next);
-                        continue;
-                    }
-                    BlockFlow::Return | BlockFlow::IndirectJump | BlockFlow::IndirectCall => {
-                        if left > 0 {
-                            break 'paths;
-                        }
-                        // To a TIP's IP.
-                        let mut ip = last_ip;
-                        let Some((to, end)) = tip_ip(data, pos, &mut ip) else {
-                            break 'paths;
-                        };
-                        let after = skip_pads(data, end);
-                        let Some(o) = plain_offset(data, after) else {
-                            break 'paths;
-                        };
-                        if o >= until {
-                            break 'paths;
-                        }
-                        let ret = b.end.0;
-                        let Some(next) = cache.linked_or_recent(idx, to) else {
-                            break 'paths;
-                        };
-                        if flow == BlockFlow::IndirectCall {
-                            self.retstack.push(ret);
-                        }
-                        (pos, last_ip, offset) = (after, ip, o);
-                        k.block(out, idx, n, offset);
-                        room -= 1;
-                        icount = 0;
-                        (last, idx) = (idx, next);
-                        continue;
-                    }
-                    BlockFlow::Jump | BlockFlow::Call => b.target,
-                    BlockFlow::Straight => b.end.0,
-                    BlockFlow::CondJump | BlockFlow::Slow => break 'paths,
-                };
-                // A direct jump, a call or straight code: nothing read.
-                if offset >= until {
-                    break 'paths;
-                }
-                // A call to the next instruction (PIC) pushes nothing.
-                let ret = (flow == BlockFlow::Call && b.target != b.end.0).then_some(b.end.0);
-                let Some(next) = cache.linked_or_recent(idx, to) else {
-                    break 'paths;
-                };
-                if let Some(ret) = ret {
-                    self.retstack.push(ret);
-                }
-                k.block(out, idx, n, offset);
-                room -= 1;
-                icount += u64::from(n);
-                (last, idx) = (idx, next);
+            hooks.station(cache, data, until, &here, $counts)
+        }};
+    }
+    'paths: loop {
+        // Paths one after the other: counted with the counts taken
+        // once (the pending block counted), nothing else between.
+        let c = k.before_run(out);
+        let p = loop {
+            let (p, after, o) = step;
+            if p.ops != 0 {
+                hooks.replay(cache.path_ops(p));
             }
-        }
-        *counts = k;
-        *s = Spot {
-            pos,
-            bits,
-            left,
-            last_ip,
-            offset,
-            icount,
-            last,
-            idx,
-            room,
+            c.count_path(p, TraceOffset(o));
+            room -= p.runs as usize;
+            (pos, offset) = (after, o);
+            (last, idx) = (p.last, p.next);
+            if !p.sprints_on {
+                break p;
+            }
+            // A whole path, as `after_path` has it; the next one
+            // starts with no instructions since the trace was asked,
+            // so it is far below the endless-loop limit (a path holds
+            // at most `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
+            (bits, left, icount) = (0, 0, 0);
+            let (tables, octets) = cache.tables_and_octets();
+            if let Some(st) = straight(tables, octets, hooks, ahead(data, until, pos), idx, room) {
+                pos += st.taken;
+                offset = pos + 1;
+                c.count_stretch(room - st.room, st.insns, st.rest, TraceOffset(offset));
+                (last, idx, room) = (st.last, st.idx, st.room);
+            }
+            let here = Counts {
+                counted: Some(*c),
+                pending: None,
+                events,
+            };
+            if at_station!(&here) {
+                stopped = true;
+                break 'paths;
+            }
+            match sprint_step(cache, data, until, pos, idx, room) {
+                Some(next) => step = next,
+                None => break 'paths,
+            }
         };
-        true
+        (bits, left, icount) = after_path(p, p.bits, p.left, icount);
+        // The blocks to the next path, each as the steps' loop runs it.
+        loop {
+            let Some(b) = cache.get(idx) else {
+                break 'paths;
+            };
+            let (flow, n) = (b.flow, b.insns);
+            if room == 0 || icount + u64::from(n) > MAX_UNTRACED_INSNS {
+                break 'paths;
+            }
+            let to = match flow {
+                BlockFlow::CondJump if left == 0 => {
+                    if at_station!(&k) {
+                        stopped = true;
+                        break 'paths;
+                    }
+                    match sprint_step(cache, data, until, pos, idx, room) {
+                        Some(next) => {
+                            step = next;
+                            continue 'paths;
+                        }
+                        None => break 'paths,
+                    }
+                }
+                BlockFlow::CondJump | BlockFlow::Jump | BlockFlow::Straight | BlockFlow::Call
+                    if left > 0 =>
+                {
+                    match cache
+                        .tnt_path(idx, tnt_key(bits, left))
+                        .filter(|p| room >= p.runs as usize && offset < until)
+                    {
+                        Some(p) => {
+                            step = (p, pos, offset);
+                            continue 'paths;
+                        }
+                        None => break 'paths,
+                    }
+                }
+                BlockFlow::Return
+                    if left > 0 || data.get(pos as usize).and_then(|&b| tnt8(b)).is_some() =>
+                {
+                    // A compressed return: a taken bit, to the last call.
+                    let Some(to) = hooks.peek() else {
+                        break 'paths;
+                    };
+                    let Some((np, nb, nl, no)) = taken_bit(data, pos, bits, left, offset) else {
+                        break 'paths;
+                    };
+                    if no >= until {
+                        break 'paths;
+                    }
+                    let Some(next) = cache.linked_or_recent(idx, to) else {
+                        break 'paths;
+                    };
+                    hooks.pop();
+                    (pos, bits, left, offset) = (np, nb, nl, no);
+                    k.block(out, idx, n, offset);
+                    room -= 1;
+                    icount = 0;
+                    (last, idx) = (idx, next);
+                    continue;
+                }
+                BlockFlow::Return | BlockFlow::IndirectJump | BlockFlow::IndirectCall => {
+                    if left > 0 {
+                        break 'paths;
+                    }
+                    // To a TIP's IP.
+                    let mut ip = last_ip;
+                    let Some((to, end)) = tip_ip(data, pos, &mut ip) else {
+                        break 'paths;
+                    };
+                    let after = skip_pads(data, end);
+                    let Some(o) = plain_offset(data, after) else {
+                        break 'paths;
+                    };
+                    if o >= until {
+                        break 'paths;
+                    }
+                    let ret = b.end.0;
+                    let Some(next) = cache.linked_or_recent(idx, to) else {
+                        break 'paths;
+                    };
+                    if flow == BlockFlow::IndirectCall {
+                        hooks.push(ret);
+                    }
+                    (pos, last_ip, offset) = (after, ip, o);
+                    k.block(out, idx, n, offset);
+                    room -= 1;
+                    icount = 0;
+                    (last, idx) = (idx, next);
+                    continue;
+                }
+                BlockFlow::Jump | BlockFlow::Call => b.target,
+                BlockFlow::Straight => b.end.0,
+                BlockFlow::CondJump | BlockFlow::Slow => break 'paths,
+            };
+            // A direct jump, a call or straight code: nothing read.
+            if offset >= until {
+                break 'paths;
+            }
+            // A call to the next instruction (PIC) pushes nothing.
+            let ret = (flow == BlockFlow::Call && b.target != b.end.0).then_some(b.end.0);
+            let Some(next) = cache.linked_or_recent(idx, to) else {
+                break 'paths;
+            };
+            if let Some(ret) = ret {
+                hooks.push(ret);
+            }
+            k.block(out, idx, n, offset);
+            room -= 1;
+            icount += u64::from(n);
+            (last, idx) = (idx, next);
+        }
+    }
+    *counts = k;
+    *s = Spot {
+        pos,
+        bits,
+        left,
+        last_ip,
+        offset,
+        icount,
+        last,
+        idx,
+        room,
+    };
+    (true, stopped)
+}
+
+impl SprintHooks for RetStack {
+    #[inline(always)]
+    fn peek(&self) -> Option<u64> {
+        RetStack::peek(self)
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) {
+        RetStack::pop(self);
+    }
+
+    #[inline(always)]
+    fn push(&mut self, ip: u64) {
+        RetStack::push(self, ip);
+    }
+
+    #[inline(always)]
+    fn replay(&mut self, ops: &[StackOp]) {
+        replay_ops(self, ops);
+    }
+
+    #[inline(always)]
+    fn station(&mut self, _: &BlockCache, _: &[u8], _: u64, _: &Spot, _: &Counts) -> bool {
+        false
     }
 }
