@@ -522,29 +522,18 @@ impl<'a> TraceLane<'a> {
     /// [`open_with_toggles`](Self::open_with_toggles)), as a chain passes
     /// it over ([`take_toggle`](Self::take_toggle) for the lane).
     #[inline]
-    pub(crate) fn toggle_pair(&self, pos: u64, mut last_ip: LastIp) -> Option<TogglePair> {
+    pub(crate) fn toggle_pair(&self, pos: u64, last_ip: LastIp) -> Option<TogglePair> {
         if !self.toggles {
             return None;
         }
-        // As `toggle_at` reads the pair, the IPs read straight from the
-        // bytes: one pair every ~55 bytes of a filtered trace.
-        let data = self.data;
-        if data.get(usize::try_from(pos).ok()?)? & 0x1f != TIP_PGD {
-            return None;
-        }
-        let (off, end) = ip_of(data, pos, &mut last_ip)?;
-        let pge_at = skip_pads(data, end);
-        if data.get(usize::try_from(pge_at).ok()?)? & 0x1f != TIP_PGE {
-            return None;
-        }
-        let (on, after) = ip_of(data, pge_at, &mut last_ip)?;
-        Some(TogglePair {
-            off,
-            on,
-            last_ip,
-            on_at: pge_at,
-            after,
-        })
+        toggle_pair_at(self.data, pos, last_ip)
+    }
+
+    /// Whether the lane reads disable/enable pairs
+    /// ([`toggle_pair`](Self::toggle_pair)).
+    #[inline]
+    pub(crate) const fn reads_toggles(&self) -> bool {
+        self.toggles
     }
 
     /// Moves the lane to `at`, from where [`chain_start`](Self::chain_start)
@@ -559,6 +548,30 @@ impl<'a> TraceLane<'a> {
         self.moved = true;
         self.read_next(query, at.pos);
     }
+}
+
+/// The TIP.PGD/TIP.PGE pair at trace position `pos` of `data`, with
+/// `last_ip` the last IP, as [`TraceLane::toggle_pair`] reads it (for a
+/// lane that reads pairs). As `toggle_at` reads the pair, the IPs read
+/// straight from the bytes: one pair every ~55 bytes of a filtered trace.
+#[inline]
+pub(crate) fn toggle_pair_at(data: &[u8], pos: u64, mut last_ip: LastIp) -> Option<TogglePair> {
+    if data.get(usize::try_from(pos).ok()?)? & 0x1f != TIP_PGD {
+        return None;
+    }
+    let (off, end) = ip_of(data, pos, &mut last_ip)?;
+    let pge_at = skip_pads(data, end);
+    if data.get(usize::try_from(pge_at).ok()?)? & 0x1f != TIP_PGE {
+        return None;
+    }
+    let (on, after) = ip_of(data, pge_at, &mut last_ip)?;
+    Some(TogglePair {
+        off,
+        on,
+        last_ip,
+        on_at: pge_at,
+        after,
+    })
 }
 
 /// A TIP.PGD/TIP.PGE pair ([`TraceLane::toggle_pair`]).

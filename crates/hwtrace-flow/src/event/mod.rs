@@ -23,7 +23,9 @@ pub use decoder::EventDecoder;
 pub use decoder::passable_status;
 pub(crate) use decoder::{PassState, StatusPass, passes_over};
 pub use lane::TraceLane;
-pub(crate) use lane::{LaneAt, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
+pub(crate) use lane::{
+    LaneAt, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at,
+};
 pub use query::{QueryDecoder, Status, TntState};
 pub use queue::{Binding, EventQueue};
 pub use tnt::TntCache;

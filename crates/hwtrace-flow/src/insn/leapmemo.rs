@@ -48,10 +48,12 @@ const _: () = assert!(
 );
 
 /// Where a leap starts: the conditional jump's block, the last IP and
-/// the trace's next [`LEAP_BYTES`] bytes.
+/// the trace's next [`LEAP_BYTES`] bytes; and whether the steps pass
+/// disable/enable pairs over.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct LeapKey {
     pub idx: u32,
+    pub toggles: bool,
     pub last_ip: LastIp,
     pub bytes: [u64; WORDS],
 }
@@ -60,7 +62,13 @@ impl LeapKey {
     /// The key of the station at trace position `pos` (the bytes from
     /// there must all be in `data`).
     #[inline(always)]
-    pub(crate) fn at(data: &[u8], pos: usize, idx: u32, last_ip: LastIp) -> Option<Self> {
+    pub(crate) fn at(
+        data: &[u8],
+        pos: usize,
+        idx: u32,
+        last_ip: LastIp,
+        toggles: bool,
+    ) -> Option<Self> {
         let window: &[u8; LEAP_BYTES] = data.get(pos..)?.first_chunk()?;
         let mut bytes = [0u64; WORDS];
         for (w, chunk) in bytes.iter_mut().zip(window.chunks_exact(8)) {
@@ -68,6 +76,7 @@ impl LeapKey {
         }
         Some(Self {
             idx,
+            toggles,
             last_ip,
             bytes,
         })
@@ -76,7 +85,9 @@ impl LeapKey {
     /// The first of the two slots the key may take.
     #[inline(always)]
     fn slot(&self) -> usize {
-        let mut h = u64::from(self.idx).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ self.last_ip.raw();
+        let mut h = (u64::from(self.idx) | u64::from(self.toggles) << 32)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ self.last_ip.raw();
         for w in self.bytes {
             h = (h ^ w).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
         }
@@ -122,6 +133,8 @@ pub(crate) struct LeapTo {
     /// The block run alone at its end, not counted yet: its index, its
     /// instructions and the offset it was taken to.
     pub pending: Option<(u32, u32, u32)>,
+    /// The events passed over (disable/enable pairs, two each).
+    pub events: u32,
     /// Its return stack operations ([`LeapTo::replay`]): the addresses
     /// pushed, in order, with a bit set in `pops` for each that is a pop
     /// instead.
@@ -139,6 +152,7 @@ impl LeapTo {
         (last, idx, room): (u32, u32, u32),
         (runs, insns, last_at, end): (u32, u64, LastAt, u32),
         pending: Option<(u32, u32, u32)>,
+        events: u32,
         ops: &[StackOp],
     ) -> Option<Self> {
         if ops.len() > LEAP_OPS {
@@ -166,6 +180,7 @@ impl LeapTo {
             last_at,
             end,
             pending,
+            events,
             pushed,
             pops,
             ops_len: ops.len() as u8,
@@ -307,6 +322,7 @@ mod tests {
             (4, 5, 6),
             (6, 40, LastAt::Within { at: 10, insns: 7 }, 10),
             Some((5, 3, 10)),
+            2,
             ops,
         )
     }
@@ -315,7 +331,7 @@ mod tests {
     fn a_leap_is_found_by_its_whole_key_with_its_operations() {
         let data: Vec<u8> = (1..=80).collect();
         let mut memo = LeapMemo::default();
-        let key = LeapKey::at(&data, 3, 7, LastIp::new()).unwrap();
+        let key = LeapKey::at(&data, 3, 7, LastIp::new(), true).unwrap();
         assert_eq!(memo.get(&key), None);
         let ops = [StackOp::Push(0x40_1005), StackOp::Pop];
         memo.insert(key, landing(&ops));
@@ -323,10 +339,17 @@ mod tests {
         assert_eq!(Some(to), landing(&ops));
         // Other bytes, another block or another last IP are other keys.
         assert_eq!(
-            memo.get(&LeapKey::at(&data, 4, 7, LastIp::new()).unwrap()),
+            memo.get(&LeapKey::at(&data, 4, 7, LastIp::new(), true).unwrap()),
             None
         );
         assert_eq!(memo.get(&LeapKey { idx: 8, ..key }), None);
+        assert_eq!(
+            memo.get(&LeapKey {
+                toggles: false,
+                ..key
+            }),
+            None
+        );
         let mut other_ip = LastIp::new();
         other_ip.update_raw(0x4d, 0x1234);
         assert_eq!(
@@ -337,7 +360,7 @@ mod tests {
             None
         );
         // A station that leads nowhere is remembered as such.
-        let nowhere = LeapKey::at(&data, 20, 7, LastIp::new()).unwrap();
+        let nowhere = LeapKey::at(&data, 20, 7, LastIp::new(), true).unwrap();
         memo.insert(nowhere, None);
         assert_eq!(memo.get(&nowhere), Some(None));
         memo.clear();
@@ -348,7 +371,7 @@ mod tests {
     fn two_keys_of_a_set_are_both_kept_and_a_third_evicts_the_older() {
         let data: Vec<u8> = (1..=64).collect();
         let keys: Vec<LeapKey> = (0..SLOTS as u32 * 4)
-            .map(|idx| LeapKey::at(&data, 0, idx, LastIp::new()).unwrap())
+            .map(|idx| LeapKey::at(&data, 0, idx, LastIp::new(), true).unwrap())
             .collect();
         let set = |k: &LeapKey| k.slot();
         let first = keys[0];
@@ -376,7 +399,7 @@ mod tests {
     #[test]
     fn recording_stops_when_leaps_are_not_taken_and_is_tried_again() {
         let data = [0x0au8; 64];
-        let key = LeapKey::at(&data, 0, 1, LastIp::new()).unwrap();
+        let key = LeapKey::at(&data, 0, 1, LastIp::new(), true).unwrap();
         let mut memo = LeapMemo::default();
         for _ in 0..MAX_DEBT / RECORD_COST {
             assert!(memo.records());
@@ -406,8 +429,8 @@ mod tests {
     #[test]
     fn a_key_needs_all_its_bytes() {
         let data = [0u8; LEAP_BYTES + 2];
-        assert!(LeapKey::at(&data, 2, 0, LastIp::new()).is_some());
-        assert!(LeapKey::at(&data, 3, 0, LastIp::new()).is_none());
+        assert!(LeapKey::at(&data, 2, 0, LastIp::new(), true).is_some());
+        assert!(LeapKey::at(&data, 3, 0, LastIp::new(), true).is_none());
     }
 
     /// What replaying `ops` does to a stack holding 1 and 2.

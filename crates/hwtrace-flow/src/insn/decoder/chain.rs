@@ -121,6 +121,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         };
         let until = until.0;
         let data = lane.data();
+        let toggles = lane.reads_toggles();
         let LaneAt {
             mut pos,
             mut bits,
@@ -200,8 +201,15 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
                         if left == 0 {
                             if flow == BlockFlow::CondJump && pos != no_sprint {
                                 let mut s = spot!();
-                                let moved =
-                                    self.sprint(cache, data, until, &mut counts, out, &mut s);
+                                let moved = self.sprint(
+                                    cache,
+                                    data,
+                                    until,
+                                    toggles,
+                                    &mut counts,
+                                    out,
+                                    &mut s,
+                                );
                                 set_spot!(s);
                                 no_sprint = pos;
                                 if moved {

@@ -47,27 +47,31 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
     /// steps, by leaps where they are remembered or can be recorded, else
     /// one by one (stopping at the next station a leap may start from).
     /// `s` moved past them; whether any was taken.
+    #[allow(clippy::too_many_arguments, reason = "the chain's own state")]
     #[inline(never)]
     pub(super) fn sprint(
         &mut self,
         cache: &mut BlockCache,
         data: &[u8],
         until: u64,
+        toggles: bool,
         counts: &mut Counts,
         out: &mut impl RunSink,
         s: &mut Spot,
     ) -> bool {
         let mut moved = false;
         loop {
-            while self.leap(cache, data, until, counts, out, s) {
+            while self.leap(cache, data, until, toggles, counts, out, s) {
                 moved = true;
             }
             let mut live = Live {
                 stack: &mut self.retstack,
                 start: s.pos,
+                toggles,
                 passed: 0,
             };
-            let (ran, stopped) = sprint_steps(cache, data, until, counts, out, s, &mut live);
+            let (ran, stopped) =
+                sprint_steps(cache, data, until, toggles, counts, out, s, &mut live);
             let passed = live.passed;
             cache.leaps_mut().passed(passed);
             moved |= ran;
@@ -79,17 +83,19 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
 
     /// One leap from station `s`, remembered or recorded now; whether it
     /// was taken.
+    #[allow(clippy::too_many_arguments, reason = "the chain's own state")]
     #[inline(always)]
     fn leap(
         &mut self,
         cache: &mut BlockCache,
         data: &[u8],
         until: u64,
+        toggles: bool,
         counts: &mut Counts,
         out: &mut impl RunSink,
         s: &mut Spot,
     ) -> bool {
-        let Some(key) = station_key(data, until, counts, s) else {
+        let Some(key) = station_key(data, until, toggles, counts, s) else {
             return false;
         };
         let memo = cache.leap_memo();
@@ -101,7 +107,9 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 cache.leaps_mut().took();
                 true
             }
-            None if memo.records() => self.record_leap(cache, data, until, counts, out, s, key),
+            None if memo.records() => {
+                self.record_leap(cache, data, until, toggles, counts, out, s, key)
+            }
             _ => false,
         }
     }
@@ -120,6 +128,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         cache: &mut BlockCache,
         data: &[u8],
         until: u64,
+        toggles: bool,
         counts: &mut Counts,
         out: &mut impl RunSink,
         s: &mut Spot,
@@ -139,7 +148,16 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             ..*s
         };
         let (mut k, mut at) = (*counts, start);
-        sprint_steps(cache, &data[..cut], until, &mut k, out, &mut at, &mut dry);
+        sprint_steps(
+            cache,
+            &data[..cut],
+            until,
+            toggles,
+            &mut k,
+            out,
+            &mut at,
+            &mut dry,
+        );
         let Some((at, k, nops)) = dry.reached else {
             let memo = cache.leaps_mut();
             memo.insert(key, None);
@@ -165,9 +183,16 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
 /// The key of a leap from station `s`, if one may start there: the sink's
 /// counts are the chain's already, the endless-loop count is far from its
 /// limit, the key's bytes are in the trace and before `until`, and the
-/// next packet is a TNT-8 one.
+/// next packet is a TNT-8 one. Whether the chain reads disable/enable
+/// pairs (`toggles`) is part of the key: the sprint passes them over then.
 #[inline(always)]
-fn station_key(data: &[u8], until: u64, counts: &Counts, s: &Spot) -> Option<LeapKey> {
+fn station_key(
+    data: &[u8],
+    until: u64,
+    toggles: bool,
+    counts: &Counts,
+    s: &Spot,
+) -> Option<LeapKey> {
     let pos = usize::try_from(s.pos).ok()?;
     if counts.counted.is_none()
         || s.icount > MAX_UNTRACED_INSNS / 2
@@ -176,7 +201,7 @@ fn station_key(data: &[u8], until: u64, counts: &Counts, s: &Spot) -> Option<Lea
         return None;
     }
     tnt8(*data.get(pos)?)?;
-    LeapKey::at(data, pos, s.idx, s.last_ip)
+    LeapKey::at(data, pos, s.idx, s.last_ip, toggles)
 }
 
 /// Whether a leap may end at a station at trace position `pos` of the
@@ -246,6 +271,7 @@ fn leap_between(
             rel(after.end.0)?,
         ),
         pending,
+        u32::try_from(k.events.checked_sub(counts.events)?).ok()?,
         ops,
     )
 }
@@ -272,6 +298,7 @@ fn landed(to: &LeapTo, counts: &Counts, s: &Spot) -> (Counts, Spot) {
         }
         c.end = TraceOffset(base + u64::from(to.end));
     }
+    k.events += u64::from(to.events);
     k.pending = to
         .pending
         .map(|(idx, insns, at)| (idx, insns, TraceOffset(base + u64::from(at))));
@@ -295,6 +322,7 @@ fn landed(to: &LeapTo, counts: &Counts, s: &Spot) -> (Counts, Spot) {
 struct Live<'s> {
     stack: &'s mut RetStack,
     start: u64,
+    toggles: bool,
     /// Stations with no entry passed.
     passed: u32,
 }
@@ -332,7 +360,7 @@ impl SprintHooks for Live<'_> {
         if s.pos == self.start {
             return false;
         }
-        let Some(key) = station_key(data, until, counts, s) else {
+        let Some(key) = station_key(data, until, self.toggles, counts, s) else {
             return false;
         };
         let memo = cache.leap_memo();

@@ -33,14 +33,16 @@
 //! the dry run that records one.
 
 use super::{Counts, Spot, after_path, taken_bit};
-use crate::event::{lane_reads, plain_offset, skip_pads, tip_ip, tnt8};
+use crate::event::{TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at};
 use crate::insn::blockcache::{
     BlockCache, BlockFlow, NO_BLOCK, PathTables, StackOp, TntPath, tnt_key,
 };
 use crate::insn::decoder::MAX_UNTRACED_INSNS;
 use crate::insn::decoder::fast::{RunSink, replay_ops};
 use crate::insn::octets::{OCTET, Octet, OctetMemo, octet_at};
+use crate::insn::pairmemo::{PairKey, PairPass};
 use crate::insn::retstack::RetStack;
+use hwtrace_packet::LastIp;
 use hwtrace_types::TraceOffset;
 
 /// A sprint's step from block `idx` at trace position `pos`: the path
@@ -297,35 +299,130 @@ pub(super) trait SprintHooks {
     ) -> bool;
 }
 
+/// What a sprint does at a station: the path of the TNT-8 packet there,
+/// or a pass over the disable/enable pair right after it.
+enum Next<'c> {
+    /// The path, the trace position after the packet and the offset the
+    /// lane reports there ([`sprint_step`]).
+    Path(&'c TntPath, u64, u64),
+    /// The pass remembered for the pair (as the chain's
+    /// [`pass_toggle`](crate::insn::decoder::InsnDecoder::pass_toggle)
+    /// replays it), the pair,
+    /// and the trace position and offset after it ([`pair_step`]).
+    Pair(PairPass, TogglePair, u64, u64),
+}
+
+/// At a station (block `idx`, a conditional jump with no TNT bits
+/// loaded, at trace position `pos`): the packet's path, or where the
+/// chain would pass over a disable/enable pair right after the packet
+/// (when it reads pairs, `toggles`) with a pass it remembers.
+#[allow(clippy::too_many_arguments, reason = "the sprint's locals")]
+#[inline(always)]
+fn station_step<'c>(
+    cache: &'c BlockCache,
+    data: &[u8],
+    until: u64,
+    pos: u64,
+    idx: u32,
+    room: usize,
+    (icount, last_ip, toggles): (u64, LastIp, bool),
+) -> Option<Next<'c>> {
+    if let Some((p, after, o)) = sprint_step(cache, data, until, pos, idx, room) {
+        return Some(Next::Path(p, after, o));
+    }
+    if !toggles {
+        return None;
+    }
+    pair_step(cache, data, until, pos, idx, room, icount, last_ip)
+}
+
+/// The pass over the disable/enable pair after the TNT-8 packet at `pos`
+/// that the chain would replay from its memo: it loads the packet's bits
+/// with the pair as the look-ahead, and [`pass_toggle`] finds the pass
+/// remembered for the block, the bits and the pair's IPs, for this room
+/// and these instructions since the trace was asked, and a plain packet
+/// after the pair. Cold: one packet in twelve of the real fuzzing traces.
+///
+/// [`pass_toggle`]: crate::insn::decoder::InsnDecoder::pass_toggle
+#[allow(clippy::too_many_arguments, reason = "the sprint's locals")]
+#[cold]
+#[inline(never)]
+fn pair_step<'c>(
+    cache: &'c BlockCache,
+    data: &[u8],
+    until: u64,
+    pos: u64,
+    idx: u32,
+    room: usize,
+    icount: u64,
+    last_ip: LastIp,
+) -> Option<Next<'c>> {
+    let (bits, left) = tnt8(*data.get(usize::try_from(pos).ok()?)?)?;
+    let pair = toggle_pair_at(data, skip_pads(data, pos + 1), last_ip)?;
+    if pair.on_at >= until {
+        return None;
+    }
+    let key = PairKey {
+        idx,
+        left,
+        bits,
+        off: pair.off,
+        on: pair.on,
+    };
+    let pass = cache.pairs().get(&key)?;
+    if room < pass.room || icount > pass.icount_max {
+        return None;
+    }
+    let after = skip_pads(data, pair.after);
+    let offset = plain_offset(data, after)?;
+    Some(Next::Pair(pass, pair, after, offset))
+}
+
 /// The steps of a sprint (see the module documentation) from `s`, a
 /// conditional jump with no TNT bits loaded, for as long as they come or
 /// until `hooks` stops them at a station; `s` moved past them. Whether any
-/// was taken, and whether the hooks stopped them.
+/// was taken, and whether the hooks stopped them. Disable/enable pairs
+/// after a TNT-8 packet are passed over where the chain would replay a
+/// pass it remembers, if it reads pairs (`toggles`).
 ///
 /// Out of line: it takes most of the steps of a counted trace, and the
 /// two loops keep their locals in registers better apart (inlined,
 /// 1% more instructions on the benchmark traces).
+#[allow(clippy::too_many_arguments, reason = "the chain's own state")]
 #[inline(never)]
 pub(super) fn sprint_steps(
     cache: &mut BlockCache,
     data: &[u8],
     until: u64,
+    toggles: bool,
     counts: &mut Counts,
     out: &mut impl RunSink,
     s: &mut Spot,
     hooks: &mut impl SprintHooks,
 ) -> (bool, bool) {
-    let Some(mut step) = sprint_step(cache, data, until, s.pos, s.idx, s.room)
-        .filter(|(p, ..)| s.icount + p.insns <= MAX_UNTRACED_INSNS)
-    else {
+    let first = station_step(
+        cache,
+        data,
+        until,
+        s.pos,
+        s.idx,
+        s.room,
+        (s.icount, s.last_ip, toggles),
+    );
+    let Some(mut next) = first.filter(|n| match n {
+        Next::Path(p, ..) => s.icount + p.insns <= MAX_UNTRACED_INSNS,
+        Next::Pair(..) => true,
+    }) else {
         return (false, false);
     };
-    // The counts in a local, written back once.
+    // The counts in a local, written back once; the events passed over
+    // (two a pair) beside them.
     let mut k = *counts;
-    // Nothing in a sprint passes events over.
-    let events = k.events;
+    let mut events = k.events;
     let (mut last_ip, mut icount, mut room) = (s.last_ip, s.icount, s.room);
-    let (mut pos, mut bits, mut left, mut offset, mut last, mut idx);
+    // The station's: no TNT bits loaded. The rest is set by the first step.
+    let (mut bits, mut left) = (0, 0);
+    let (mut pos, mut offset, mut last, mut idx);
     let mut stopped = false;
     macro_rules! at_station {
         ($counts:expr) => {{
@@ -343,12 +440,41 @@ pub(super) fn sprint_steps(
             hooks.station(cache, data, until, &here, $counts)
         }};
     }
+    macro_rules! next_at_station {
+        () => {
+            station_step(
+                cache,
+                data,
+                until,
+                pos,
+                idx,
+                room,
+                (icount, last_ip, toggles),
+            )
+        };
+    }
     'paths: loop {
         // Paths one after the other: counted with the counts taken
         // once (the pending block counted), nothing else between.
         let c = k.before_run(out);
-        let p = loop {
-            let (p, after, o) = step;
+        let path = loop {
+            let (p, after, o) = match next {
+                Next::Path(p, after, o) => (p, after, o),
+                Next::Pair(pass, pair, after, o) => {
+                    // As the chain's `replay_pass`: the runs to the
+                    // branch the disable binds to, all taken at the
+                    // enable's offset, and the two events.
+                    hooks.replay(cache.pairs().ops(&pass));
+                    c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(pair.on_at));
+                    c.end = TraceOffset(o);
+                    events += 2;
+                    room -= pass.runs;
+                    (bits, left, pos, last_ip, offset) = (0, 0, after, pair.last_ip, o);
+                    icount = 0;
+                    (last, idx) = (pass.last, pass.next);
+                    break None;
+                }
+            };
             if p.ops != 0 {
                 hooks.replay(cache.path_ops(p));
             }
@@ -357,7 +483,7 @@ pub(super) fn sprint_steps(
             (pos, offset) = (after, o);
             (last, idx) = (p.last, p.next);
             if !p.sprints_on {
-                break p;
+                break Some(p);
             }
             // A whole path, as `after_path` has it; the next one
             // starts with no instructions since the trace was asked,
@@ -380,12 +506,14 @@ pub(super) fn sprint_steps(
                 stopped = true;
                 break 'paths;
             }
-            match sprint_step(cache, data, until, pos, idx, room) {
-                Some(next) => step = next,
+            match next_at_station!() {
+                Some(n) => next = n,
                 None => break 'paths,
             }
         };
-        (bits, left, icount) = after_path(p, p.bits, p.left, icount);
+        if let Some(p) = path {
+            (bits, left, icount) = after_path(p, p.bits, p.left, icount);
+        }
         // The blocks to the next path, each as the steps' loop runs it.
         loop {
             let Some(b) = cache.get(idx) else {
@@ -397,13 +525,13 @@ pub(super) fn sprint_steps(
             }
             let to = match flow {
                 BlockFlow::CondJump if left == 0 => {
-                    if at_station!(&k) {
+                    if at_station!(&Counts { events, ..k }) {
                         stopped = true;
                         break 'paths;
                     }
-                    match sprint_step(cache, data, until, pos, idx, room) {
-                        Some(next) => {
-                            step = next;
+                    match next_at_station!() {
+                        Some(n) => {
+                            next = n;
                             continue 'paths;
                         }
                         None => break 'paths,
@@ -417,7 +545,7 @@ pub(super) fn sprint_steps(
                         .filter(|p| room >= p.runs as usize && offset < until)
                     {
                         Some(p) => {
-                            step = (p, pos, offset);
+                            next = Next::Path(p, pos, offset);
                             continue 'paths;
                         }
                         None => break 'paths,
@@ -499,6 +627,7 @@ pub(super) fn sprint_steps(
             (last, idx) = (idx, next);
         }
     }
+    k.events = events;
     *counts = k;
     *s = Spot {
         pos,
