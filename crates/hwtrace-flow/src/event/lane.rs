@@ -125,7 +125,7 @@ const EVENT_NEXT: Status = Status {
 /// packets"); the top three are the IP compression.
 const TIP: u8 = 0x0d;
 const TIP_PGE: u8 = 0x11;
-const TIP_PGD: u8 = 0x01;
+pub(crate) const TIP_PGD: u8 = 0x01;
 
 impl<'a> TraceLane<'a> {
     /// A lane over `query`'s trace, starting where it is.

@@ -24,7 +24,7 @@ pub use decoder::passable_status;
 pub(crate) use decoder::{PassState, StatusPass, passes_over};
 pub use lane::TraceLane;
 pub(crate) use lane::{
-    LaneAt, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at,
+    LaneAt, TIP_PGD, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at,
 };
 pub use query::{QueryDecoder, Status, TntState};
 pub use queue::{Binding, EventQueue};

@@ -206,14 +206,21 @@ impl LeapTo {
 }
 
 /// What recording a leap adds to the memo's debt; a leap taken from the
-/// memo pays back half of it. A dry run costs a little more than the
-/// steps it records, a leap taken saves a little less than those: it
-/// pays where a leap recorded is taken twice (on gzip's trace, repeated,
-/// where one in two is, recording cost 4% more than it saved).
-const RECORD_COST: u32 = 16;
+/// memo pays back half of it, a station passed with no entry one
+/// [`RECORD_COST`]th. A dry run costs a little more than the steps it
+/// records, a leap taken saves a little less than those: it pays where a
+/// leap recorded is taken twice (on gzip's trace, repeated, where one in
+/// two is, recording cost 4% more than it saved). Where none are taken
+/// (a trace decoded once, of code that does not repeat itself byte for
+/// byte), one station in 256 is tried. A dry run that reaches no
+/// station costs three times as much: all its steps are taken again.
+const RECORD_COST: u32 = 256;
 /// The debt past which no leap is recorded: 64 records in a row that are
 /// never taken.
 const MAX_DEBT: u32 = 64 * RECORD_COST;
+
+/// Bits of the memo's filter of where leaps start ([`LeapMemo::may_start`]).
+const START_BITS: usize = 1 << 19;
 
 /// The memo: see the module documentation. An entry with no landing says
 /// the steps from its station reach no other station within its bytes.
@@ -228,6 +235,11 @@ const MAX_DEBT: u32 = 64 * RECORD_COST;
 pub(crate) struct LeapMemo {
     /// Allocated on first use.
     slots: Vec<Option<(LeapKey, Option<LeapTo>)>>,
+    /// A bit set for each (block, first eight bytes) a leap kept starts
+    /// from, by hash: a station that is not set has no leap, told in one
+    /// load where looking it up reads its bytes and two slots. Allocated
+    /// with the slots.
+    starts: Vec<u64>,
     debt: u32,
     /// A dry run's return stack operations, kept from one to the next.
     scratch: Vec<StackOp>,
@@ -237,7 +249,26 @@ impl LeapMemo {
     /// Forgets every leap.
     pub(crate) fn clear(&mut self) {
         self.slots.iter_mut().for_each(|s| *s = None);
+        self.starts.iter_mut().for_each(|w| *w = 0);
         self.debt = 0;
+    }
+
+    /// The filter's bit for a leap from block `idx` whose trace starts
+    /// with the eight bytes `word`: its word and mask.
+    #[inline(always)]
+    fn start_bit(idx: u32, word: u64) -> (usize, u64) {
+        let h = (word ^ u64::from(idx).wrapping_mul(0x9e37_79b9_7f4a_7c15))
+            .wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+        let bit = (h >> 40) as usize & (START_BITS - 1);
+        (bit / 64, 1 << (bit % 64))
+    }
+
+    /// Whether a leap may be kept from block `idx` where the trace's next
+    /// eight bytes are `word` (`false`: none is).
+    #[inline(always)]
+    pub(crate) fn may_start(&self, idx: u32, word: u64) -> bool {
+        let (at, mask) = Self::start_bit(idx, word);
+        self.starts.get(at).is_some_and(|w| w & mask != 0)
     }
 
     /// Whether leaps are recorded (see [`LeapMemo`]).
@@ -263,6 +294,11 @@ impl LeapMemo {
     /// Hands the buffer back.
     pub(crate) fn put_scratch(&mut self, ops: Vec<StackOp>) {
         self.scratch = ops;
+    }
+
+    /// A dry run reached no station: its steps are all taken again.
+    pub(crate) fn wasted(&mut self) {
+        self.debt = self.debt.saturating_add(2 * RECORD_COST);
     }
 
     /// `n` stations with no entry were passed step by step.
@@ -295,8 +331,13 @@ impl LeapMemo {
     pub(crate) fn insert(&mut self, key: LeapKey, to: Option<LeapTo>) {
         if self.slots.is_empty() {
             self.slots = vec![None; SLOTS];
+            self.starts = vec![0; START_BITS / 64];
         }
         self.debt = self.debt.saturating_add(RECORD_COST);
+        if to.is_some() {
+            let (at, mask) = Self::start_bit(key.idx, key.bytes[0]);
+            self.starts[at] |= mask;
+        }
         let at = key.slot();
         if let Some([first, second]) = self
             .slots
@@ -359,12 +400,15 @@ mod tests {
             }),
             None
         );
+        assert!(memo.may_start(key.idx, key.bytes[0]));
         // A station that leads nowhere is remembered as such.
         let nowhere = LeapKey::at(&data, 20, 7, LastIp::new(), true).unwrap();
         memo.insert(nowhere, None);
         assert_eq!(memo.get(&nowhere), Some(None));
+        assert!(!memo.may_start(nowhere.idx, nowhere.bytes[0]));
         memo.clear();
         assert_eq!(memo.get(&key), None);
+        assert!(!memo.may_start(key.idx, key.bytes[0]));
     }
 
     #[test]
@@ -416,6 +460,18 @@ mod tests {
         assert!(memo.records());
         memo.insert(key, None);
         assert!(!memo.records());
+        memo.took();
+        memo.took();
+        // A dry run that reached nothing costs three records.
+        memo.insert(key, None);
+        memo.wasted();
+        for _ in 0..5 {
+            memo.took();
+            assert!(!memo.records());
+        }
+        memo.took();
+        assert!(memo.records());
+        memo.insert(key, None);
         // So do stations passed, a little each.
         memo.passed(RECORD_COST / 2);
         assert!(!memo.records());

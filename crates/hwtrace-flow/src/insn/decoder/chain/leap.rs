@@ -4,7 +4,7 @@
 //! lookup (see there for why that pays).
 //!
 //! A leap is recorded by a *dry run*: the sprint's own steps
-//! ([`sprint_steps`]) over a copy of the state and of the return stack,
+//! ([`sprint_run`]) over a copy of the state and of the return stack,
 //! with the trace cut after the key's bytes. What the cut trace lets the
 //! steps do is what the whole trace lets them do, up to where they stop
 //! for want of bytes, except at its very end: a TNT packet whose next
@@ -27,7 +27,7 @@
 //! taken from the state the dry run started from, it must land exactly
 //! where the dry run did.
 
-use super::sprint::{SprintHooks, sprint_steps};
+use super::sprint::{SprintHooks, sprint_run};
 use super::{Counts, Spot};
 use crate::event::{skip_pads, tnt8};
 use crate::insn::blockcache::{BlockCache, StackOp};
@@ -70,8 +70,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
                 toggles,
                 passed: 0,
             };
-            let (ran, stopped) =
-                sprint_steps(cache, data, until, toggles, counts, out, s, &mut live);
+            let (ran, stopped) = sprint_run(cache, data, until, toggles, counts, out, s, &mut live);
             let passed = live.passed;
             cache.leaps_mut().passed(passed);
             moved |= ran;
@@ -148,7 +147,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             ..*s
         };
         let (mut k, mut at) = (*counts, start);
-        sprint_steps(
+        sprint_run(
             cache,
             &data[..cut],
             until,
@@ -161,6 +160,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         let Some((at, k, nops)) = dry.reached else {
             let memo = cache.leaps_mut();
             memo.insert(key, None);
+            memo.wasted();
             memo.put_scratch(dry.ops);
             return false;
         };
@@ -323,7 +323,7 @@ struct Live<'s> {
     stack: &'s mut RetStack,
     start: u64,
     toggles: bool,
-    /// Stations with no entry passed.
+    /// Stations with no leap kept passed.
     passed: u32,
 }
 
@@ -360,10 +360,21 @@ impl SprintHooks for Live<'_> {
         if s.pos == self.start {
             return false;
         }
+        let memo = cache.leap_memo();
+        // Not recording, only a kept leap stops the steps: most stations
+        // have none, told by the filter.
+        if !memo.records()
+            && !data
+                .get(s.pos as usize..)
+                .and_then(|d| d.first_chunk::<8>())
+                .is_some_and(|w| memo.may_start(s.idx, u64::from_le_bytes(*w)))
+        {
+            self.passed = self.passed.saturating_add(1);
+            return false;
+        }
         let Some(key) = station_key(data, until, self.toggles, counts, s) else {
             return false;
         };
-        let memo = cache.leap_memo();
         match memo.get(&key) {
             None if memo.records() => true,
             None => {

@@ -33,16 +33,15 @@
 //! the dry run that records one.
 
 use super::{Counts, Spot, after_path, taken_bit};
-use crate::event::{TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at};
+use crate::event::{TIP_PGD, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at};
 use crate::insn::blockcache::{
     BlockCache, BlockFlow, NO_BLOCK, PathTables, StackOp, TntPath, tnt_key,
 };
 use crate::insn::decoder::MAX_UNTRACED_INSNS;
 use crate::insn::decoder::fast::{RunSink, replay_ops};
 use crate::insn::octets::{OCTET, Octet, OctetMemo, octet_at};
-use crate::insn::pairmemo::{PairKey, PairPass};
+use crate::insn::pairmemo::PairKey;
 use crate::insn::retstack::RetStack;
-use hwtrace_packet::LastIp;
 use hwtrace_types::TraceOffset;
 
 /// A sprint's step from block `idx` at trace position `pos`: the path
@@ -299,98 +298,26 @@ pub(super) trait SprintHooks {
     ) -> bool;
 }
 
-/// What a sprint does at a station: the path of the TNT-8 packet there,
-/// or a pass over the disable/enable pair right after it.
-enum Next<'c> {
-    /// The path, the trace position after the packet and the offset the
-    /// lane reports there ([`sprint_step`]).
-    Path(&'c TntPath, u64, u64),
-    /// The pass remembered for the pair (as the chain's
-    /// [`pass_toggle`](crate::insn::decoder::InsnDecoder::pass_toggle)
-    /// replays it), the pair,
-    /// and the trace position and offset after it ([`pair_step`]).
-    Pair(PairPass, TogglePair, u64, u64),
+/// Why a sprint's steps ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum End {
+    /// A step they do not take (for the chain's steps' loop).
+    Done,
+    /// The hooks stopped them at a station.
+    Station,
+    /// At a station, a TNT-8 packet with a disable/enable pair after it,
+    /// which [`pass_pair`] may pass over.
+    Pair,
 }
 
-/// At a station (block `idx`, a conditional jump with no TNT bits
-/// loaded, at trace position `pos`): the packet's path, or where the
-/// chain would pass over a disable/enable pair right after the packet
-/// (when it reads pairs, `toggles`) with a pass it remembers.
-#[allow(clippy::too_many_arguments, reason = "the sprint's locals")]
-#[inline(always)]
-fn station_step<'c>(
-    cache: &'c BlockCache,
-    data: &[u8],
-    until: u64,
-    pos: u64,
-    idx: u32,
-    room: usize,
-    (icount, last_ip, toggles): (u64, LastIp, bool),
-) -> Option<Next<'c>> {
-    if let Some((p, after, o)) = sprint_step(cache, data, until, pos, idx, room) {
-        return Some(Next::Path(p, after, o));
-    }
-    if !toggles {
-        return None;
-    }
-    pair_step(cache, data, until, pos, idx, room, icount, last_ip)
-}
-
-/// The pass over the disable/enable pair after the TNT-8 packet at `pos`
-/// that the chain would replay from its memo: it loads the packet's bits
-/// with the pair as the look-ahead, and [`pass_toggle`] finds the pass
-/// remembered for the block, the bits and the pair's IPs, for this room
-/// and these instructions since the trace was asked, and a plain packet
-/// after the pair. Cold: one packet in twelve of the real fuzzing traces.
-///
-/// [`pass_toggle`]: crate::insn::decoder::InsnDecoder::pass_toggle
-#[allow(clippy::too_many_arguments, reason = "the sprint's locals")]
-#[cold]
-#[inline(never)]
-fn pair_step<'c>(
-    cache: &'c BlockCache,
-    data: &[u8],
-    until: u64,
-    pos: u64,
-    idx: u32,
-    room: usize,
-    icount: u64,
-    last_ip: LastIp,
-) -> Option<Next<'c>> {
-    let (bits, left) = tnt8(*data.get(usize::try_from(pos).ok()?)?)?;
-    let pair = toggle_pair_at(data, skip_pads(data, pos + 1), last_ip)?;
-    if pair.on_at >= until {
-        return None;
-    }
-    let key = PairKey {
-        idx,
-        left,
-        bits,
-        off: pair.off,
-        on: pair.on,
-    };
-    let pass = cache.pairs().get(&key)?;
-    if room < pass.room || icount > pass.icount_max {
-        return None;
-    }
-    let after = skip_pads(data, pair.after);
-    let offset = plain_offset(data, after)?;
-    Some(Next::Pair(pass, pair, after, offset))
-}
-
-/// The steps of a sprint (see the module documentation) from `s`, a
-/// conditional jump with no TNT bits loaded, for as long as they come or
-/// until `hooks` stops them at a station; `s` moved past them. Whether any
-/// was taken, and whether the hooks stopped them. Disable/enable pairs
-/// after a TNT-8 packet are passed over where the chain would replay a
-/// pass it remembers, if it reads pairs (`toggles`).
-///
-/// Out of line: it takes most of the steps of a counted trace, and the
-/// two loops keep their locals in registers better apart (inlined,
-/// 1% more instructions on the benchmark traces).
+/// The steps of a sprint from `s` (see the module documentation): runs of
+/// [`sprint_steps`] with the disable/enable pairs between them passed over
+/// as the chain would replay them from its memo ([`pass_pair`]), if it
+/// reads pairs (`toggles`). `s` moved past them; whether any was taken,
+/// and whether the hooks stopped them at a station.
 #[allow(clippy::too_many_arguments, reason = "the chain's own state")]
-#[inline(never)]
-pub(super) fn sprint_steps(
+#[inline(always)]
+pub(super) fn sprint_run(
     cache: &mut BlockCache,
     data: &[u8],
     until: u64,
@@ -400,30 +327,143 @@ pub(super) fn sprint_steps(
     s: &mut Spot,
     hooks: &mut impl SprintHooks,
 ) -> (bool, bool) {
-    let first = station_step(
-        cache,
-        data,
-        until,
-        s.pos,
-        s.idx,
-        s.room,
-        (s.icount, s.last_ip, toggles),
-    );
-    let Some(mut next) = first.filter(|n| match n {
-        Next::Path(p, ..) => s.icount + p.insns <= MAX_UNTRACED_INSNS,
-        Next::Pair(..) => true,
-    }) else {
-        return (false, false);
+    let (mut moved, mut from_blocks) = (false, false);
+    loop {
+        let (ran, end) = sprint_steps(
+            cache,
+            data,
+            until,
+            toggles,
+            from_blocks,
+            counts,
+            out,
+            s,
+            hooks,
+        );
+        moved |= ran;
+        match end {
+            End::Pair if pass_pair(cache, data, until, counts, out, s, hooks) => {
+                (moved, from_blocks) = (true, true);
+            }
+            End::Station => return (moved, true),
+            End::Pair | End::Done => return (moved, false),
+        }
+    }
+}
+
+/// Whether a station at trace position `pos` has a TNT-8 packet with a
+/// TIP.PGD right after it (PADs aside), for a chain that reads pairs.
+#[inline(always)]
+fn pair_next(data: &[u8], pos: u64, toggles: bool) -> End {
+    let pair = toggles
+        && data.get(pos as usize).and_then(|&b| tnt8(b)).is_some()
+        && data
+            .get(skip_pads(data, pos + 1) as usize)
+            .is_some_and(|&b| b & 0x1f == TIP_PGD);
+    if pair { End::Pair } else { End::Done }
+}
+
+/// At station `s` whose TNT-8 packet a disable/enable pair follows: the
+/// pass over the pair the chain would replay from its memo, taken as the
+/// chain's `replay_pass` takes it (it loads the packet's bits with the
+/// pair as the look-ahead, and
+/// [`pass_toggle`](crate::insn::decoder::InsnDecoder::pass_toggle) finds
+/// the pass remembered for the block, the bits and the pair's IPs, for
+/// this room and these instructions since the trace was asked, with a
+/// plain packet after the pair): the runs to the branch the disable binds
+/// to, all taken at the enable's offset, and the two events. Whether it
+/// was; `s` is then at the block at the enable's IP. Out of the steps'
+/// loop: one packet in twelve of the real fuzzing traces.
+#[allow(clippy::too_many_arguments, reason = "the chain's own state")]
+#[inline(never)]
+fn pass_pair(
+    cache: &BlockCache,
+    data: &[u8],
+    until: u64,
+    counts: &mut Counts,
+    out: &mut impl RunSink,
+    s: &mut Spot,
+    hooks: &mut impl SprintHooks,
+) -> bool {
+    let Some((bits, left)) = data.get(s.pos as usize).and_then(|&b| tnt8(b)) else {
+        return false;
     };
-    // The counts in a local, written back once; the events passed over
-    // (two a pair) beside them.
+    let Some(pair) = toggle_pair_at(data, skip_pads(data, s.pos + 1), s.last_ip) else {
+        return false;
+    };
+    if pair.on_at >= until {
+        return false;
+    }
+    let key = PairKey {
+        idx: s.idx,
+        left,
+        bits,
+        off: pair.off,
+        on: pair.on,
+    };
+    let Some(pass) = cache.pairs().get(&key) else {
+        return false;
+    };
+    if s.room < pass.room || s.icount > pass.icount_max {
+        return false;
+    }
+    let after = skip_pads(data, pair.after);
+    let Some(offset) = plain_offset(data, after) else {
+        return false;
+    };
+    hooks.replay(cache.pairs().ops(&pass));
+    let c = counts.before_run(out);
+    c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(pair.on_at));
+    c.end = TraceOffset(offset);
+    counts.events += 2;
+    s.room -= pass.runs;
+    (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, after, pair.last_ip, offset);
+    s.icount = 0;
+    (s.last, s.idx) = (pass.last, pass.next);
+    true
+}
+
+/// The steps of a sprint (see the module documentation) from `s`, a
+/// conditional jump with no TNT bits loaded (or, `from_blocks`, the block
+/// after a pair [`pass_pair`] passed over), for as long as they come or
+/// until `hooks` stops them at a station; `s` moved past them. Whether any
+/// was taken, and why they ended.
+///
+/// Out of line: it takes most of the steps of a counted trace, and the
+/// two loops keep their locals in registers better apart (inlined,
+/// 1% more instructions on the benchmark traces).
+#[allow(clippy::too_many_arguments, reason = "the chain's own state")]
+#[inline(never)]
+fn sprint_steps(
+    cache: &mut BlockCache,
+    data: &[u8],
+    until: u64,
+    toggles: bool,
+    from_blocks: bool,
+    counts: &mut Counts,
+    out: &mut impl RunSink,
+    s: &mut Spot,
+    hooks: &mut impl SprintHooks,
+) -> (bool, End) {
+    let first = if from_blocks {
+        None
+    } else {
+        match sprint_step(cache, data, until, s.pos, s.idx, s.room)
+            .filter(|(p, ..)| s.icount + p.insns <= MAX_UNTRACED_INSNS)
+        {
+            Some(step) => Some(step),
+            None => return (false, pair_next(data, s.pos, toggles)),
+        }
+    };
+    // The counts in a local, written back once.
     let mut k = *counts;
-    let mut events = k.events;
+    // Nothing in the steps passes events over ([`pass_pair`] does).
+    let events = k.events;
     let (mut last_ip, mut icount, mut room) = (s.last_ip, s.icount, s.room);
-    // The station's: no TNT bits loaded. The rest is set by the first step.
-    let (mut bits, mut left) = (0, 0);
-    let (mut pos, mut offset, mut last, mut idx);
-    let mut stopped = false;
+    let (mut pos, mut bits, mut left, mut offset, mut last, mut idx) =
+        (s.pos, s.bits, s.left, s.offset, s.last, s.idx);
+    let mut end = End::Done;
+    let mut step = first;
     macro_rules! at_station {
         ($counts:expr) => {{
             let here = Spot {
@@ -440,78 +480,58 @@ pub(super) fn sprint_steps(
             hooks.station(cache, data, until, &here, $counts)
         }};
     }
-    macro_rules! next_at_station {
-        () => {
-            station_step(
-                cache,
-                data,
-                until,
-                pos,
-                idx,
-                room,
-                (icount, last_ip, toggles),
-            )
-        };
-    }
     'paths: loop {
-        // Paths one after the other: counted with the counts taken
-        // once (the pending block counted), nothing else between.
-        let c = k.before_run(out);
-        let path = loop {
-            let (p, after, o) = match next {
-                Next::Path(p, after, o) => (p, after, o),
-                Next::Pair(pass, pair, after, o) => {
-                    // As the chain's `replay_pass`: the runs to the
-                    // branch the disable binds to, all taken at the
-                    // enable's offset, and the two events.
-                    hooks.replay(cache.pairs().ops(&pass));
-                    c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(pair.on_at));
-                    c.end = TraceOffset(o);
-                    events += 2;
-                    room -= pass.runs;
-                    (bits, left, pos, last_ip, offset) = (0, 0, after, pair.last_ip, o);
-                    icount = 0;
-                    (last, idx) = (pass.last, pass.next);
-                    break None;
+        'blocks: {
+            // Paths one after the other: counted with the counts taken
+            // once (the pending block counted), nothing else between.
+            let c = k.before_run(out);
+            // After a pair [`pass_pair`] passed over: straight to the blocks.
+            let Some(mut next) = step.take() else {
+                break 'blocks;
+            };
+            let p = loop {
+                let (p, after, o) = next;
+                if p.ops != 0 {
+                    hooks.replay(cache.path_ops(p));
+                }
+                c.count_path(p, TraceOffset(o));
+                room -= p.runs as usize;
+                (pos, offset) = (after, o);
+                (last, idx) = (p.last, p.next);
+                if !p.sprints_on {
+                    break p;
+                }
+                // A whole path, as `after_path` has it; the next one
+                // starts with no instructions since the trace was asked,
+                // so it is far below the endless-loop limit (a path holds
+                // at most `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
+                (bits, left, icount) = (0, 0, 0);
+                let (tables, octets) = cache.tables_and_octets();
+                if let Some(st) =
+                    straight(tables, octets, hooks, ahead(data, until, pos), idx, room)
+                {
+                    pos += st.taken;
+                    offset = pos + 1;
+                    c.count_stretch(room - st.room, st.insns, st.rest, TraceOffset(offset));
+                    (last, idx, room) = (st.last, st.idx, st.room);
+                }
+                let here = Counts {
+                    counted: Some(*c),
+                    pending: None,
+                    events,
+                };
+                if at_station!(&here) {
+                    end = End::Station;
+                    break 'paths;
+                }
+                match sprint_step(cache, data, until, pos, idx, room) {
+                    Some(n) => next = n,
+                    None => {
+                        end = pair_next(data, pos, toggles);
+                        break 'paths;
+                    }
                 }
             };
-            if p.ops != 0 {
-                hooks.replay(cache.path_ops(p));
-            }
-            c.count_path(p, TraceOffset(o));
-            room -= p.runs as usize;
-            (pos, offset) = (after, o);
-            (last, idx) = (p.last, p.next);
-            if !p.sprints_on {
-                break Some(p);
-            }
-            // A whole path, as `after_path` has it; the next one
-            // starts with no instructions since the trace was asked,
-            // so it is far below the endless-loop limit (a path holds
-            // at most `MAX_PATH_LEN` blocks of `MAX_CACHED_BLOCK_INSNS`).
-            (bits, left, icount) = (0, 0, 0);
-            let (tables, octets) = cache.tables_and_octets();
-            if let Some(st) = straight(tables, octets, hooks, ahead(data, until, pos), idx, room) {
-                pos += st.taken;
-                offset = pos + 1;
-                c.count_stretch(room - st.room, st.insns, st.rest, TraceOffset(offset));
-                (last, idx, room) = (st.last, st.idx, st.room);
-            }
-            let here = Counts {
-                counted: Some(*c),
-                pending: None,
-                events,
-            };
-            if at_station!(&here) {
-                stopped = true;
-                break 'paths;
-            }
-            match next_at_station!() {
-                Some(n) => next = n,
-                None => break 'paths,
-            }
-        };
-        if let Some(p) = path {
             (bits, left, icount) = after_path(p, p.bits, p.left, icount);
         }
         // The blocks to the next path, each as the steps' loop runs it.
@@ -525,16 +545,19 @@ pub(super) fn sprint_steps(
             }
             let to = match flow {
                 BlockFlow::CondJump if left == 0 => {
-                    if at_station!(&Counts { events, ..k }) {
-                        stopped = true;
+                    if at_station!(&k) {
+                        end = End::Station;
                         break 'paths;
                     }
-                    match next_at_station!() {
+                    match sprint_step(cache, data, until, pos, idx, room) {
                         Some(n) => {
-                            next = n;
+                            step = Some(n);
                             continue 'paths;
                         }
-                        None => break 'paths,
+                        None => {
+                            end = pair_next(data, pos, toggles);
+                            break 'paths;
+                        }
                     }
                 }
                 BlockFlow::CondJump | BlockFlow::Jump | BlockFlow::Straight | BlockFlow::Call
@@ -545,7 +568,7 @@ pub(super) fn sprint_steps(
                         .filter(|p| room >= p.runs as usize && offset < until)
                     {
                         Some(p) => {
-                            next = Next::Path(p, pos, offset);
+                            step = Some((p, pos, offset));
                             continue 'paths;
                         }
                         None => break 'paths,
@@ -627,7 +650,8 @@ pub(super) fn sprint_steps(
             (last, idx) = (idx, next);
         }
     }
-    k.events = events;
+    // Every step takes room.
+    let ran = room != s.room;
     *counts = k;
     *s = Spot {
         pos,
@@ -640,7 +664,7 @@ pub(super) fn sprint_steps(
         idx,
         room,
     };
-    (true, stopped)
+    (ran, end)
 }
 
 impl SprintHooks for RetStack {
