@@ -32,6 +32,7 @@
 //! stopping where a [leap](super::leap) may take over, or on a copy, for
 //! the dry run that records one.
 
+use super::toggle::count_pass;
 use super::{Counts, Spot, after_path, taken_bit};
 use crate::event::{TIP_PGD, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at};
 use crate::insn::blockcache::{
@@ -412,14 +413,7 @@ fn pass_pair(
         return false;
     };
     hooks.replay(cache.pairs().ops(&pass));
-    let c = counts.before_run(out);
-    c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(pair.on_at));
-    c.end = TraceOffset(offset);
-    counts.events += 2;
-    s.room -= pass.runs;
-    (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, after, pair.last_ip, offset);
-    s.icount = 0;
-    (s.last, s.idx) = (pass.last, pass.next);
+    count_pass(counts, out, s, &pass, &pair, (after, offset));
     true
 }
 

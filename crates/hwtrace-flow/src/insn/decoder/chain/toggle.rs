@@ -246,16 +246,32 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             return false;
         };
         replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
-        let c = counts.before_run(out);
-        c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(pair.on_at));
-        c.end = TraceOffset(offset);
-        counts.events += 2;
-        s.room -= pass.runs;
-        (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, pos, pair.last_ip, offset);
-        s.icount = 0;
-        (s.last, s.idx) = (pass.last, pass.next);
+        count_pass(counts, out, s, &pass, &pair, (pos, offset));
         true
     }
+}
+
+/// What a pass over `pair` (`pass`, its return stack operations done
+/// apart) does to the counts and the spot: the runs counted at the
+/// enable's offset, the two events, the spot moved to `(pos, offset)`
+/// after the pair, at the block at the enable's IP.
+#[inline(always)]
+pub(super) fn count_pass(
+    counts: &mut Counts,
+    out: &mut impl RunSink,
+    s: &mut Spot,
+    pass: &PairPass,
+    pair: &TogglePair,
+    (pos, offset): (u64, u64),
+) {
+    let c = counts.before_run(out);
+    c.count_runs(pass.runs, pass.first, pass.insns, TraceOffset(pair.on_at));
+    c.end = TraceOffset(offset);
+    counts.events += 2;
+    s.room -= pass.runs;
+    (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, pos, pair.last_ip, offset);
+    s.icount = 0;
+    (s.last, s.idx) = (pass.last, pass.next);
 }
 
 /// The pass remembered for `key` in the cache's memo, else the one `plan`
