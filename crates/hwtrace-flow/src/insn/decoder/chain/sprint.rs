@@ -458,9 +458,10 @@ fn sprint_steps(
         (s.pos, s.bits, s.left, s.offset, s.last, s.idx);
     let mut end = End::Done;
     let mut step = first;
-    macro_rules! at_station {
-        ($counts:expr) => {{
-            let here = Spot {
+    // The locals as a `Spot`: at a station for the hooks, and at the end.
+    macro_rules! here {
+        () => {
+            Spot {
                 pos,
                 bits,
                 left,
@@ -470,9 +471,13 @@ fn sprint_steps(
                 last,
                 idx,
                 room,
-            };
-            hooks.station(cache, data, until, &here, $counts)
-        }};
+            }
+        };
+    }
+    macro_rules! at_station {
+        ($counts:expr) => {
+            hooks.station(cache, data, until, &here!(), $counts)
+        };
     }
     'paths: loop {
         'blocks: {
@@ -647,17 +652,7 @@ fn sprint_steps(
     // Every step takes room.
     let ran = room != s.room;
     *counts = k;
-    *s = Spot {
-        pos,
-        bits,
-        left,
-        last_ip,
-        offset,
-        icount,
-        last,
-        idx,
-        room,
-    };
+    *s = here!();
     (ran, end)
 }
 
