@@ -2514,9 +2514,18 @@ fn the_recording_processor_s_errata_apply() {
 /// simulator's clock (instruction `i` at TSC 10^9 + i, perf time the TSC)
 /// and `perf script` decodes it with timestamps: the same instructions as
 /// `hwtrace perf decode --time`, perf's estimates within a microsecond of
-/// the clock, ours (ptxed's time: the last timing event's TSC) close to it
-/// wherever they move and never ahead of it; `noretcomp` and
-/// `psb_period` reach the encoder and the settings perf reads.
+/// the clock, ours (ptxed's time: the last timing event's TSC) within the
+/// same microsecond wherever they move and never ahead of it by more than
+/// CYC's resolution; `noretcomp` and `psb_period` reach the encoder and the
+/// settings perf reads.
+///
+/// CYC packets time a branch from core cycles, and a decoder converts them
+/// with a cycle:TSC ratio it recalibrates from MTC to MTC (SDM 33.8.3, as
+/// libipt does), so an estimate may run a few ticks ahead of the real TSC
+/// (`hwtrace_sim::clock` documents the bound; `timing_filters.rs` sees
+/// libipt do the same). Whether it does depends on the path: `/bin/true`
+/// runs longer or shorter with the environment ld.so reads, and one
+/// environment gave an instruction 1 ns ahead.
 #[test]
 fn portable_captures_take_the_real_capture_s_terms() {
     let dir = scratch("terms");
@@ -2566,13 +2575,19 @@ fn portable_captures_take_the_real_capture_s_terms() {
     assert_eq!(ours[0].0, clock(0));
     for &i in &moves {
         assert!(
-            clock(i) - ours[i].0 < 1000,
+            ours[i].0.abs_diff(clock(i)) < 1000,
             "instruction {i}: {}",
             ours[i].0
         );
     }
+    // Ahead only by CYC's rounding: `3 · ticks_per_insn + 3 + ⌈C / 256⌉`
+    // ticks (hwtrace_sim::clock), with C = 2^3 ART ticks · 108 TSC ticks ·
+    // 32/24 core cycles per TSC tick = 1,152 cycles in one MTC period.
+    let cyc_resolution = 3 + 3 + 1152_u64.div_ceil(256);
     assert_eq!(
-        ours.iter().enumerate().position(|(i, o)| o.0 > clock(i)),
+        ours.iter()
+            .enumerate()
+            .position(|(i, o)| o.0 > clock(i) + cyc_resolution),
         None
     );
     // The settings perf reads, and the encoder's: PSBs every 2 KiB.
