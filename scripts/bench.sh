@@ -7,7 +7,10 @@
 #   decode   issue 8: every decoder as a child process over one corpus
 #            repeated to 1 GiB (hwtrace flow --jobs 1 and --jobs N, libipt's
 #            packet/instruction/block decoders, perf script, iptr, ptcov):
-#            MB/s, instructions/s, peak RSS, checked instruction counts
+#            MB/s, instructions/s, peak RSS, checked instruction counts;
+#            and hwtrace against libipt's block decoder on a trace decoded
+#            once (sort under qemu-user), which no memo of repeated bytes
+#            reaches
 #   answers  report, calls, coverage and timeline against the decode they
 #            stand on (hwtrace flow --jobs 1), on the decode corpus's
 #            32 MiB prefixes (mixed and real traces)
