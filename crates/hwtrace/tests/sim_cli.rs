@@ -756,3 +756,87 @@ fn sim_pt_from_a_real_trace_re_encodes_every_instruction() {
     ]);
     assert!(err.contains("one continuous execution"), "{err}");
 }
+
+/// The children of process `pid` (from every process's `/proc/PID/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+                // "pid (comm) state ppid ...": comm may hold spaces.
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// The state letter of process `pid` (`R`, `S`, `Z`...), `None` once gone.
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaps yet).
+fn gone(pid: u32) -> bool {
+    matches!(state(pid), None | Some('Z'))
+}
+
+/// A recorder killed outright (SIGKILL: nothing of it runs) takes its
+/// qemu-user with it. An orphaned qemu died only when it next wrote its
+/// log (SIGPIPE, the FIFO's reader gone), so it lived on while the
+/// program was quiet, and for good when the program handled SIGPIPE
+/// itself (qemu hands signals to the guest: xz does). Here the program
+/// sleeps, so qemu writes nothing once it is asleep.
+#[test]
+fn sim_pt_killed_leaves_no_qemu_behind() {
+    let out = scratch("killed.pt");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .args(["sim", "pt", "--qemu", "-o"])
+        .arg(&out)
+        .args(["--", "/bin/sleep", "60"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("hwtrace runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // Its qemu (it runs mkfifo first).
+    let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let qemu = loop {
+        let kids = children_of(child.id());
+        if let Some(&q) = kids.iter().find(|&&k| comm(k).starts_with("qemu")) {
+            break q;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no qemu child of hwtrace sim after 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Asleep in the program's sleep, past the start-up it logs: blocked
+    // in clock_nanosleep (230) or nanosleep (35), x86-64's numbers.
+    let sleeping = || {
+        std::fs::read_to_string(format!("/proc/{qemu}/syscall"))
+            .is_ok_and(|s| matches!(s.split_whitespace().next(), Some("230" | "35")))
+    };
+    while !sleeping() {
+        assert!(
+            !gone(qemu) && std::time::Instant::now() < deadline,
+            "qemu ({qemu}) did not fall asleep in /bin/sleep within 20 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !gone(qemu) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "qemu ({qemu}) still runs 10 s after its recorder was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
