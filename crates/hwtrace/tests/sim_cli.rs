@@ -217,6 +217,18 @@ fn sim_pt_refuses_bad_options() {
         "sim",
         "pt",
         "--qemu",
+        "--filter",
+        "0x1000-1g00",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert!(err.contains("`1g00` is not a hex address"), "{err}");
+    let err = fails(&[
+        "sim",
+        "pt",
+        "--qemu",
         "--single-range",
         "3000",
         "-o",
@@ -839,4 +851,60 @@ fn sim_pt_killed_leaves_no_qemu_behind() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// `--filter` addresses are hex, with or without `0x`, as the command's
+/// other addresses (they were read as decimal without it, and a range
+/// meant for the program then traced nothing, silently); a range that
+/// misses every instruction executed is said to.
+#[test]
+fn sim_pt_filter_ranges_are_hex_and_a_range_that_misses_is_told() {
+    let p = scratch("filter.pt");
+    let p = p.to_str().unwrap();
+    let inside = |out: &str| -> u64 {
+        let line = out
+            .lines()
+            .find(|l| l.contains("inside the --filter ranges"))
+            .unwrap_or_else(|| panic!("no filter line in {out}"));
+        line.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    // qemu-user runs guests from 0x40_0000_0000: all of it, with and
+    // without the prefix.
+    for range in ["4000000000-7fffffffffff", "0x4000000000-0x7fffffffffff"] {
+        let out = hwtrace(&[
+            "sim",
+            "pt",
+            "--qemu",
+            "--filter",
+            range,
+            "-o",
+            p,
+            "--",
+            "/bin/true",
+        ]);
+        assert!(out.status.success(), "{out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let total = count_before(&stdout, "instructions");
+        assert!(total > 1000, "{stdout}");
+        assert_eq!(inside(&stdout), total, "{range}: {stdout}");
+        assert!(out.stderr.is_empty(), "{range}: {out:?}");
+    }
+    let out = hwtrace(&[
+        "sim",
+        "pt",
+        "--qemu",
+        "--filter",
+        "1000-1fff",
+        "-o",
+        p,
+        "--",
+        "/bin/true",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(inside(&String::from_utf8_lossy(&out.stdout)), 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("none of the") && stderr.contains("inside the --filter ranges"),
+        "{stderr}"
+    );
 }

@@ -719,16 +719,17 @@ pub fn run(opts: &Options) -> Result<()> {
     let one = "hwtrace flow --jobs 1";
     // The prefixes first (every decoder), the full trace last. hwtrace
     // and libipt's block decoder, which the goal compares, in turn.
-    let library = "hwtrace-flow FastDecoder (library)";
-    let block = "libipt pt_blk_next";
-    rows.extend(bench.in_turn(
-        Input::Prefix,
-        &[
-            bench.hwtrace_spec(one, Input::Prefix, 1),
-            bench.child_spec(library, "hwtrace-fast", Input::Prefix),
-            bench.child_spec(block, "libipt-block", Input::Prefix),
-        ],
-    )?);
+    let against_libipt = |input| {
+        bench.in_turn(
+            input,
+            &[
+                bench.hwtrace_spec(one, input, 1),
+                bench.child_spec("hwtrace-flow FastDecoder (library)", "hwtrace-fast", input),
+                bench.child_spec("libipt pt_blk_next", "libipt-block", input),
+            ],
+        )
+    };
+    rows.extend(against_libipt(Input::Prefix)?);
     rows.push(bench.child_row("libipt pt_insn_next", "libipt-insn", Input::Prefix)?);
     rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Prefix)?);
     rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Prefix)?);
@@ -748,30 +749,16 @@ pub fn run(opts: &Options) -> Result<()> {
         Input::Prefix,
     )?);
     rows.push(bench.child_row("iptr-decoder (packets only)", "iptr-packet", Input::Prefix)?);
-    rows.extend(bench.in_turn(
-        Input::Real,
-        &[
-            bench.hwtrace_spec(one, Input::Real, 1),
-            bench.child_spec(library, "hwtrace-fast", Input::Real),
-            bench.child_spec(block, "libipt-block", Input::Real),
-        ],
-    )?);
+    rows.extend(against_libipt(Input::Real)?);
     rows.push(bench.child_row("iptr-edge-analyzer (blocks)", "iptr-edge", Input::Real)?);
-    // A trace decoded once: what the memos of repeated bytes do not reach.
-    rows.extend(bench.in_turn(
-        Input::Once,
-        &[
-            bench.hwtrace_spec(one, Input::Once, 1),
-            bench.child_spec(library, "hwtrace-fast", Input::Once),
-            bench.child_spec(block, "libipt-block", Input::Once),
-        ],
-    )?);
     rows.push(bench.child_row("ptcov (edge bitmap)", "ptcov", Input::Real)?);
     rows.push(bench.child_row(
         "hwtrace LibxdcMap (edge bitmap)",
         "hwtrace-libxdc",
         Input::Real,
     )?);
+    // A trace decoded once: what the memos of repeated bytes do not reach.
+    rows.extend(against_libipt(Input::Once)?);
     rows.push(bench.hwtrace_row(one, Input::Perf, 1)?);
     rows.extend(bench.printing_rows(&perf_data)?);
     // The prefix as perf.data: `perf decode --stats` counts as `flow` does.

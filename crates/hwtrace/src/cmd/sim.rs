@@ -287,7 +287,8 @@ struct PtArgs {
     /// BranchEn = 0: no control-flow packets, only PSB+ and timing.
     #[arg(long)]
     no_branches: bool,
-    /// IP filter range START-END (ADDRn_CFG = 1), up to four.
+    /// IP filter range START-END (ADDRn_CFG = 1), up to four; addresses
+    /// hex (0x optional), both inside.
     #[arg(long, value_name = "START-END")]
     filter: Vec<String>,
     /// ToPA output: region sizes (4K..128M), optionally ending in `int`,
@@ -422,7 +423,11 @@ fn pt_config(a: &PtArgs) -> Result<PtConfig> {
         let (start, end) = f
             .split_once('-')
             .ok_or_else(|| anyhow!("--filter `{f}` is not START-END"))?;
-        let (start, end) = (number("--filter", start)?, number("--filter", end)?);
+        let hex = |n: &str| {
+            hwtrace_mem::image::parse_hex(n.trim())
+                .ok_or_else(|| anyhow!("--filter `{f}`: `{n}` is not a hex address"))
+        };
+        let (start, end) = (hex(start)?, hex(end)?);
         ensure!(start <= end, "--filter `{f}`: START is above END");
         *slot = Some(IpRange {
             start: Ip(start),
@@ -597,6 +602,21 @@ fn pt(a: &PtArgs, out: &mut dyn Write) -> Result<()> {
         "{insns} instructions, {} trace bytes, {psbs} PSBs",
         trace_bytes.len(),
     )?;
+    if config.ip_filter.iter().any(Option::is_some) {
+        let inside = executions
+            .iter()
+            .flat_map(|e| e.insns())
+            .filter(|&&ip| config.filter_allows(ip))
+            .count();
+        writeln!(out, "{inside} of them inside the --filter ranges")?;
+        if inside == 0 {
+            // A range that misses the program traces nothing but PSB+:
+            // a typo, or addresses taken from another run's layout.
+            eprintln!(
+                "hwtrace sim pt: warning: none of the {insns} instructions executed is inside the --filter ranges, so the trace holds no branch"
+            );
+        }
+    }
     if executions.len() > 1 {
         writeln!(
             out,
