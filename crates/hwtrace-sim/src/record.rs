@@ -301,7 +301,7 @@ fn parse_until_marker(
 }
 
 /// Makes the process `cmd` starts be killed when this one ends, however
-/// it ends. qemu-user hands SIGTERM and SIGINT to the guest program, and a
+/// it ends. qemu-user hands signals (SIGTERM, SIGPIPE...) to the guest, and a
 /// recorder killed by a signal runs no destructor, so qemu outlived it:
 /// one left single-stepping `xz` at 70% of a core for half an hour,
 /// writing to a FIFO nobody read.
