@@ -199,16 +199,28 @@ pub fn load_or_build(dir: &Path) -> Result<Corpus> {
     if let Ok(c) = load(dir) {
         return Ok(c);
     }
-    let dir = dir.join(format!("v{VERSION}"));
-    if let Ok(c) = load(&dir) {
+    load_or(
+        &dir.join(format!("v{VERSION}")),
+        "the benchmark corpus (records gzip with qemu-user, once)",
+        build,
+    )
+}
+
+/// The corpus in `dir`; when missing or stale, `build` (saying it builds
+/// `what`) first fills a scratch folder, which then takes `dir`'s place,
+/// so an interrupted build never leaves a corpus that loads.
+fn load_or(dir: &Path, what: &str, build: fn(&Path) -> Result<()>) -> Result<Corpus> {
+    if let Ok(c) = load(dir) {
         return Ok(c);
     }
-    eprintln!(
-        "building the benchmark corpus in {} (records gzip with qemu-user, once)",
-        dir.display()
-    );
-    build(&dir)?;
-    load(&dir)
+    eprintln!("building {what} in {}", dir.display());
+    let tmp = dir.with_extension("building");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    build(&tmp)?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::rename(&tmp, dir)?;
+    load(dir)
 }
 
 /// The single-pass corpus's trace file.
@@ -221,17 +233,15 @@ const SORT_LINES: usize = 6_000;
 /// Loads the single-pass corpus in `dir` (see the module documentation),
 /// building it first when missing or stale.
 pub fn load_or_build_once(dir: &Path) -> Result<Corpus> {
-    let dir = dir.join(format!("v{VERSION}-once"));
-    if let Ok(c) = load(&dir) {
-        return Ok(c);
-    }
-    eprintln!(
-        "building the single-pass corpus in {} (records sort with qemu-user, once)",
-        dir.display()
-    );
-    let tmp = dir.with_extension("building");
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    load_or(
+        &dir.join(format!("v{VERSION}-once")),
+        "the single-pass corpus (records sort with qemu-user, once)",
+        build_once,
+    )
+}
+
+/// Fills `tmp` with the single-pass corpus.
+fn build_once(tmp: &Path) -> Result<()> {
     let input = tmp.join("sort-input.txt");
     std::fs::write(&input, text(SORT_LINES))?;
     let (exec, pt) = record("/usr/bin/sort", &[path_str(&input)?])?;
@@ -243,12 +253,10 @@ pub fn load_or_build_once(dir: &Path) -> Result<Corpus> {
         "sort (qemu-user, hwtrace-sim PT, {} instructions, decoded once)",
         exec.len()
     );
-    write(&tmp, &[(name, "-".into(), pt)], &[0], &pages)?;
+    write(tmp, &[(name, "-".into(), pt)], &[0], &pages)?;
     // The unit under a name the benchmark's table can show.
     std::fs::copy(tmp.join("unit.pt"), tmp.join(ONCE_TRACE))?;
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::rename(&tmp, &dir)?;
-    load(&dir)
+    Ok(())
 }
 
 /// A page cache being assembled: page address → 4 KiB of code.
@@ -330,15 +338,12 @@ fn record(program: &str, args: &[&str]) -> Result<(Execution, Vec<u8>)> {
     Ok((rec.execution, pt.bytes))
 }
 
-fn build(dir: &Path) -> Result<()> {
-    let tmp = dir.with_extension("building");
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(tmp.join("pages"))
-        .with_context(|| format!("creating {}", tmp.display()))?;
+/// Fills `tmp` with the benchmark corpus.
+fn build(tmp: &Path) -> Result<()> {
     let mut pages = Pages::default();
     // The distinct traces: (name, reference or "-", bytes).
     let mut traces: Vec<(String, String, Vec<u8>)> = Vec::new();
-    let (exec, pt) = gzip(&tmp)?;
+    let (exec, pt) = gzip(tmp)?;
     for seg in exec.memory().segments() {
         pages.put(seg.addr.0, &seg.bytes, "gzip")?;
     }
@@ -380,10 +385,7 @@ fn build(dir: &Path) -> Result<()> {
     let order: Vec<usize> = std::iter::once(0)
         .chain((0..REAL_COPIES).flat_map(|_| 1..traces.len()))
         .collect();
-    write(&tmp, &traces, &order, &pages)?;
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::rename(&tmp, dir)?;
-    Ok(())
+    write(tmp, &traces, &order, &pages)
 }
 
 /// Writes a corpus into `dir`: its distinct traces (name, reference or

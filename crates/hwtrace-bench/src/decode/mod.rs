@@ -115,7 +115,6 @@ struct Spec {
 
 struct Bench {
     corpus: Corpus,
-    corpus_dir: PathBuf,
     /// The single-pass corpus, when [`Input::Once`] is measured.
     once: Option<Corpus>,
     hwtrace: PathBuf,
@@ -226,20 +225,12 @@ impl Bench {
         cmd
     }
 
-    /// This binary's child decoder `name` on `trace`, over the code of
-    /// the corpus in `corpus_dir`.
-    fn child_cmd(&self, name: &str, trace: &Path, corpus_dir: &Path) -> Command {
+    /// This binary's child decoder `name` on `trace`, over `corpus`'s
+    /// code (given as its built folder, which the child loads as it is).
+    fn child_cmd(&self, name: &str, trace: &Path, corpus: &Corpus) -> Command {
         let mut cmd = Command::new(&self.me);
-        cmd.args(["decoder", name]).arg(trace).arg(corpus_dir);
+        cmd.args(["decoder", name]).arg(trace).arg(&corpus.dir);
         cmd
-    }
-
-    /// The corpus folder a child decoding `input` is given.
-    fn child_corpus_dir(&self, input: Input) -> &Path {
-        match (input, &self.once) {
-            (Input::Once, Some(once)) => &once.dir,
-            _ => &self.corpus_dir,
-        }
     }
 
     /// A measured row from its runs (each of `copies` decodes of `input`
@@ -316,7 +307,7 @@ impl Bench {
     fn child_spec(&self, label: &str, decoder: &str, input: Input) -> Spec {
         Spec {
             name: label.to_owned(),
-            cmds: vec![self.child_cmd(decoder, self.trace(input), self.child_corpus_dir(input))],
+            cmds: vec![self.child_cmd(decoder, self.trace(input), self.corpus_of(input))],
             ok_codes: &[0],
             parse: |l, c| {
                 if let Ok(parsed) = child::Counts::parse(&String::from_utf8_lossy(l)) {
@@ -393,10 +384,10 @@ impl Bench {
     }
 
     /// The instruction addresses of `trace` by libipt's instruction
-    /// decoder, over the code of the corpus in `corpus_dir`.
-    fn libipt_ips(&self, trace: &Path, corpus_dir: &Path) -> Result<Seq> {
+    /// decoder, over `corpus`'s code.
+    fn libipt_ips(&self, trace: &Path, corpus: &Corpus) -> Result<Seq> {
         let mut got = None;
-        let cmd = self.child_cmd("libipt-insn-ips", trace, corpus_dir);
+        let cmd = self.child_cmd("libipt-insn-ips", trace, corpus);
         proc::run(&cmd, &[0], |l| {
             got = child::Counts::parse(&String::from_utf8_lossy(l)).ok();
         })?;
@@ -493,7 +484,7 @@ fn check_pieces(bench: &Bench) -> Result<(UnitCounts, Vec<String>)> {
     for (i, piece) in bench.corpus.traces.iter().enumerate() {
         let file = bench.corpus.trace_file(i);
         let h = bench.hwtrace_ips(&file, &bench.corpus, 1)?;
-        let l = bench.libipt_ips(&file, &bench.corpus_dir)?;
+        let l = bench.libipt_ips(&file, &bench.corpus)?;
         let p = bench.perf_ips(&file)?;
         let r = match &piece.reference {
             Some(path) => {
@@ -537,7 +528,7 @@ fn check_pieces(bench: &Bench) -> Result<(UnitCounts, Vec<String>)> {
     if let Some(once) = &bench.once {
         let file = once.trace_file(0);
         let h = bench.hwtrace_ips(&file, once, 1)?;
-        let l = bench.libipt_ips(&file, &once.dir)?;
+        let l = bench.libipt_ips(&file, once)?;
         let name = once.traces.first().map_or("?", |t| t.name.as_str());
         println!("  {name:<52} {h:>32} {l:>32} {:>32} {:>32}", "-", "-");
         ensure!(
@@ -606,7 +597,6 @@ fn open(opts: &Options, inputs: &[Input]) -> Result<Bench> {
     Ok(Bench {
         jobs: jobs_supported(&hwtrace)?,
         corpus,
-        corpus_dir,
         once,
         hwtrace,
         me,
@@ -680,7 +670,7 @@ pub fn run(opts: &Options) -> Result<()> {
     let units = bench.bytes(Input::Perf)? / bench.corpus.unit_len;
     eprintln!("checking instruction addresses on the perf prefix");
     let h1 = bench.hwtrace_ips(&perf_trace, &bench.corpus, 1)?;
-    let l = bench.libipt_ips(&perf_trace, &bench.corpus_dir)?;
+    let l = bench.libipt_ips(&perf_trace, &bench.corpus)?;
     let p = bench.perf_ips(&perf_trace)?;
     println!("instruction addresses on the perf prefix ({units} units):");
     println!("  hwtrace flow --jobs 1     {h1}");
