@@ -1,12 +1,15 @@
 //! Recording a real execution with qemu-user.
 //!
 //! The program runs under `qemu-x86_64 -singlestep -d exec,nochain,in_asm`
-//! with the log going to a FIFO that is parsed while qemu runs, so nothing
+//! with the log going to a pipe that is parsed while qemu runs, so nothing
 //! big is ever written to disk and a long program can be cut off after
-//! [`Limits::max_instructions`] (qemu is then killed). The FIFO is opened
-//! read-write, which on Linux never blocks; when qemu has exited, the
-//! recorder writes an end marker into it, so the parser knows that every
-//! byte qemu wrote has been read.
+//! [`Limits::max_instructions`] (qemu is then killed). qemu is handed the
+//! pipe's write end as a file descriptor and opens it by name
+//! (`-D /dev/fd/N`): nothing is made in the file system, so nothing is left
+//! behind when the recorder is killed (a named FIFO in a temporary
+//! directory was, by a SIGKILL). The recorder keeps a write end too: when
+//! qemu has exited, it writes an end marker into the pipe, so the parser
+//! knows that every byte qemu wrote has been read.
 //!
 //! With [`QemuRecorder::log_mappings`], qemu also logs `-d page,strace`
 //! (its guest memory map after the program is loaded, and every system
@@ -14,13 +17,13 @@
 //! [`Recording::mapping_log`] for whoever needs to know where files were
 //! mapped.
 
-use std::ffi::{OsStr, OsString};
-use std::fs::{File, OpenOptions};
-use std::io::{BufReader, Read, Write};
-use std::path::{Path, PathBuf};
+use std::ffi::OsStr;
+use std::io::{BufReader, PipeReader, Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,17 +37,9 @@ const END_MARKER: &[u8] = b"\0hwtrace-sim: end of qemu log";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecordError {
-    /// The temporary directory for the log FIFO could not be made.
-    #[error("cannot create a temporary directory for the qemu log: {0}")]
-    TempDir(std::io::Error),
-    /// `mkfifo` failed.
-    #[error("cannot create the log FIFO {path}: {reason}")]
-    Fifo {
-        /// The FIFO's path.
-        path: PathBuf,
-        /// What went wrong.
-        reason: String,
-    },
+    /// The pipe for the qemu log could not be made.
+    #[error("cannot create a pipe for the qemu log")]
+    Pipe(#[source] std::io::Error),
     /// qemu could not be started.
     #[error("cannot start {qemu}")]
     Spawn {
@@ -147,12 +142,10 @@ impl QemuRecorder {
         program: impl AsRef<OsStr>,
         args: &[S],
     ) -> Result<Recording, RecordError> {
-        let dir = TempDir::new()?;
-        let fifo = dir.path.join("qemu.log");
-        make_fifo(&fifo)?;
-        // Read-write: never blocks, whether or not qemu has opened it yet.
-        let reader = OpenOptions::new().read(true).write(true).open(&fifo)?;
-        let mut marker_writer = reader.try_clone()?;
+        // Both ends close on exec: qemu gets the write end alone, kept
+        // open across its exec by `hand_down`.
+        let (reader, mut marker_writer) = std::io::pipe().map_err(RecordError::Pipe)?;
+        let log_fd = marker_writer.as_raw_fd();
 
         let mut cmd = Command::new(&self.qemu);
         cmd.arg("-singlestep")
@@ -163,12 +156,13 @@ impl QemuRecorder {
                 "exec,nochain,in_asm"
             })
             .arg("-D")
-            .arg(&fifo)
+            .arg(format!("/dev/fd/{log_fd}"))
             .arg(program.as_ref())
             .args(args.iter().map(|a| a.as_ref().to_os_string()))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        hand_down(&mut cmd, log_fd);
         die_with_parent(&mut cmd);
         let mut child = cmd.spawn().map_err(|source| RecordError::Spawn {
             qemu: self.qemu.clone(),
@@ -204,7 +198,7 @@ impl QemuRecorder {
         // qemu is gone: everything it wrote precedes the marker. A killed
         // qemu may have left half a line; the newline first ends it, so the
         // marker always stands on a line of its own (without it the parser
-        // never saw the marker and waited on the FIFO forever).
+        // never saw the marker and waited on the pipe forever).
         marker_writer.write_all(b"\n")?;
         marker_writer.write_all(END_MARKER)?;
         marker_writer.write_all(b"\n")?;
@@ -256,19 +250,19 @@ impl Execution {
     }
 }
 
-/// Parses the FIFO up to the end marker. Once the limit is reached (or the
-/// log turned out bad) `done` is raised so that qemu gets killed, but the
-/// FIFO is still drained to the marker, so qemu never blocks on a full pipe
+/// Parses the log pipe up to the end marker. Once the limit is reached (or
+/// the log turned out bad) `done` is raised so that qemu gets killed, but
+/// the pipe is still drained to the marker, so qemu never blocks on a full pipe
 /// and the marker write never blocks either. With `keep`, the lines of
 /// other `-d` items (but not `in_asm`'s separators and blank lines) are
 /// returned too.
 fn parse_until_marker(
-    fifo: File,
+    log: PipeReader,
     limits: &Limits,
     done: &AtomicBool,
     keep: bool,
 ) -> (Result<Parsed, LogError>, Vec<String>) {
-    let mut reader = BufReader::with_capacity(1 << 20, fifo);
+    let mut reader = BufReader::with_capacity(1 << 20, log);
     let mut at_marker = false;
     let mut kept = Vec::new();
     let mut other = |raw: &[u8]| {
@@ -304,7 +298,7 @@ fn parse_until_marker(
 /// it ends. qemu-user hands signals (SIGTERM, SIGPIPE...) to the guest, and a
 /// recorder killed by a signal runs no destructor, so qemu outlived it:
 /// one left single-stepping `xz` at 70% of a core for half an hour,
-/// writing to a FIFO nobody read.
+/// writing to a pipe nobody read.
 #[cfg(target_os = "linux")]
 fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
@@ -332,6 +326,25 @@ fn die_with_parent(cmd: &mut Command) {
 #[cfg(not(target_os = "linux"))]
 fn die_with_parent(_: &mut Command) {}
 
+/// Keeps file descriptor `fd` (the log pipe's write end, close-on-exec in
+/// the recorder, so no other child inherits it) open in the child across
+/// its exec.
+fn hand_down(cmd: &mut Command, fd: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the child between fork and exec, where
+    // only async-signal-safe calls are sound: one fcntl system call, errno
+    // read, no allocation, no lock.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 fn kill(child: &mut Child) -> std::io::Result<()> {
     match child.kill() {
         Ok(()) => Ok(()),
@@ -355,59 +368,4 @@ fn drain(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<Vec<u8>>
 
 fn join_output(handle: Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
     handle.and_then(|h| h.join().ok()).unwrap_or_default()
-}
-
-fn make_fifo(path: &Path) -> Result<(), RecordError> {
-    let fifo_error = |reason: String| RecordError::Fifo {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let out = Command::new("mkfifo")
-        .arg("-m")
-        .arg("600")
-        .arg(path)
-        .output()
-        .map_err(|e| fifo_error(format!("cannot run mkfifo: {e}")))?;
-    if !out.status.success() {
-        return Err(fifo_error(
-            String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        ));
-    }
-    Ok(())
-}
-
-/// A private temporary directory, removed on drop.
-struct TempDir {
-    path: PathBuf,
-}
-
-impl TempDir {
-    fn new() -> Result<Self, RecordError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let base = std::env::temp_dir();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let mut last_err = None;
-        for _ in 0..16 {
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let mut name = OsString::from("hwtrace-sim-");
-            name.push(format!("{}-{n}-{nanos}", std::process::id()));
-            let path = base.join(name);
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Ok(TempDir { path }),
-                Err(e) => last_err = Some(e),
-            }
-        }
-        Err(RecordError::TempDir(last_err.unwrap_or_else(|| {
-            std::io::Error::other("no free temporary directory name")
-        })))
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        // Best effort: a leftover empty directory in /tmp is harmless.
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }

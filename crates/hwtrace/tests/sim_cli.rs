@@ -799,14 +799,21 @@ fn gone(pid: u32) -> bool {
 
 /// A recorder killed outright (SIGKILL: nothing of it runs) takes its
 /// qemu-user with it. An orphaned qemu died only when it next wrote its
-/// log (SIGPIPE, the FIFO's reader gone), so it lived on while the
+/// log (SIGPIPE, the log's reader gone), so it lived on while the
 /// program was quiet, and for good when the program handled SIGPIPE
 /// itself (qemu hands signals to the guest: xz does). Here the program
 /// sleeps, so qemu writes nothing once it is asleep.
 #[test]
 fn sim_pt_killed_leaves_no_qemu_behind() {
     let out = scratch("killed.pt");
+    // Its own temporary directory, to see that nothing is left in it (a
+    // named FIFO in a directory of its own was, until the log went
+    // through a pipe).
+    let tmp = scratch("killed-tmp");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).unwrap();
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hwtrace"))
+        .env("TMPDIR", &tmp)
         .args(["sim", "pt", "--qemu", "-o"])
         .arg(&out)
         .args(["--", "/bin/sleep", "60"])
@@ -815,7 +822,7 @@ fn sim_pt_killed_leaves_no_qemu_behind() {
         .spawn()
         .expect("hwtrace runs");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    // Its qemu (it runs mkfifo first).
+    // Its qemu.
     let comm = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let qemu = loop {
         let kids = children_of(child.id());
@@ -851,6 +858,14 @@ fn sim_pt_killed_leaves_no_qemu_behind() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    let left: Vec<_> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left in TMPDIR by the killed recorder: {left:?}"
+    );
 }
 
 /// `--filter` addresses are hex, with or without `0x`, as the command's

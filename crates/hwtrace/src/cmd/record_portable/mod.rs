@@ -150,7 +150,7 @@ pub fn record_portable(req: &PortableRequest) -> Result<PortableSummary> {
         .log_mappings(true)
         .record(&program, args)
         .with_context(|| format!("recording {} under qemu-x86_64", program.display()))?;
-    // What the program wrote, passed on (qemu's own log went to its FIFO).
+    // What the program wrote, passed on (qemu's own log went to its pipe).
     {
         use std::io::Write as _;
         std::io::stdout().write_all(&rec.stdout).ok();
