@@ -554,6 +554,72 @@ fn repeated_real_traces_burst_as_next_steps() {
     }
 }
 
+/// A function called from two places, whose trace from a conditional
+/// jump in it is the same bytes whichever called it: a leap from there
+/// returns (compressed) to its caller, so it holds only where the return
+/// stack has the caller it was recorded with. The function is eleven
+/// conditional jumps and a return, six TNT-8 packets of two taken bits a
+/// call, so its packets start at the same jumps for the caller at 0x1000
+/// and the one at 0x1008 in turn; the code after each return differs
+/// (three NOPs after the first). Taken for the other caller, such a leap
+/// would count the wrong instructions and leave the wrong return address
+/// on the stack.
+#[test]
+fn leaps_that_return_to_an_earlier_call_are_taken_for_that_caller_only() {
+    use hwtrace_packet::{ModeExec, Packet, Tnt, TraceBuilder};
+    use hwtrace_types::{BytesAt, Ip};
+    const BASE: u64 = 0x1000;
+    const JUMPS: usize = 11;
+    const CALLS: usize = 600;
+    let main = [
+        0xe8, 0x1b, 0x00, 0x00, 0x00, // 1000: call 1020
+        0x90, 0x90, 0x90, // 1005: nop x3
+        0xe8, 0x13, 0x00, 0x00, 0x00, // 1008: call 1020
+        0xeb, 0xf1, // 100d: jmp 1000
+    ];
+    let mut code = vec![0xf4u8; 0x20];
+    code[..main.len()].copy_from_slice(&main);
+    // 1020: jz +0, eleven times; ret.
+    for _ in 0..JUMPS {
+        code.extend_from_slice(&[0x74, 0x00]);
+    }
+    code.push(0xc3);
+    let mem = BytesAt::new(Ip(BASE), &code);
+    let mut t = TraceBuilder::new();
+    t.push(Packet::Psb).unwrap();
+    t.push(Packet::Psbend).unwrap();
+    t.push(Packet::ModeExec(ModeExec {
+        csl: true,
+        csd: false,
+        iflag: false,
+    }))
+    .unwrap();
+    t.ip(Packet::TipPge, BASE).unwrap();
+    // The first calls one bit a packet: their stations' bytes are not the
+    // later ones', so those are first met once both callers' blocks are
+    // known (before, the return's block had no successor yet, and a dry
+    // run from there went nowhere).
+    let tnt = |t: &mut TraceBuilder, len: u8| {
+        t.push(Packet::Tnt(Tnt {
+            bits: (1 << len) - 1,
+            len,
+            long: false,
+        }))
+        .unwrap();
+    };
+    for _ in 0..4 * (JUMPS + 1) {
+        tnt(&mut t, 1);
+    }
+    for _ in 0..CALLS * (JUMPS + 1) / 2 {
+        tnt(&mut t, 2);
+    }
+    let trace = t.finish();
+    let (runs, _, paths) = same("two callers", &trace, Config::default(), mem, false)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(runs > CALLS * (JUMPS + 2), "{runs} runs");
+    assert!(paths.leaps > 0, "no leap kept: {paths:?}");
+}
+
 /// A decoder warmed from one that has decoded the trace
 /// ([`FastDecoder::warm_from`], as a parallel decode's pool does) decodes
 /// it as a cold one does, one run at a time and in bursts: its caches are

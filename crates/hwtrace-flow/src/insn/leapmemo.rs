@@ -10,8 +10,9 @@
 //! (~200 instructions a step on the real traces, callgrind). Where it
 //! goes from a conditional jump with no TNT bits loaded depends only on
 //! that block, the last IP (a TIP's compressed IP is completed from it)
-//! and the bytes it reads, as long as the return stack is only popped
-//! where the same steps pushed it and the sink's room and the trace's end
+//! and the bytes it reads, as long as the return stack holds the same
+//! addresses where the steps return to calls made before them
+//! ([`LeapTo::guards_hold`]) and the sink's room and the trace's end
 //! are far: so the steps from such a *station* to the last station within
 //! [`LEAP_BYTES`] bytes are kept here, summed up, and taken again in one
 //! lookup when the same block, last IP and bytes come again. Within one
@@ -137,15 +138,21 @@ pub(crate) struct LeapTo {
     pub events: u32,
     /// Its return stack operations ([`LeapTo::replay`]): the addresses
     /// pushed, in order, with a bit set in `pops` for each that is a pop
-    /// instead.
+    /// instead. A pop of an address pushed before the leap (a compressed
+    /// return to a call made before it) also has a bit in `older`, and in
+    /// `pushed` the address it went to: the leap is only taken where the
+    /// stack holds those ([`LeapTo::guards_hold`]).
     pushed: [u64; LEAP_OPS],
     pops: u16,
+    older: u16,
     ops_len: u8,
 }
 
 impl LeapTo {
-    /// A landing with its return stack operations `ops`; `None` if there
-    /// are more than [`LEAP_OPS`].
+    /// A landing with its return stack operations `ops`, where `expected`
+    /// are the addresses its pops of older entries (pops with none of its
+    /// own pushes left to pop) went to, in order; `None` if there are more
+    /// than [`LEAP_OPS`] operations, or fewer addresses than such pops.
     pub(crate) fn new(
         (pos, offset): (u32, u32),
         (bits, left, icount, last_ip): (u64, u8, u32, LastIp),
@@ -153,16 +160,28 @@ impl LeapTo {
         (runs, insns, last_at, end): (u32, u64, LastAt, u32),
         pending: Option<(u32, u32, u32)>,
         events: u32,
-        ops: &[StackOp],
+        (ops, expected): (&[StackOp], &[u64]),
     ) -> Option<Self> {
         if ops.len() > LEAP_OPS {
             return None;
         }
-        let (mut pushed, mut pops) = ([0; LEAP_OPS], 0u16);
+        let (mut pushed, mut pops, mut older) = ([0; LEAP_OPS], 0u16, 0u16);
+        let (mut own, mut expected) = (0usize, expected.iter());
         for (i, op) in ops.iter().enumerate() {
             match *op {
-                StackOp::Push(ret) => pushed[i] = ret,
-                StackOp::Pop => pops |= 1 << i,
+                StackOp::Push(ret) => {
+                    pushed[i] = ret;
+                    own += 1;
+                }
+                StackOp::Pop => {
+                    pops |= 1 << i;
+                    if own > 0 {
+                        own -= 1;
+                    } else {
+                        older |= 1 << i;
+                        pushed[i] = *expected.next()?;
+                    }
+                }
             }
         }
         Some(Self {
@@ -183,8 +202,35 @@ impl LeapTo {
             events,
             pushed,
             pops,
+            older,
             ops_len: ops.len() as u8,
         })
+    }
+
+    /// Whether `stack` holds the addresses the leap's pops of older
+    /// entries went to: the `n`th such pop takes the entry `n` below the
+    /// top of the stack the leap starts from (its own pushes are all
+    /// popped by then). A leap with none holds anywhere.
+    #[inline(always)]
+    pub(crate) fn guards_hold(&self, stack: &RetStack) -> bool {
+        if self.older == 0 {
+            return true;
+        }
+        self.guards_hold_slow(stack)
+    }
+
+    #[inline(never)]
+    fn guards_hold_slow(&self, stack: &RetStack) -> bool {
+        let mut depth = 0;
+        for (i, &ret) in self.pushed.iter().enumerate() {
+            if self.older & (1 << i) != 0 {
+                if stack.peek_at(depth) != Some(ret) {
+                    return false;
+                }
+                depth += 1;
+            }
+        }
+        true
     }
 
     /// Its return stack operations, in order, done to `stack`.
@@ -231,10 +277,22 @@ const START_BITS: usize = 1 << 19;
 /// recording runs up a debt, which leaps taken pay back; past
 /// [`MAX_DEBT`] nothing is recorded, and stations passed step by step
 /// pay back a little each, so recording is tried again now and then.
+/// What the memo knows of a station ([`LeapMemo::get`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Landing<'a> {
+    /// The leap from there.
+    To(&'a LeapTo),
+    /// The steps from there reach no other station within the key's bytes.
+    Nowhere,
+}
+
+/// A slot's entry: the key and the landing (`None`: nowhere).
+type Slot = Option<(LeapKey, Option<LeapTo>)>;
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LeapMemo {
     /// Allocated on first use.
-    slots: Vec<Option<(LeapKey, Option<LeapTo>)>>,
+    slots: Vec<Slot>,
     /// A bit set for each (block, first eight bytes) a leap kept starts
     /// from, by hash: a station that is not set has no leap, told in one
     /// load where looking it up reads its bytes and two slots. Allocated
@@ -314,16 +372,15 @@ impl LeapMemo {
             .count()
     }
 
-    /// The entry for `key`: `Some(None)` if the steps from there were
-    /// found to reach no other station.
+    /// What is known of the station `key`.
     #[inline(always)]
-    pub(crate) fn get(&self, key: &LeapKey) -> Option<Option<&LeapTo>> {
+    pub(crate) fn get(&self, key: &LeapKey) -> Option<Landing<'_>> {
         let at = key.slot();
         let set = self.slots.get(at..at + 2)?;
         set.iter()
             .flatten()
             .find(|(k, _)| k == key)
-            .map(|(_, to)| to.as_ref())
+            .map(|(_, to)| to.as_ref().map_or(Landing::Nowhere, Landing::To))
     }
 
     /// Remembers what the steps from `key` do (`to`) in the first slot of
@@ -357,6 +414,11 @@ mod tests {
     use super::*;
 
     fn landing(ops: &[StackOp]) -> Option<LeapTo> {
+        landing_expecting(ops, &[])
+    }
+
+    /// A landing whose pops of older entries went to `expected`.
+    fn landing_expecting(ops: &[StackOp], expected: &[u64]) -> Option<LeapTo> {
         LeapTo::new(
             (9, 10),
             (0, 0, 3, LastIp::new()),
@@ -364,7 +426,7 @@ mod tests {
             (6, 40, LastAt::Within { at: 10, insns: 7 }, 10),
             Some((5, 3, 10)),
             2,
-            ops,
+            (ops, expected),
         )
     }
 
@@ -376,7 +438,9 @@ mod tests {
         assert_eq!(memo.get(&key), None);
         let ops = [StackOp::Push(0x40_1005), StackOp::Pop];
         memo.insert(key, landing(&ops));
-        let to = *memo.get(&key).unwrap().unwrap();
+        let Some(Landing::To(&to)) = memo.get(&key) else {
+            panic!("no landing")
+        };
         assert_eq!(Some(to), landing(&ops));
         // Other bytes, another block or another last IP are other keys.
         assert_eq!(
@@ -404,7 +468,7 @@ mod tests {
         // A station that leads nowhere is remembered as such.
         let nowhere = LeapKey::at(&data, 20, 7, LastIp::new(), true).unwrap();
         memo.insert(nowhere, None);
-        assert_eq!(memo.get(&nowhere), Some(None));
+        assert_eq!(memo.get(&nowhere), Some(Landing::Nowhere));
         assert!(!memo.may_start(nowhere.idx, nowhere.bytes[0]));
         memo.clear();
         assert_eq!(memo.get(&key), None);
@@ -428,15 +492,15 @@ mod tests {
         let mut memo = LeapMemo::default();
         memo.insert(first, None);
         memo.insert(second, landing(&[]));
-        assert_eq!(memo.get(&first), Some(None));
-        assert_eq!(memo.get(&second).unwrap().copied(), landing(&[]));
+        assert_eq!(memo.get(&first), Some(Landing::Nowhere));
+        assert_eq!(memo.get(&second), landing(&[]).as_ref().map(Landing::To));
         // Put again, an entry stays where it is and replaces itself.
         memo.insert(second, None);
-        assert_eq!(memo.get(&second), Some(None));
-        assert_eq!(memo.get(&first), Some(None));
+        assert_eq!(memo.get(&second), Some(Landing::Nowhere));
+        assert_eq!(memo.get(&first), Some(Landing::Nowhere));
         memo.insert(third, None);
-        assert_eq!(memo.get(&third), Some(None));
-        assert_eq!(memo.get(&second), Some(None));
+        assert_eq!(memo.get(&third), Some(Landing::Nowhere));
+        assert_eq!(memo.get(&second), Some(Landing::Nowhere));
         assert_eq!(memo.get(&first), None);
     }
 
@@ -501,8 +565,10 @@ mod tests {
     #[test]
     fn a_landing_replays_its_operations_in_order() {
         use StackOp::{Pop, Push};
+        // The first pop takes an entry from before the leap (2).
         let ops = [Pop, Push(7), Push(8), Pop, Push(9), Pop, Pop, Push(3)];
-        assert_eq!(replayed(&landing(&ops).unwrap()), [3, 1]);
+        assert_eq!(landing(&ops), None, "an older pop needs its address");
+        assert_eq!(replayed(&landing_expecting(&ops, &[2]).unwrap()), [3, 1]);
         assert_eq!(replayed(&landing(&[]).unwrap()), [2, 1]);
         // Up to LEAP_OPS of them.
         let many = [Push(5); LEAP_OPS + 1];
@@ -511,5 +577,38 @@ mod tests {
             2 + LEAP_OPS
         );
         assert_eq!(landing(&many), None);
+    }
+
+    /// A leap that returns to calls made before it is taken only where
+    /// the stack holds the addresses it returned to, the `n`th such
+    /// return taking the entry `n` below the top; its own pushes and pops
+    /// in between do not count.
+    #[test]
+    fn older_pops_guard_the_leap_by_the_addresses_they_went_to() {
+        use StackOp::{Pop, Push};
+        let stack = |entries: &[u64]| {
+            let mut s = RetStack::new();
+            entries.iter().for_each(|&e| s.push(e));
+            s
+        };
+        let ops = [Pop, Push(7), Pop, Pop, Push(8)];
+        let to = landing_expecting(&ops, &[0x20, 0x10]).unwrap();
+        assert!(to.guards_hold(&stack(&[0x10, 0x20])));
+        assert!(to.guards_hold(&stack(&[0x99, 0x10, 0x20])));
+        assert!(!to.guards_hold(&stack(&[0x20, 0x10])));
+        assert!(!to.guards_hold(&stack(&[0x20])), "too few entries");
+        assert!(!to.guards_hold(&stack(&[0x11, 0x20])));
+        let mut s = stack(&[0x99, 0x10, 0x20]);
+        to.replay(&mut s);
+        assert_eq!(
+            std::iter::from_fn(|| s.pop()).collect::<Vec<_>>(),
+            [8, 0x99]
+        );
+        // Pops of its own pushes only: no guard.
+        let own = landing(&[Push(7), Pop, Push(8)]).unwrap();
+        assert!(own.guards_hold(&RetStack::new()));
+        // More addresses than older pops are ignored; fewer are refused.
+        assert!(landing_expecting(&ops, &[0x20, 0x10, 0x5]).is_some());
+        assert_eq!(landing_expecting(&ops, &[0x20]), None);
     }
 }

@@ -42,6 +42,7 @@ impl RetStack {
     }
 
     /// Remembers the return address of a call.
+    #[inline]
     pub fn push(&mut self, ip: u64) {
         self.entries[self.top] = ip;
         self.top = (self.top + 1) % RETSTACK_SIZE;
@@ -57,7 +58,18 @@ impl RetStack {
         Some(self.entries[(self.top + RETSTACK_SIZE - 1) % RETSTACK_SIZE])
     }
 
+    /// The return address `depth` entries below the most recent one (0:
+    /// the most recent), left in place.
+    #[inline]
+    pub fn peek_at(&self, depth: usize) -> Option<u64> {
+        if depth >= self.len {
+            return None;
+        }
+        Some(self.entries[(self.top + 2 * RETSTACK_SIZE - 1 - depth) % RETSTACK_SIZE])
+    }
+
     /// The most recent return address, removed.
+    #[inline]
     pub fn pop(&mut self) -> Option<u64> {
         if self.len == 0 {
             return None;
@@ -93,5 +105,23 @@ mod tests {
             assert_eq!(s.pop(), Some(i));
         }
         assert_eq!(s.pop(), None);
+    }
+
+    #[test]
+    fn peek_at_reads_below_the_top_across_the_wrap() {
+        let mut s = RetStack::new();
+        assert_eq!(s.peek_at(0), None);
+        for i in 0..(RETSTACK_SIZE as u64 + 5) {
+            s.push(i);
+        }
+        assert_eq!(s.peek_at(0), s.peek());
+        assert_eq!(s.peek_at(0), Some(RETSTACK_SIZE as u64 + 4));
+        assert_eq!(s.peek_at(7), Some(RETSTACK_SIZE as u64 - 3));
+        // The oldest kept, and below it nothing (dropped when full).
+        assert_eq!(s.peek_at(RETSTACK_SIZE - 1), Some(5));
+        assert_eq!(s.peek_at(RETSTACK_SIZE), None);
+        s.pop();
+        assert_eq!(s.peek_at(RETSTACK_SIZE - 2), Some(5));
+        assert_eq!(s.peek_at(RETSTACK_SIZE - 1), None);
     }
 }
