@@ -44,10 +44,11 @@ const SLOTS: usize = 1 << 14;
 /// traces' had more). Since leaps go on past returns to calls made
 /// before them, call-heavy code has more: 16 rather than 12 took 22%
 /// fewer instructions on `sort` decoded once and 12% on a pass of gzip's
-/// piece, the same on the real traces (callgrind), for 32 bytes a slot.
-pub(crate) const LEAP_OPS: usize = 16;
+/// piece, 32 rather than 16 another 5% and 24%, the same on the real
+/// traces (callgrind), for 128 bytes more a slot (2 MiB a decoder).
+pub(crate) const LEAP_OPS: usize = 32;
 const _: () = assert!(
-    LEAP_OPS <= u16::BITS as usize,
+    LEAP_OPS <= u32::BITS as usize,
     "a bit of `LeapTo::pops` each"
 );
 
@@ -146,8 +147,8 @@ pub(crate) struct LeapTo {
     /// `pushed` the address it went to: the leap is only taken where the
     /// stack holds those ([`LeapTo::guards_hold`]).
     pushed: [u64; LEAP_OPS],
-    pops: u16,
-    older: u16,
+    pops: u32,
+    older: u32,
     ops_len: u8,
 }
 
@@ -168,7 +169,7 @@ impl LeapTo {
         if ops.len() > LEAP_OPS {
             return None;
         }
-        let (mut pushed, mut pops, mut older) = ([0; LEAP_OPS], 0u16, 0u16);
+        let (mut pushed, mut pops, mut older) = ([0; LEAP_OPS], 0u32, 0u32);
         let (mut own, mut expected) = (0usize, expected.iter());
         for (i, op) in ops.iter().enumerate() {
             match *op {
