@@ -153,10 +153,11 @@ pub(crate) struct LeapTo {
 }
 
 impl LeapTo {
-    /// A landing with its return stack operations `ops`, where `expected`
-    /// are the addresses its pops of older entries (pops with none of its
-    /// own pushes left to pop) went to, in order; `None` if there are more
-    /// than [`LEAP_OPS`] operations, or fewer addresses than such pops.
+    /// A landing with its return stack operations `ops`, taken from return
+    /// stack `stack`: its pops of older entries (pops with none of its own
+    /// pushes left to pop) went to `stack`'s entries from the top down.
+    /// `None` if there are more than [`LEAP_OPS`] operations, or fewer
+    /// entries than such pops.
     pub(crate) fn new(
         (pos, offset): (u32, u32),
         (bits, left, icount, last_ip): (u64, u8, u32, LastIp),
@@ -164,13 +165,13 @@ impl LeapTo {
         (runs, insns, last_at, end): (u32, u64, LastAt, u32),
         pending: Option<(u32, u32, u32)>,
         events: u32,
-        (ops, expected): (&[StackOp], &[u64]),
+        (ops, stack): (&[StackOp], &RetStack),
     ) -> Option<Self> {
         if ops.len() > LEAP_OPS {
             return None;
         }
         let (mut pushed, mut pops, mut older) = ([0; LEAP_OPS], 0u32, 0u32);
-        let (mut own, mut expected) = (0usize, expected.iter());
+        let (mut own, mut depth) = (0usize, 0usize);
         for (i, op) in ops.iter().enumerate() {
             match *op {
                 StackOp::Push(ret) => {
@@ -183,7 +184,8 @@ impl LeapTo {
                         own -= 1;
                     } else {
                         older |= 1 << i;
-                        pushed[i] = *expected.next()?;
+                        pushed[i] = stack.peek_at(depth)?;
+                        depth += 1;
                     }
                 }
             }
@@ -272,15 +274,6 @@ const MAX_DEBT: u32 = 64 * RECORD_COST;
 /// Bits of the memo's filter of where leaps start ([`LeapMemo::may_start`]).
 const START_BITS: usize = 1 << 19;
 
-/// The memo: see the module documentation. An entry with no landing says
-/// the steps from its station reach no other station within its bytes.
-///
-/// Where the trace seldom comes back to the same bytes (gzip's loop over
-/// its data: a TNT bit per byte compressed), leaps would be recorded and
-/// never taken, each dry run costing about what the steps cost. So
-/// recording runs up a debt, which leaps taken pay back; past
-/// [`MAX_DEBT`] nothing is recorded, and stations passed step by step
-/// pay back a little each, so recording is tried again now and then.
 /// What the memo knows of a station ([`LeapMemo::get`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Landing<'a> {
@@ -293,6 +286,15 @@ pub(crate) enum Landing<'a> {
 /// A slot's entry: the key and the landing (`None`: nowhere).
 type Slot = Option<(LeapKey, Option<LeapTo>)>;
 
+/// The memo: see the module documentation. An entry with no landing says
+/// the steps from its station reach no other station within its bytes.
+///
+/// Where the trace seldom comes back to the same bytes (gzip's loop over
+/// its data: a TNT bit per byte compressed), leaps would be recorded and
+/// never taken, each dry run costing about what the steps cost. So
+/// recording runs up a debt, which leaps taken pay back; past
+/// [`MAX_DEBT`] nothing is recorded, and stations passed step by step
+/// pay back a little each, so recording is tried again now and then.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct LeapMemo {
     /// Allocated on first use.
@@ -421,8 +423,11 @@ mod tests {
         landing_expecting(ops, &[])
     }
 
-    /// A landing whose pops of older entries went to `expected`.
+    /// A landing whose pops of older entries went to `expected`: taken
+    /// from a stack holding those, the first on top.
     fn landing_expecting(ops: &[StackOp], expected: &[u64]) -> Option<LeapTo> {
+        let mut stack = RetStack::new();
+        expected.iter().rev().for_each(|&e| stack.push(e));
         LeapTo::new(
             (9, 10),
             (0, 0, 3, LastIp::new()),
@@ -430,7 +435,7 @@ mod tests {
             (6, 40, LastAt::Within { at: 10, insns: 7 }, 10),
             Some((5, 3, 10)),
             2,
-            (ops, expected),
+            (ops, &stack),
         )
     }
 

@@ -38,7 +38,7 @@ use crate::event::{skip_pads, tnt8};
 use crate::insn::blockcache::{BlockCache, StackOp};
 use crate::insn::decoder::fast::{RunSink, replay_ops};
 use crate::insn::decoder::{InsnDecoder, MAX_UNTRACED_INSNS};
-use crate::insn::leapmemo::{LEAP_BYTES, LEAP_OPS, Landing, LastAt, LeapKey, LeapTo};
+use crate::insn::leapmemo::{LEAP_BYTES, Landing, LastAt, LeapKey, LeapTo};
 use crate::insn::retstack::RetStack;
 use hwtrace_types::{ReadMemory, TraceOffset};
 
@@ -144,9 +144,6 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         let mut dry = Dry {
             stack: self.retstack.clone(),
             ops: cache.leaps_mut().take_scratch(),
-            pushed: 0,
-            expected: [0; LEAP_OPS],
-            older: 0,
             start: s.pos,
             reached: None,
         };
@@ -166,7 +163,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
             &mut at,
             &mut dry,
         );
-        let Some((at, k, nops, nolder)) = dry.reached else {
+        let Some((at, k, nops)) = dry.reached else {
             let memo = cache.leaps_mut();
             memo.insert(key, None);
             memo.wasted();
@@ -176,8 +173,7 @@ impl<M: ReadMemory> InsnDecoder<'_, M> {
         let ops = dry.ops.get(..nops).unwrap_or_default();
         // A leap that cannot be kept is taken this once, and the station
         // remembered as one to go on from step by step.
-        let expected = dry.expected.get(..nolder).unwrap_or_default();
-        let to = leap_between(counts, &start, &k, &at, ops, expected);
+        let to = leap_between(counts, &start, &k, &at, ops, &self.retstack);
         let kept = to.filter(|to| landed(to, counts, &start) == (k, at));
         debug_assert_eq!(kept, to, "a leap lands where its dry run did");
         cache.leaps_mut().insert(key, kept);
@@ -232,17 +228,16 @@ fn flushed(counts: &Counts) -> Counts {
     k
 }
 
-/// The leap from station `s` with counts `counts` to station `at` with
-/// counts `k` and return stack operations `ops` (its pops of entries
-/// pushed before it going to `expected`), if it can be told relative to
-/// its start and kept.
+/// The leap from station `s` with counts `counts` and return stack
+/// `stack` to station `at` with counts `k` and return stack operations
+/// `ops`, if it can be told relative to its start and kept.
 fn leap_between(
     counts: &Counts,
     s: &Spot,
     k: &Counts,
     at: &Spot,
     ops: &[StackOp],
-    expected: &[u64],
+    stack: &RetStack,
 ) -> Option<LeapTo> {
     let before = flushed(counts).counted?;
     let after = k.counted?;
@@ -284,7 +279,7 @@ fn leap_between(
         ),
         pending,
         u32::try_from(k.events.checked_sub(counts.events)?).ok()?,
-        (ops, expected),
+        (ops, stack),
     )
 }
 
@@ -400,22 +395,16 @@ impl SprintHooks for Live<'_> {
 }
 
 /// The hooks of a dry run: a copy of the return stack, the operations on
-/// it in order, and the last station a leap may end at.
+/// it in order (what its pops of entries from before the run went to is
+/// read off the stack it started from, [`LeapTo::new`]), and the last
+/// station a leap may end at.
 struct Dry {
     stack: RetStack,
     ops: Vec<StackOp>,
-    /// How many of the stack's addresses the run pushed and has not
-    /// popped.
-    pushed: usize,
-    /// The addresses popped where none it pushed was left (returns to
-    /// calls made before the leap), the first `older` of them: a leap
-    /// with more than [`LEAP_OPS`] operations is not kept anyway.
-    expected: [u64; LEAP_OPS],
-    older: usize,
     start: u64,
-    /// The last station reached, its counts, and how many operations and
-    /// older pops came before it.
-    reached: Option<(Spot, Counts, usize, usize)>,
+    /// The last station reached, its counts and how many operations came
+    /// before it.
+    reached: Option<(Spot, Counts, usize)>,
 }
 
 impl SprintHooks for Dry {
@@ -424,39 +413,23 @@ impl SprintHooks for Dry {
     }
 
     fn pop(&mut self) {
-        let popped = self.stack.pop();
-        if self.pushed == 0 {
-            if let (Some(slot), Some(ret)) = (self.expected.get_mut(self.older), popped) {
-                *slot = ret;
-            }
-            // Past the array's end: the leap has too many operations to be kept.
-            self.older += 1;
-        } else {
-            self.pushed -= 1;
-        }
+        self.stack.pop();
         self.ops.push(StackOp::Pop);
     }
 
     fn push(&mut self, ip: u64) {
         self.stack.push(ip);
-        self.pushed += 1;
         self.ops.push(StackOp::Push(ip));
     }
 
     fn replay(&mut self, ops: &[StackOp]) {
-        for op in ops {
-            match op {
-                StackOp::Push(_) => self.pushed += 1,
-                StackOp::Pop => self.pushed = self.pushed.saturating_sub(1),
-            }
-        }
         replay_ops(&mut self.stack, ops);
         self.ops.extend_from_slice(ops);
     }
 
     fn station(&mut self, _: &BlockCache, data: &[u8], _: u64, s: &Spot, counts: &Counts) -> bool {
         if s.pos != self.start && lands(data, s.pos) {
-            self.reached = Some((*s, *counts, self.ops.len(), self.older));
+            self.reached = Some((*s, *counts, self.ops.len()));
         }
         false
     }
