@@ -299,7 +299,8 @@ fn qemu_executions_decode_alike() {
         Path::new("/usr/bin/qemu-x86_64").exists(),
         "qemu-x86_64 missing: install Debian's qemu-user (scripts/setup.sh)"
     );
-    let scratch = std::env::temp_dir().join(format!("hwtrace-fast-exact-{}", std::process::id()));
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-fast-exact-{}", std::process::id()));
     std::fs::create_dir_all(&scratch).expect("scratch dir");
     let input = scratch.join("input.txt");
     let text: String = (0..300)

@@ -154,7 +154,8 @@ fn perf_script_prints_our_branch_stacks() {
             .is_ok_and(|o| o.status.success()),
         "`perf` is not installed (Debian linux-perf; scripts/setup.sh installs it)"
     );
-    let dir = std::env::temp_dir().join(format!("hwtrace-perf-lbr-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-perf-lbr-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("perf.data");
     std::fs::write(&path, write()).unwrap();

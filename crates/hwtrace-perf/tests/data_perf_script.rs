@@ -228,7 +228,8 @@ fn perf_script_decodes_our_perf_data() {
         "entry code too short: {:x?}",
         p.expected
     );
-    let dir = std::env::temp_dir().join(format!("hwtrace-perf-script-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-perf-script-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("perf.data");
     std::fs::write(&file, write_perf_data(&p, &trace(p.entry))).unwrap();
@@ -286,7 +287,8 @@ fn pipe_format_reads_back_and_decodes_in_perf() {
     assert_eq!(q.chunks[0].data[..pt.len()], pt[..]);
 
     let Some(_) = perf() else { return };
-    let dir = std::env::temp_dir().join(format!("hwtrace-perf-pipe-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-perf-pipe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Through a real pipe: perf script -i - reads stdin.
     let mut child = Command::new("perf")

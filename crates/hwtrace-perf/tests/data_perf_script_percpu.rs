@@ -130,7 +130,8 @@ fn per_cpu_pt_with_timestamps_decodes_in_perf() {
         ..PtConfig::default()
     };
     let trace = PtEncoder::new(config).encode(&execution).unwrap();
-    let dir = std::env::temp_dir().join(format!("hwtrace-perf-percpu-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-perf-percpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("perf.data");
     std::fs::write(&file, write(&dir, &execution, &trace.bytes)).unwrap();

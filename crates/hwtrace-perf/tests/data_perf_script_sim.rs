@@ -112,7 +112,8 @@ fn perf_script_decodes_a_qemu_recorded_execution_through_our_perf_data() {
     let trace = PtEncoder::new(PtConfig::default())
         .encode(&execution)
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("hwtrace-perf-sim-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-perf-sim-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("perf.data");
     let bytes = write_perf_data(&dir, &execution, &trace.bytes);

@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 use hwtrace_perf::data::{PerfData, PerfRecord, record_type_name};
 
 fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hwtrace-perf-zstd-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-perf-zstd-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }

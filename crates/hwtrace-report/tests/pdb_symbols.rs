@@ -36,7 +36,8 @@ impl Drop for Dir {
 }
 
 fn dir(tag: &str) -> Dir {
-    let d = std::env::temp_dir().join(format!("hwtrace-pdb-{}-{tag}", std::process::id()));
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-pdb-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     Dir(d)

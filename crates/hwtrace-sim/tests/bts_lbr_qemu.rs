@@ -66,7 +66,8 @@ fn check_against_instructions(execution: &Execution, stream: &[Branch]) -> Resul
 /// reads, written to a file (simpler than the streaming recorder, and
 /// `/bin/true` logs only a few MB).
 fn record(program: &str) -> Result<Execution> {
-    let dir = std::env::temp_dir().join(format!("hwtrace-bts-lbr-qemu-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-bts-lbr-qemu-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let log = dir.join("qemu.log");
     let status = std::process::Command::new("qemu-x86_64")

@@ -206,8 +206,8 @@ struct Input(std::path::PathBuf);
 
 impl Input {
     fn new(name: &str, contents: &[u8]) -> Result<Self> {
-        let path =
-            std::env::temp_dir().join(format!("hwtrace-sim-test-{}-{name}", std::process::id()));
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("hwtrace-sim-test-{}-{name}", std::process::id()));
         std::fs::write(&path, contents)?;
         Ok(Input(path))
     }

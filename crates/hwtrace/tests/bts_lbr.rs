@@ -13,7 +13,8 @@ use common::{fails, ok};
 
 /// A scratch file unique to this test process and `name`.
 fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("hwtrace-bts-lbr-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-bts-lbr-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let path = dir.join(name);
     std::fs::write(&path, bytes).expect("write scratch file");

@@ -35,7 +35,7 @@ impl Scratch {
     fn new(name: &str) -> Result<Self> {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "hwtrace-calls-render-{}-{n}-{name}",
             std::process::id()
         ));

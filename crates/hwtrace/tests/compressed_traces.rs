@@ -38,7 +38,8 @@ fn compress_with(tool: &str, args: &[&str], trace: &Path, dir: &Path, name: &str
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("hwtrace-lz4-{}-{name}", std::process::id()));
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-lz4-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }

@@ -18,7 +18,7 @@ struct Scratch(PathBuf);
 
 impl Scratch {
     fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "hwtrace-coverage-cli-{}-{name}",
             std::process::id()
         ));

@@ -99,7 +99,8 @@ fn coverage(dir: &Path, out: &Path, extra: &[&str]) -> Result<(Vec<u8>, u64)> {
 
 #[test]
 fn afl_maps_are_libxdcs_on_real_traces() -> Result<()> {
-    let scratch = std::env::temp_dir().join(format!("hwtrace-libxdc-{}", std::process::id()));
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-libxdc-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let result = (|| -> Result<()> {
         for name in CASES {
@@ -292,7 +293,8 @@ fn the_library_edges_are_libxdcs_trace_mode_list() -> Result<()> {
 /// of each real trace, byte for byte.
 #[test]
 fn coverage_writes_libxdcs_edge_list() -> Result<()> {
-    let scratch = std::env::temp_dir().join(format!("hwtrace-libxdc-edges-{}", std::process::id()));
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-libxdc-edges-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let result = (|| -> Result<()> {
         for name in CASES {
@@ -324,7 +326,8 @@ fn libxdc_edges_need_a_raw_trace() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../testdata/perf/pt-true.data"
     );
-    let out = std::env::temp_dir().join(format!("hwtrace-libxdc-perf-{}", std::process::id()));
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-libxdc-perf-{}", std::process::id()));
     let err = common::fails(&["coverage", perf, "--libxdc-edges", out.to_str().unwrap()]);
     assert!(
         err.contains("--libxdc-edges: libxdc decodes raw Intel PT"),
@@ -393,7 +396,8 @@ fn a_conditional_branch_leaving_the_filter_is_no_edge() -> Result<()> {
 
     // `hwtrace coverage`, from its blocks and edges: the same map (its
     // edge from 0x1000 to where tracing came back is kept, not counted).
-    let dir = std::env::temp_dir().join(format!("hwtrace-libxdc-filter-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-libxdc-filter-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = (|| -> Result<()> {
         let (pt, bin, afl_map) = (dir.join("t.pt"), dir.join("code.bin"), dir.join("t.afl"));
@@ -453,7 +457,8 @@ fn a_conditional_branch_leaving_the_filter_is_no_edge() -> Result<()> {
 /// libxdc's edge list of each.
 #[test]
 fn libxdc_command_hashes_trace_after_trace() -> Result<()> {
-    let scratch = std::env::temp_dir().join(format!("hwtrace-libxdc-cmd-{}", std::process::id()));
+    let scratch = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-libxdc-cmd-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     let result = (|| -> Result<()> {
         for name in CASES {

@@ -79,7 +79,8 @@ fn corrupt_bytes_are_reported_and_decoding_resyncs() {
     // opcode (0xc9), then check the dump names the offset and goes on from
     // the next PSB.
     trace[0x3d] = 0xc9;
-    let dir = std::env::temp_dir().join(format!("hwtrace-dump-test-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-dump-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("broken.pt");
     std::fs::write(&path, &trace).unwrap();

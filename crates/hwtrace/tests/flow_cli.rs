@@ -318,7 +318,8 @@ fn a_broken_byte_gives_an_error_and_a_resync() {
     let at = usize::try_from(tip).expect("small");
     bytes[at] = 0x02;
     bytes[at + 1] = 0xff;
-    let broken = std::env::temp_dir().join(format!("hwtrace-flow-cli-{}.pt", std::process::id()));
+    let broken = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-flow-cli-{}.pt", std::process::id()));
     std::fs::write(&broken, &bytes).expect("write");
     let (code, lines) = flow(&broken, &["--no-disasm", "--stats"]);
     let _ = std::fs::remove_file(&broken);
@@ -525,7 +526,7 @@ fn corrupted_bytes_never_hang_or_panic() {
         let at = usize::try_from((x >> 33) % clean.len() as u64).expect("small");
         let mut bytes = clean.clone();
         bytes[at] ^= ((x >> 8) as u8) | 1;
-        let path = std::env::temp_dir().join(format!(
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "hwtrace-flow-corrupt-{}-{n}.pt",
             std::process::id()
         ));

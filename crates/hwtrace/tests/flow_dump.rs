@@ -105,8 +105,8 @@ fn trace(cr3_a: Cr3, cr3_b: Cr3, pip_in_psb: bool) -> Vec<u8> {
 }
 
 fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
-    let path =
-        std::env::temp_dir().join(format!("hwtrace-flow-dump-{}-{name}", std::process::id()));
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-flow-dump-{}-{name}", std::process::id()));
     std::fs::write(&path, bytes).expect("scratch file");
     path
 }

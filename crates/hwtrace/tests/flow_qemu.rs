@@ -230,7 +230,7 @@ impl Scratch {
     fn new(name: &str, contents: &[u8]) -> Result<Self> {
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
+        let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "hwtrace-flow-qemu-{}-{n}-{name}",
             std::process::id()
         ));

@@ -196,8 +196,8 @@ fn walked(stretches: &[Stretch]) -> Vec<(u64, u64)> {
 }
 
 fn scratch(name: &str, bytes: &[u8]) -> PathBuf {
-    let path =
-        std::env::temp_dir().join(format!("hwtrace-pip-guest-{}-{name}", std::process::id()));
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("hwtrace-pip-guest-{}-{name}", std::process::id()));
     std::fs::write(&path, bytes).expect("scratch file");
     path
 }

@@ -22,7 +22,7 @@ fn hwtrace(dir: &Path, args: &[&str]) -> Output {
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "hwtrace-record-portable-{tag}-{}",
         std::process::id()
     ));

@@ -503,11 +503,34 @@ mod tests {
         Cli::try_parse_from(std::iter::once("answer").chain(args.iter().copied())).map(|c| c.source)
     }
 
-    fn tmp(name: &str, bytes: &[u8]) -> PathBuf {
+    /// A scratch file holding `bytes`, removed when the test drops it
+    /// (whether it passes or fails).
+    fn tmp(name: &str, bytes: &[u8]) -> TmpFile {
         let path =
             std::env::temp_dir().join(format!("hwtrace-source-{}-{name}", std::process::id()));
         std::fs::write(&path, bytes).unwrap();
-        path
+        TmpFile(path)
+    }
+
+    struct TmpFile(PathBuf);
+
+    impl std::ops::Deref for TmpFile {
+        type Target = PathBuf;
+        fn deref(&self) -> &PathBuf {
+            &self.0
+        }
+    }
+
+    impl AsRef<Path> for TmpFile {
+        fn as_ref(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for TmpFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
     }
 
     fn collect(source: &Source) -> (Vec<Exec>, SourceReport) {
@@ -565,7 +588,7 @@ mod tests {
         let source = Source::open(&args).unwrap();
         assert_eq!(source.mappings().len(), 1);
         assert_eq!(source.mappings()[0].start, Ip(0x1000));
-        assert_eq!(source.mappings()[0].path, code);
+        assert_eq!(source.mappings()[0].path, *code);
         // Kernel symbols name kernel addresses for raw PT too; the image
         // still names its own.
         let ksyms = tmp(
@@ -664,8 +687,6 @@ mod tests {
         );
         assert_eq!((report.insns, report.errors, report.gaps), (5, 0, 2));
         assert!(!report.has_problems(), "{:?}", report.problems);
-        let _ = std::fs::remove_file(trace);
-        let _ = std::fs::remove_file(code);
     }
 
     #[test]
@@ -747,8 +768,6 @@ mod tests {
             "{:?}",
             report.problems
         );
-        let _ = std::fs::remove_file(trace);
-        let _ = std::fs::remove_file(code);
     }
 
     #[test]
@@ -757,7 +776,6 @@ mod tests {
         let args = parse(&[trace.to_str().unwrap()]).unwrap();
         let err = format!("{:#}", Source::open(&args).unwrap_err());
         assert!(err.contains("needs the code it ran"), "{err}");
-        let _ = std::fs::remove_file(trace);
     }
 
     #[test]
@@ -799,8 +817,6 @@ mod tests {
                 ..
             }
         ));
-        let _ = std::fs::remove_file(bts);
-        let _ = std::fs::remove_file(code);
     }
 
     #[test]

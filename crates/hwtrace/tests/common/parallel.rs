@@ -58,7 +58,7 @@ pub fn same_answer(
     command: &[String],
     outputs: &[(&str, &str)],
 ) -> Result<String> {
-    let out = std::env::temp_dir().join(format!(
+    let out = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "hwtrace-answer-parallel-{}-{name}",
         std::process::id()
     ));
