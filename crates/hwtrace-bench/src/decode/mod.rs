@@ -749,8 +749,16 @@ pub fn run(opts: &Options) -> Result<()> {
     rows.extend(bench.in_turn(
         Input::Prefix,
         &[
-            bench.child_spec("hwtrace-packet (packets only)", "hwtrace-packet", Input::Prefix),
-            bench.child_spec("libipt pt_pkt_next (packets only)", "libipt-packet", Input::Prefix),
+            bench.child_spec(
+                "hwtrace-packet (packets only)",
+                "hwtrace-packet",
+                Input::Prefix,
+            ),
+            bench.child_spec(
+                "libipt pt_pkt_next (packets only)",
+                "libipt-packet",
+                Input::Prefix,
+            ),
             bench.child_spec("iptr-decoder (packets only)", "iptr-packet", Input::Prefix),
         ],
     )?);
