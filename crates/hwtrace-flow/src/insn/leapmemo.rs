@@ -87,17 +87,29 @@ impl LeapKey {
         })
     }
 
-    /// The first of the two slots the key may take.
+    /// The key's hash: its slot and its fingerprint.
     #[inline(always)]
-    fn slot(&self) -> usize {
+    fn hash(&self) -> u64 {
         let mut h = (u64::from(self.idx) | u64::from(self.toggles) << 32)
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             ^ self.last_ip.raw();
         for w in self.bytes {
             h = (h ^ w).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
         }
-        (h >> 40) as usize & (SLOTS - 2)
+        h
     }
+
+    /// The first of the two slots the key may take.
+    #[cfg(test)]
+    fn slot(&self) -> usize {
+        slot_of(self.hash())
+    }
+}
+
+/// The first of the two slots of a key whose hash is `h`.
+#[inline(always)]
+fn slot_of(h: u64) -> usize {
+    (h >> 40) as usize & (SLOTS - 2)
 }
 
 /// Where the last counted instructions were taken after a leap.
@@ -283,14 +295,20 @@ pub(crate) enum Landing<'a> {
     Nowhere,
 }
 
-/// A slot's entry: the key and the landing (`None`: nowhere). The
-/// landing is boxed: in the slot, its ~370 bytes (most of them the
-/// return stack operations) made the memo 6.9 MB, written when allocated
-/// (~1,700 page faults, ~4 ms here, for every decode, half a short
-/// trace's time); boxed, the slots are 1 MB and only the leaps kept take
-/// more. Finding the landing is one load more, only for a key that is
-/// there.
-type Slot = Option<(LeapKey, Option<Box<LeapTo>>)>;
+/// A slot's entry ([`Entry`]).
+type Slot = Option<Entry>;
+
+/// A slot's entry: the key's hash, which tells most other keys of the
+/// set apart in the slot itself, and the key with its landing (`None`:
+/// nowhere), boxed. In the slot, the key and landing made the memo 6.9
+/// MB (~1,700 page faults, ~4 ms here, for every decode, half a short
+/// trace's time, and a set's keys 850 bytes apart); the key alone, 1 MB;
+/// as a hash, 256 KB, which stays in a core's second-level cache.
+#[derive(Clone, Debug)]
+struct Entry {
+    hash: u64,
+    kept: Box<(LeapKey, Option<LeapTo>)>,
+}
 
 /// The memo: see the module documentation. An entry with no landing says
 /// the steps from its station reach no other station within its bytes.
@@ -380,19 +398,20 @@ impl LeapMemo {
     pub(crate) fn len(&self) -> usize {
         self.slots
             .iter()
-            .filter(|s| matches!(s, Some((_, Some(_)))))
+            .filter(|s| s.as_ref().is_some_and(|e| e.kept.1.is_some()))
             .count()
     }
 
     /// What is known of the station `key`.
     #[inline(always)]
     pub(crate) fn get(&self, key: &LeapKey) -> Option<Landing<'_>> {
-        let at = key.slot();
+        let h = key.hash();
+        let at = slot_of(h);
         let set = self.slots.get(at..at + 2)?;
         set.iter()
             .flatten()
-            .find(|(k, _)| k == key)
-            .map(|(_, to)| to.as_deref().map_or(Landing::Nowhere, Landing::To))
+            .find(|e| e.hash == h && e.kept.0 == *key)
+            .map(|e| e.kept.1.as_ref().map_or(Landing::Nowhere, Landing::To))
     }
 
     /// Remembers what the steps from `key` do (`to`) in the first slot of
@@ -407,16 +426,20 @@ impl LeapMemo {
             let (at, mask) = Self::start_bit(key.idx, key.bytes[0]);
             self.starts[at] |= mask;
         }
-        let at = key.slot();
+        let hash = key.hash();
+        let at = slot_of(hash);
         if let Some([first, second]) = self
             .slots
             .get_mut(at..at + 2)
             .and_then(|s| s.first_chunk_mut())
         {
-            if first.as_ref().is_none_or(|(k, _)| *k != key) {
+            if first.as_ref().is_none_or(|e| e.kept.0 != key) {
                 *second = first.take();
             }
-            *first = Some((key, to.map(Box::new)));
+            *first = Some(Entry {
+                hash,
+                kept: Box::new((key, to)),
+            });
         }
     }
 }
