@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use std::path::Path;
 
 const USAGE: &str = "usage: hwtrace-bench [packets|flow|decode|answers|all] [--size-mib N] [--exec-size-mib N] [--runs N]
-       decode and answers options: [--size-mib N (1024)] [--rss-size-mib N (256)] [--prefix-mib N (32)] [--perf-mib N (1)] [--runs N (3)] [--row-budget-secs N (150)]";
+       decode and answers options: [--size-mib N (1024)] [--rss-size-mib N (256)] [--prefix-mib N (32)] [--perf-mib N (1)] [--runs N (5)] [--row-budget-secs N (150)]";
 
 fn number<T: std::str::FromStr>(args: &mut impl Iterator<Item = String>, flag: &str) -> Result<T> {
     let v = args

@@ -54,7 +54,7 @@ impl Default for Options {
             rss_size_mib: 256,
             prefix_mib: 32,
             perf_mib: 1,
-            runs: 3,
+            runs: 5,
             row_budget_secs: 150,
         }
     }
