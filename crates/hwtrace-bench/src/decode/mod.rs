@@ -719,31 +719,26 @@ pub fn run(opts: &Options) -> Result<()> {
     let mut rows = Vec::new();
     let one = "hwtrace flow --jobs 1";
     // The prefixes first (every decoder), the full trace last. The rows
-    // a goal compares take their runs in turn: hwtrace with libipt's
-    // block decoder and the Rust peers that follow the control flow.
-    let against_libipt = |input| {
-        bench.in_turn(
-            input,
-            &[
-                bench.hwtrace_spec(one, input, 1),
-                bench.child_spec("hwtrace-flow FastDecoder (library)", "hwtrace-fast", input),
-                bench.child_spec("libipt pt_blk_next", "libipt-block", input),
-            ],
-        )
-    };
-    let against_peers = |input| {
-        bench.in_turn(
-            input,
-            &[
-                bench.hwtrace_spec(one, input, 1),
-                bench.child_spec("hwtrace-flow FastDecoder (library)", "hwtrace-fast", input),
-                bench.child_spec("libipt pt_blk_next", "libipt-block", input),
+    // a goal compares take their runs in turn: hwtrace (the CLI and the
+    // library) with libipt's block decoder and, with `peers`, the Rust
+    // decoders that follow the control flow.
+    let specs = |input, peers: bool| {
+        let mut specs = vec![
+            bench.hwtrace_spec(one, input, 1),
+            bench.child_spec("hwtrace-flow FastDecoder (library)", "hwtrace-fast", input),
+            bench.child_spec("libipt pt_blk_next", "libipt-block", input),
+        ];
+        if peers {
+            specs.extend([
                 bench.child_spec("iptr-edge-analyzer (blocks)", "iptr-edge", input),
                 bench.child_spec("ptcov (edge bitmap)", "ptcov", input),
                 bench.child_spec("hwtrace LibxdcMap (edge bitmap)", "hwtrace-libxdc", input),
-            ],
-        )
+            ]);
+        }
+        specs
     };
+    let against_libipt = |input| bench.in_turn(input, &specs(input, false));
+    let against_peers = |input| bench.in_turn(input, &specs(input, true));
     rows.extend(against_peers(Input::Prefix)?);
     rows.push(bench.child_row("libipt pt_insn_next", "libipt-insn", Input::Prefix)?);
     rows.extend(bench.in_turn(

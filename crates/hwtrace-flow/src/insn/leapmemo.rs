@@ -98,12 +98,6 @@ impl LeapKey {
         }
         h
     }
-
-    /// The first of the two slots the key may take.
-    #[cfg(test)]
-    fn slot(&self) -> usize {
-        slot_of(self.hash())
-    }
 }
 
 /// The first of the two slots of a key whose hash is `h`.
@@ -433,7 +427,10 @@ impl LeapMemo {
             .get_mut(at..at + 2)
             .and_then(|s| s.first_chunk_mut())
         {
-            if first.as_ref().is_none_or(|e| e.kept.0 != key) {
+            if first
+                .as_ref()
+                .is_none_or(|e| e.hash != hash || e.kept.0 != key)
+            {
                 *second = first.take();
             }
             *first = Some(Entry {
@@ -519,7 +516,7 @@ mod tests {
         let keys: Vec<LeapKey> = (0..SLOTS as u32 * 4)
             .map(|idx| LeapKey::at(&data, 0, idx, LastIp::new(), true).unwrap())
             .collect();
-        let set = |k: &LeapKey| k.slot();
+        let set = |k: &LeapKey| slot_of(k.hash());
         let first = keys[0];
         let mates: Vec<LeapKey> = keys[1..]
             .iter()
