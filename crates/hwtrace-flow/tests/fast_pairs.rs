@@ -154,3 +154,101 @@ fn pairs_passed_over_again_and_again_count_as_the_instruction_decoder() {
         }
     }
 }
+
+/// [`code`]'s loop with `calls` calls out of the range in a row where it
+/// had one (`calls` pairs in a row, nothing the trace answers between
+/// them), reached after a TNT bit or, through a register, after a TIP:
+///
+/// ```text
+/// 1000: test eax, eax
+/// 1002: jne 1010          ; a TNT bit
+/// 1004: ret               ; (the loop's exit)
+/// 1010: call 1020         ; pushes 1015
+/// 1015: jmp 1000
+/// 1020: call rax          ; (through a register) TIP 1030, pushes 1022
+/// 1022: ret               ; a compressed return to 1015
+/// 1030: call 100000       ; TIP.PGD 100000, TIP.PGE 1035
+/// 1035: call 100000       ; TIP.PGD 100000, TIP.PGE 103a
+/// ...                     ; `calls` of them
+/// 1030+5*calls: ret       ; a compressed return
+/// ```
+///
+/// Without the register, 1020 jumps straight to 1030 (`jmp 1030`).
+fn code_calling_out(calls: usize, through_a_register: bool) -> Vec<u8> {
+    let end = 0x30 + 5 * calls;
+    let mut c = vec![0x90u8; end + 1];
+    c[0x00..0x05].copy_from_slice(&[0x85, 0xc0, 0x75, 0x0c, 0xc3]);
+    c[0x10..0x17].copy_from_slice(&[0xe8, 0x0b, 0x00, 0x00, 0x00, 0xeb, 0xe9]);
+    if through_a_register {
+        c[0x20..0x23].copy_from_slice(&[0xff, 0xd0, 0xc3]);
+    } else {
+        // jmp 1030
+        c[0x20..0x22].copy_from_slice(&[0xeb, 0x0e]);
+    }
+    for i in 0..calls {
+        let at = 0x30 + 5 * i;
+        let rel = (OUT - (BASE + at as u64 + 5)) as u32;
+        c[at] = 0xe8;
+        c[at + 1..at + 5].copy_from_slice(&rel.to_le_bytes());
+    }
+    c[end] = 0xc3;
+    c
+}
+
+/// `rounds` times round [`code_calling_out`]'s loop, the returns and the
+/// jump after them in one TNT packet or (`split`) two.
+fn trace_calling_out(
+    rounds: usize,
+    calls: usize,
+    through_a_register: bool,
+    split: bool,
+    pads: usize,
+) -> Vec<u8> {
+    let mut t = TraceBuilder::new();
+    t.psb_plus_64(BASE).expect("a PSB+");
+    // The returns of a round: the one from 1030's code, and 1022's.
+    let returns = if through_a_register { 2 } else { 1 };
+    for round in 0..rounds {
+        if round == 0 {
+            tnt(&mut t, 1, 1);
+        } else if split {
+            // The returns, then the jump's bit in a packet of its own: a
+            // sprint's station, the pairs right after its packet.
+            tnt(&mut t, (1 << returns) - 1, returns);
+            tnt(&mut t, 1, 1);
+        } else {
+            // The returns, then the jump.
+            tnt(&mut t, (1 << (returns + 1)) - 1, returns + 1);
+        }
+        if through_a_register {
+            t.ip(Packet::Tip, BASE + 0x30).expect("a TIP");
+        }
+        for i in 0..calls {
+            pair(&mut t, pads, BASE + 0x30 + 5 * (i as u64 + 1));
+        }
+    }
+    // The returns, then out of the loop: the trace ends at its `ret`.
+    tnt(&mut t, ((1 << returns) - 1) << 1, returns + 1);
+    t.finish()
+}
+
+#[test]
+fn pairs_in_a_row_count_as_the_instruction_decoder() {
+    // Up to the most a chain passes in one go, and past it.
+    for calls in [2, 3, 8, 9, 12] {
+        for through_a_register in [false, true] {
+            let code = code_calling_out(calls, through_a_register);
+            let image = BytesAt::new(Ip(BASE), &code);
+            for rounds in [1, 2, 40, 300] {
+                for (split, pads) in [(false, 0), (false, 2), (true, 0), (true, 2)] {
+                    let data = trace_calling_out(rounds, calls, through_a_register, split, pads);
+                    let name = format!(
+                        "{calls} pairs in a row, through a register {through_a_register}: \
+                         {rounds} rounds, split {split}, {pads} PADs"
+                    );
+                    fast_compare::check(&name, &data, image);
+                }
+            }
+        }
+    }
+}

@@ -71,6 +71,9 @@ impl PairKey {
 pub(crate) struct PairMemo {
     slots: Vec<Option<(PairKey, PairPass)>>,
     ops: Vec<StackOp>,
+    /// How many times the memo started over: the operations of passes
+    /// handed out before are gone then.
+    generation: u64,
 }
 
 impl PairMemo {
@@ -78,6 +81,14 @@ impl PairMemo {
     pub fn clear(&mut self) {
         self.slots.iter_mut().for_each(|s| *s = None);
         self.ops.clear();
+        self.generation += 1;
+    }
+
+    /// Changes whenever the memo starts over ([`ops`](Self::ops) of a
+    /// pass handed out before is then not its own).
+    #[inline]
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The pass remembered for `key`.

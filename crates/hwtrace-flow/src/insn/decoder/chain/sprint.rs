@@ -32,16 +32,18 @@
 //! stopping where a [leap](super::leap) may take over, or on a copy, for
 //! the dry run that records one.
 
-use super::toggle::count_pass;
+use super::toggle::{MAX_PAIRS_IN_A_ROW, count_pass, pairs_in_a_row};
 use super::{Counts, Spot, after_path, taken_bit};
-use crate::event::{TIP_PGD, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at};
+use crate::event::{
+    TIP_PGD, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at,
+};
 use crate::insn::blockcache::{
     BlockCache, BlockFlow, NO_BLOCK, PathTables, StackOp, TntPath, tnt_key,
 };
 use crate::insn::decoder::MAX_UNTRACED_INSNS;
 use crate::insn::decoder::fast::{RunSink, replay_ops};
 use crate::insn::octets::{OCTET, Octet, OctetMemo, octet_at};
-use crate::insn::pairmemo::PairKey;
+use crate::insn::pairmemo::{PairKey, PairPass};
 use crate::insn::retstack::RetStack;
 use hwtrace_types::TraceOffset;
 
@@ -410,10 +412,39 @@ fn pass_pair(
     }
     let after = skip_pads(data, pair.after);
     let Some(offset) = plain_offset(data, after) else {
-        return false;
+        return pass_pairs(cache, data, until, counts, out, s, hooks, (pass, pair));
     };
     hooks.replay(cache.pairs().ops(&pass));
     count_pass(counts, out, s, &pass, &pair, (after, offset));
+    true
+}
+
+/// As [`pass_pair`], `first` followed by more pairs in a row: passed over
+/// as the chain's `pass_pairs` passes them, when every pass after the
+/// first is remembered (the chain planned them the first time).
+#[allow(clippy::too_many_arguments, reason = "the chain's own state")]
+#[cold]
+#[inline(never)]
+fn pass_pairs(
+    cache: &BlockCache,
+    data: &[u8],
+    until: u64,
+    counts: &mut Counts,
+    out: &mut impl RunSink,
+    s: &mut Spot,
+    hooks: &mut impl SprintHooks,
+    first: (PairPass, TogglePair),
+) -> bool {
+    let mut passes = [(first.0, first.1, 0, 0); MAX_PAIRS_IN_A_ROW];
+    let Some(n) = pairs_in_a_row(data, until, s.room, first, &mut passes, |key, _| {
+        cache.pairs().get(&key)
+    }) else {
+        return false;
+    };
+    for &(pass, pair, pos, offset) in &passes[..n] {
+        hooks.replay(cache.pairs().ops(&pass));
+        count_pass(counts, out, s, &pass, &pair, (pos, offset));
+    }
     true
 }
 

@@ -12,7 +12,9 @@
 //! same pair after the same bits again is counted from there.
 
 use super::{Counts, Spot, after_path};
-use crate::event::{TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_ip};
+use crate::event::{
+    TogglePair, TraceLane, low_bits, plain_offset, skip_pads, tip_ip, toggle_pair_at,
+};
 use crate::insn::blockcache::{BlockCache, BlockFlow, CachedBlock, NO_BLOCK, StackOp, TntPath};
 use crate::insn::classify::InsnClass;
 use crate::insn::decoder::fast::{DISABLE_WALK, RunSink, WalkStep, disable_walk_step, replay_ops};
@@ -64,9 +66,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             off: pair.off,
             on: pair.on,
         };
-        let pass = remembered(cache, key, |cache| plan_pass(cache, data, key, pair));
+        let pass = remembered(cache, key, |cache| plan_pass(cache, key, pair));
         if let Some(pass) = pass
-            && self.replay_pass(cache, out, &mut counts, data, &mut s, pass, pair)
+            && self.replay_pass(cache, out, &mut counts, data, until, &mut s, pass, pair)
         {
             return (s, counts, true);
         }
@@ -110,8 +112,10 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             .filter(|lb| at_l + u64::from(lb.insns) <= MAX_UNTRACED_INSNS)
             .filter(|_| s.room - runs > 1 + DISABLE_WALK)
             .and_then(|lb| {
+                let pos = skip_pads(data, pair.after);
+                let offset = plain_offset(data, pos)?;
                 let to = if s.bits & 1 != 0 { lb.target } else { lb.end.0 };
-                plan_toggle(cache, data, l, to, pair).map(|step| (lb, step))
+                plan_toggle(cache, l, to, pair).map(|step| (lb, step, (pos, offset)))
             });
         if let Some(pre) = &pre {
             self.replay_stack_ops(cache, &pre.path);
@@ -123,7 +127,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             );
             s.room -= pre.runs;
         }
-        let Some((lb, step)) = step else {
+        let Some((lb, step, (pos, offset))) = step else {
             if pre.is_some() {
                 (s.bits, s.left, s.icount) = (low_bits(s.bits, 1), 1, at_l);
                 (s.last, s.idx) = (NO_BLOCK, l);
@@ -147,10 +151,9 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             s.room -= 1;
         }
         // The two events; the next run is taken after the pair.
-        counts.before_run(out).end = TraceOffset(step.offset);
+        counts.before_run(out).end = TraceOffset(offset);
         counts.events += 2;
-        (s.bits, s.left, s.pos, s.last_ip, s.offset) =
-            (0, 0, step.pos, step.pair.last_ip, step.offset);
+        (s.bits, s.left, s.pos, s.last_ip, s.offset) = (0, 0, pos, step.pair.last_ip, offset);
         s.icount = 0;
         (s.last, s.idx) = (from_last(&step), step.next);
         (s, counts, true)
@@ -209,20 +212,19 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
             off: pair.off,
             on: pair.on,
         };
-        let pass = remembered(cache, key, |cache| {
-            plan_tip_pass(cache, data, key, &b, pair)
-        });
+        let pass = remembered(cache, key, |cache| plan_tip_pass(cache, key, &b, pair));
         let passed = pass.is_some_and(|pass| {
-            self.replay_pass(cache, out, &mut counts, data, &mut s, pass, pair)
+            self.replay_pass(cache, out, &mut counts, data, until, &mut s, pass, pair)
         });
         (s, counts, passed)
     }
 
     /// Replays `pass` (remembered for the pair `pair`) from spot `s`, if
     /// the spot meets what it asks and the packet after the pair is
-    /// plain: the runs counted at the enable's offset (`pair.on_at`), the
-    /// return stack operations replayed, the two events counted, the spot
-    /// moved past the pair. Whether it was.
+    /// plain, or starts more pairs the chain passes over with it
+    /// ([`pass_pairs`](Self::pass_pairs)): the runs counted at the enable's
+    /// offset (`pair.on_at`), the return stack operations replayed, the
+    /// two events counted, the spot moved past the pair. Whether it was.
     #[allow(
         clippy::too_many_arguments,
         reason = "the chain's own state, passed down to its cold path"
@@ -230,10 +232,11 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     #[inline(always)]
     fn replay_pass(
         &mut self,
-        cache: &BlockCache,
+        cache: &mut BlockCache,
         out: &mut impl RunSink,
         counts: &mut Counts,
         data: &[u8],
+        until: u64,
         s: &mut Spot,
         pass: PairPass,
         pair: TogglePair,
@@ -243,13 +246,114 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         }
         let pos = skip_pads(data, pair.after);
         let Some(offset) = plain_offset(data, pos) else {
-            return false;
+            return self.pass_pairs(cache, out, counts, data, until, s, (pass, pair));
         };
         replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
         count_pass(counts, out, s, &pass, &pair, (pos, offset));
         true
     }
+
+    /// `first`, a pass the spot meets what it asks of, over a pair right
+    /// followed by another: the pairs in a row passed over, as the burst's
+    /// `pass_toggles` passes them one after the other, when each after
+    /// the first is remembered or planned ([`plan_bare_pass`]: the walk
+    /// from the enable's IP before it to the branch its disable binds to)
+    /// and a plain packet follows the last. All are planned before any is
+    /// taken: the burst passes a run of pairs in one go, and a chain that
+    /// stopped between two would not leave it as the burst does. Each
+    /// pair's two events are counted at the next one's enable offset, the
+    /// next pair's runs too (the burst's look-ahead is that pair then).
+    /// Whether they were (else nothing was done).
+    ///
+    /// A real trace of code filtered to its own range has pairs in a row
+    /// where the code calls out, comes back and calls out again with no
+    /// branch the trace answers between: half of the real traces' pairs
+    /// ended the chain before.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the chain's own state, passed down to its cold path"
+    )]
+    #[cold]
+    #[inline(never)]
+    fn pass_pairs(
+        &mut self,
+        cache: &mut BlockCache,
+        out: &mut impl RunSink,
+        counts: &mut Counts,
+        data: &[u8],
+        until: u64,
+        s: &mut Spot,
+        first: (PairPass, TogglePair),
+    ) -> bool {
+        let mut passes = [(first.0, first.1, 0, 0); MAX_PAIRS_IN_A_ROW];
+        // Planning may fill the memo, which then starts over: the passes
+        // planned before would point at operations that are gone.
+        let generation = cache.pairs().generation();
+        let n = pairs_in_a_row(data, until, s.room, first, &mut passes, |key, next| {
+            remembered(cache, key, |cache| plan_bare_pass(cache, key, next))
+        });
+        let Some(n) = n.filter(|_| cache.pairs().generation() == generation) else {
+            return false;
+        };
+        for &(pass, pair, pos, offset) in &passes[..n] {
+            replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
+            count_pass(counts, out, s, &pass, &pair, (pos, offset));
+        }
+        true
+    }
 }
+
+/// The passes over a run of pairs in a row, the spot's room `room` before
+/// the first (`first`, a pass it meets what it asks of): into `passes`,
+/// each with its pair, the look-ahead after that pair (PADs skipped) and
+/// the offset the lane reports there; how many, if each pair after the
+/// first comes before `until` with room for a walk left, has a pass
+/// (`pass_for`, given its key and the pair) and a plain packet follows
+/// the last.
+pub(super) fn pairs_in_a_row(
+    data: &[u8],
+    until: u64,
+    room: usize,
+    first: (PairPass, TogglePair),
+    passes: &mut PairsInARow,
+    mut pass_for: impl FnMut(PairKey, TogglePair) -> Option<PairPass>,
+) -> Option<usize> {
+    let mut room = room.checked_sub(first.0.runs)?;
+    let (mut pass, mut pair) = first;
+    for (n, slot) in passes.iter_mut().enumerate() {
+        let pos = skip_pads(data, pair.after);
+        if let Some(offset) = plain_offset(data, pos) {
+            *slot = (pass, pair, pos, offset);
+            return Some(n + 1);
+        }
+        let next = toggle_pair_at(data, pos, pair.last_ip)?;
+        // As the burst: the next enable's offset before `until`, room for
+        // a walk.
+        if next.on_at >= until || room <= DISABLE_WALK {
+            return None;
+        }
+        *slot = (pass, pair, pos, next.on_at);
+        let key = PairKey {
+            idx: pass.last,
+            left: BARE_KEY,
+            bits: pair.on,
+            off: next.off,
+            on: next.on,
+        };
+        let p = pass_for(key, next)?;
+        room -= p.runs;
+        (pass, pair) = (p, next);
+    }
+    None
+}
+
+/// The passes of [`pairs_in_a_row`], each with its pair, the look-ahead
+/// after it and the offset the lane reports there.
+pub(super) type PairsInARow = [(PairPass, TogglePair, u64, u64); MAX_PAIRS_IN_A_ROW];
+
+/// The most disable/enable pairs in a row a chain passes over in one go
+/// ([`InsnDecoder::pass_pairs`]); the burst takes longer runs.
+pub(super) const MAX_PAIRS_IN_A_ROW: usize = 8;
 
 /// What a pass over `pair` (`pass`, its return stack operations done
 /// apart) does to the counts and the spot: the runs counted at the
@@ -321,12 +425,11 @@ const TIP_KEY: u8 = u8::MAX;
 #[inline(never)]
 fn plan_tip_pass(
     cache: &mut BlockCache,
-    data: &[u8],
     key: PairKey,
     b: &CachedBlock,
     pair: TogglePair,
 ) -> Option<PairPass> {
-    let step = plan_toggle(cache, data, key.idx, key.bits, pair)?;
+    let step = plan_toggle(cache, key.idx, key.bits, pair)?;
     let mut ops = Vec::new();
     if b.flow == BlockFlow::IndirectCall {
         ops.push(StackOp::Push(b.end.0));
@@ -343,6 +446,37 @@ fn plan_tip_pass(
         from_last(&step),
         step.next,
         2 + DISABLE_WALK,
+        MAX_UNTRACED_INSNS,
+    );
+    Some(cache.pairs_mut().insert(key, pass, &ops))
+}
+
+/// [`PairKey::left`] for a pair right after another one
+/// ([`plan_bare_pass`]), whose key holds the block the disable before
+/// binds to and the enable's IP before in place of a block and TNT bits.
+const BARE_KEY: u8 = u8::MAX - 1;
+
+/// What [`InsnDecoder::pass_pairs`] does for the pair `pair` right after
+/// another whose disable bound to block `key.idx` and whose enable went
+/// to `key.bits`: the walk from there to the branch `pair`'s disable
+/// binds to, all taken at `pair`'s enable offset (no TNT bit or TIP
+/// between). Remembered in the cache's memo. `None` if the walk is not
+/// known ([`plan_toggle`]).
+#[cold]
+#[inline(never)]
+fn plan_bare_pass(cache: &mut BlockCache, key: PairKey, pair: TogglePair) -> Option<PairPass> {
+    let step = plan_toggle(cache, key.idx, key.bits, pair)?;
+    let first = u64::from(cache.get(step.walk[0])?.insns);
+    let mut ops = Vec::new();
+    let (runs, insns) = walk_effects(cache, &step, &mut ops);
+    // The room the burst asks before a walk after a pair it passed over.
+    let pass = PairPass::new(
+        runs,
+        first,
+        insns,
+        from_last(&step),
+        step.next,
+        1 + DISABLE_WALK,
         MAX_UNTRACED_INSNS,
     );
     Some(cache.pairs_mut().insert(key, pass, &ops))
@@ -395,12 +529,7 @@ impl Needs {
 /// part way: `pass_toggle` takes those steps itself.
 #[cold]
 #[inline(never)]
-fn plan_pass(
-    cache: &mut BlockCache,
-    data: &[u8],
-    key: PairKey,
-    pair: TogglePair,
-) -> Option<PairPass> {
+fn plan_pass(cache: &mut BlockCache, key: PairKey, pair: TogglePair) -> Option<PairPass> {
     let mut needs = Needs {
         room: 0,
         icount_max: MAX_UNTRACED_INSNS,
@@ -467,7 +596,7 @@ fn plan_pass(
     needs.fits(at_l, u64::from(lb.insns))?;
     needs.room(runs + pre_runs + 2 + DISABLE_WALK);
     let to = if bits & 1 != 0 { lb.target } else { lb.end.0 };
-    let step = plan_toggle(cache, data, l, to, pair)?;
+    let step = plan_toggle(cache, l, to, pair)?;
     if let Some(pre) = &pre {
         ops.extend_from_slice(cache.path_ops(&pre.path));
         first.get_or_insert(u64::from(pre.path.first_insns));
@@ -556,10 +685,6 @@ struct ToggleStep {
     walk: [u32; DISABLE_WALK],
     len: usize,
     pair: TogglePair,
-    /// The look-ahead after the pair (PADs skipped), and the trace offset
-    /// the lane reports there.
-    pos: u64,
-    offset: u64,
     /// The block at the TIP.PGE's IP.
     next: u32,
 }
@@ -572,24 +697,20 @@ struct ToggleStep {
 /// does not go to the disable's IP, run as usual; any other branch is
 /// the one tracing stopped at), each plain and known without looking
 /// further ([`BlockCache::linked_or_recent`], which links what it finds);
-/// after the pair a packet with nothing pending; the block at the
-/// enable's IP known so too.
+/// the block at the enable's IP known so too. (What follows the pair is
+/// for the pass's caller to look at.)
 /// `None`: the burst takes it (it may build blocks, or stop there).
 #[inline(never)]
 fn plan_toggle(
     cache: &mut BlockCache,
-    data: &[u8],
     l: u32,
     mut to: u64,
     pair: TogglePair,
 ) -> Option<ToggleStep> {
-    let pos = skip_pads(data, pair.after);
     let mut step = ToggleStep {
         walk: [NO_BLOCK; DISABLE_WALK],
         len: 0,
         pair,
-        pos,
-        offset: plain_offset(data, pos)?,
         next: NO_BLOCK,
     };
     let (mut from, mut insns) = (l, 0u64);
