@@ -32,7 +32,7 @@
 //! stopping where a [leap](super::leap) may take over, or on a copy, for
 //! the dry run that records one.
 
-use super::toggle::{MAX_PAIRS_IN_A_ROW, count_pass, pairs_in_a_row};
+use super::toggle::{MAX_PAIRS_IN_A_ROW, PairsInARow, count_pass, pairs_in_a_row};
 use super::{Counts, Spot, after_path, taken_bit};
 use crate::event::{
     TIP_PGD, TogglePair, lane_reads, plain_offset, skip_pads, tip_ip, tnt8, toggle_pair_at,
@@ -435,13 +435,13 @@ fn pass_pairs(
     hooks: &mut impl SprintHooks,
     first: (PairPass, TogglePair),
 ) -> bool {
-    let mut passes = [(first.0, first.1, 0, 0); MAX_PAIRS_IN_A_ROW];
+    let mut passes: PairsInARow = [None; MAX_PAIRS_IN_A_ROW];
     let Some(n) = pairs_in_a_row(data, until, s.room, first, &mut passes, |key, _| {
         cache.pairs().get(&key)
     }) else {
         return false;
     };
-    for &(pass, pair, pos, offset) in &passes[..n] {
+    for &(pass, pair, pos, offset) in passes[..n].iter().flatten() {
         hooks.replay(cache.pairs().ops(&pass));
         count_pass(counts, out, s, &pass, &pair, (pos, offset));
     }

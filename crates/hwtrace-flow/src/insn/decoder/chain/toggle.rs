@@ -285,7 +285,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         s: &mut Spot,
         first: (PairPass, TogglePair),
     ) -> bool {
-        let mut passes = [(first.0, first.1, 0, 0); MAX_PAIRS_IN_A_ROW];
+        let mut passes: PairsInARow = [None; MAX_PAIRS_IN_A_ROW];
         // Planning may fill the memo, which then starts over: the passes
         // planned before would point at operations that are gone.
         let generation = cache.pairs().generation();
@@ -295,7 +295,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         let Some(n) = n.filter(|_| cache.pairs().generation() == generation) else {
             return false;
         };
-        for &(pass, pair, pos, offset) in &passes[..n] {
+        for &(pass, pair, pos, offset) in passes[..n].iter().flatten() {
             replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
             count_pass(counts, out, s, &pass, &pair, (pos, offset));
         }
@@ -323,7 +323,7 @@ pub(super) fn pairs_in_a_row(
     for (n, slot) in passes.iter_mut().enumerate() {
         let pos = skip_pads(data, pair.after);
         if let Some(offset) = plain_offset(data, pos) {
-            *slot = (pass, pair, pos, offset);
+            *slot = Some((pass, pair, pos, offset));
             return Some(n + 1);
         }
         let next = toggle_pair_at(data, pos, pair.last_ip)?;
@@ -332,7 +332,7 @@ pub(super) fn pairs_in_a_row(
         if next.on_at >= until || room <= DISABLE_WALK {
             return None;
         }
-        *slot = (pass, pair, pos, next.on_at);
+        *slot = Some((pass, pair, pos, next.on_at));
         let key = PairKey {
             idx: pass.last,
             left: BARE_KEY,
@@ -348,8 +348,9 @@ pub(super) fn pairs_in_a_row(
 }
 
 /// The passes of [`pairs_in_a_row`], each with its pair, the look-ahead
-/// after it and the offset the lane reports there.
-pub(super) type PairsInARow = [(PairPass, TogglePair, u64, u64); MAX_PAIRS_IN_A_ROW];
+/// after it and the offset the lane reports there (`None` past them:
+/// only the tags are written up front).
+pub(super) type PairsInARow = [Option<(PairPass, TogglePair, u64, u64)>; MAX_PAIRS_IN_A_ROW];
 
 /// The most disable/enable pairs in a row a chain passes over in one go
 /// ([`InsnDecoder::pass_pairs`]); the burst takes longer runs.
