@@ -25,8 +25,9 @@
 //! real fuzzing trace) is passed over by a cold step out of the loop
 //! ([`InsnDecoder::pass_toggle`], in [`toggle`]), as the burst's
 //! `pass_toggles` would, when every block on the way is known and the
-//! packet after the pair is plain; what a pass does is remembered by the
-//! bits and the pair's IPs, and replayed when they come again.
+//! packet after the pair is plain (or more pairs, passed with it); what a
+//! pass does is remembered by the bits and the pair's IPs, and replayed
+//! when they come again.
 //!
 //! Most steps are taken by a *sprint* ([`sprint`]): from a conditional
 //! jump, TNT-8 packet after TNT-8 packet through the blocks' path tables.

@@ -10,6 +10,12 @@
 //! pair's IPs, so the first pass is planned ([`plan_pass`]) and kept in
 //! the cache's [`PairMemo`](crate::insn::pairmemo::PairMemo), and the
 //! same pair after the same bits again is counted from there.
+//!
+//! Pairs also come in a row, with nothing the trace answers between them
+//! (the code calls out, comes back and calls out again): each after the
+//! first is a walk from the enable's IP before it ([`plan_bare_pass`]),
+//! and the run is passed over whole or not at all
+//! ([`InsnDecoder::pass_pairs`]), as the burst passes it in one go.
 
 use super::{Counts, Spot, after_path};
 use crate::event::{
