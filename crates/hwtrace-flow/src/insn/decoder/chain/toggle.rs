@@ -347,7 +347,7 @@ pub(super) fn pairs_in_a_row(
             on: next.on,
         };
         let p = pass_for(key, next)?;
-        room -= p.runs;
+        room = room.checked_sub(p.runs)?;
         (pass, pair) = (p, next);
     }
     None
