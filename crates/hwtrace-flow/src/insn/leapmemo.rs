@@ -301,7 +301,14 @@ type Slot = Option<Entry>;
 #[derive(Clone, Debug)]
 struct Entry {
     hash: u64,
-    kept: Box<(LeapKey, Option<LeapTo>)>,
+    kept: Box<Kept>,
+}
+
+/// A key and what the steps from its station do (`None`: nowhere).
+#[derive(Clone, Debug)]
+struct Kept {
+    key: LeapKey,
+    to: Option<LeapTo>,
 }
 
 /// The memo: see the module documentation. An entry with no landing says
@@ -392,7 +399,7 @@ impl LeapMemo {
     pub(crate) fn len(&self) -> usize {
         self.slots
             .iter()
-            .filter(|s| s.as_ref().is_some_and(|e| e.kept.1.is_some()))
+            .filter(|s| s.as_ref().is_some_and(|e| e.kept.to.is_some()))
             .count()
     }
 
@@ -404,8 +411,8 @@ impl LeapMemo {
         let set = self.slots.get(at..at + 2)?;
         set.iter()
             .flatten()
-            .find(|e| e.hash == h && e.kept.0 == *key)
-            .map(|e| e.kept.1.as_ref().map_or(Landing::Nowhere, Landing::To))
+            .find(|e| e.hash == h && e.kept.key == *key)
+            .map(|e| e.kept.to.as_ref().map_or(Landing::Nowhere, Landing::To))
     }
 
     /// Remembers what the steps from `key` do (`to`) in the first slot of
@@ -429,13 +436,13 @@ impl LeapMemo {
         {
             if first
                 .as_ref()
-                .is_none_or(|e| e.hash != hash || e.kept.0 != key)
+                .is_none_or(|e| e.hash != hash || e.kept.key != key)
             {
                 *second = first.take();
             }
             *first = Some(Entry {
                 hash,
-                kept: Box::new((key, to)),
+                kept: Box::new(Kept { key, to }),
             });
         }
     }

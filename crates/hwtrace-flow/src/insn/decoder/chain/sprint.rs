@@ -410,21 +410,15 @@ fn pass_pair(
     if s.room < pass.room || s.icount > pass.icount_max {
         return false;
     }
-    let after = skip_pads(data, pair.after);
-    let Some(offset) = plain_offset(data, after) else {
-        return pass_pairs(cache, data, until, counts, out, s, hooks, (pass, pair));
-    };
-    hooks.replay(cache.pairs().ops(&pass));
-    count_pass(counts, out, s, &pass, &pair, (after, offset));
-    true
+    pass_pairs(cache, data, until, counts, out, s, hooks, (pass, pair))
 }
 
-/// As [`pass_pair`], `first` followed by more pairs in a row: passed over
-/// as the chain's `pass_pairs` passes them, when every pass after the
-/// first is remembered (the chain planned them the first time).
+/// `first`, a pass [`pass_pair`] found, and the pairs right after its
+/// pair, if any: passed over as the chain's `pass_pairs` passes them,
+/// when every pass after the first is remembered (the chain planned them
+/// the first time) and a plain packet follows the last.
 #[allow(clippy::too_many_arguments, reason = "the chain's own state")]
-#[cold]
-#[inline(never)]
+#[inline(always)]
 fn pass_pairs(
     cache: &BlockCache,
     data: &[u8],

@@ -228,7 +228,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
     /// Replays `pass` (remembered for the pair `pair`) from spot `s`, if
     /// the spot meets what it asks and the packet after the pair is
     /// plain, or starts more pairs the chain passes over with it
-    /// ([`pass_pairs`](Self::pass_pairs)): the runs counted at the enable's
+    /// ([`pass_pairs`](Self::pass_pairs), which takes both): the runs counted at the enable's
     /// offset (`pair.on_at`), the return stack operations replayed, the
     /// two events counted, the spot moved past the pair. Whether it was.
     #[allow(
@@ -250,21 +250,15 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         if s.room < pass.room || s.icount > pass.icount_max {
             return false;
         }
-        let pos = skip_pads(data, pair.after);
-        let Some(offset) = plain_offset(data, pos) else {
-            return self.pass_pairs(cache, out, counts, data, until, s, (pass, pair));
-        };
-        replay_ops(&mut self.retstack, cache.pairs().ops(&pass));
-        count_pass(counts, out, s, &pass, &pair, (pos, offset));
-        true
+        self.pass_pairs(cache, out, counts, data, until, s, (pass, pair))
     }
 
-    /// `first`, a pass the spot meets what it asks of, over a pair right
-    /// followed by another: the pairs in a row passed over, as the burst's
-    /// `pass_toggles` passes them one after the other, when each after
-    /// the first is remembered or planned ([`plan_bare_pass`]: the walk
-    /// from the enable's IP before it to the branch its disable binds to)
-    /// and a plain packet follows the last. All are planned before any is
+    /// `first`, a pass the spot meets what it asks of, and the pairs right
+    /// after its pair, if any: passed over as the burst's `pass_toggles`
+    /// passes them one after the other, when each after the first is
+    /// remembered or planned ([`plan_bare_pass`]: the walk from the
+    /// enable's IP before it to the branch its disable binds to) and a
+    /// plain packet follows the last. All are planned before any is
     /// taken: the burst passes a run of pairs in one go, and a chain that
     /// stopped between two would not leave it as the burst does. Each
     /// pair's two events are counted at the next one's enable offset, the
@@ -279,8 +273,7 @@ impl<'a, M: ReadMemory> InsnDecoder<'a, M> {
         clippy::too_many_arguments,
         reason = "the chain's own state, passed down to its cold path"
     )]
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     fn pass_pairs(
         &mut self,
         cache: &mut BlockCache,
