@@ -915,6 +915,38 @@ impl<'a> EventDecoder<'a> {
         Ok(Step::Event)
     }
 
+    /// Where tracing starts after the PSB+ just read, when the next event
+    /// is known to say so without decoding on: at its PSBEND, with nothing
+    /// deferred, the first status event is an enable. `Some` of the IP it
+    /// reports (`None` if suppressed), as [`next_event`](Self::next_event)
+    /// would hand it out; `None` when only decoding on can tell (tracing
+    /// off: the next event may be that of a PSB+ right after).
+    pub(super) fn psb_enables_at(&self) -> Option<Option<u64>> {
+        if !self.deferred.is_empty()
+            || !matches!(
+                self.packet,
+                Some(DecodedPacket {
+                    packet: Packet::Psbend,
+                    ..
+                })
+            )
+        {
+            return None;
+        }
+        let ev = self.evq.front(Binding::Psbend)?;
+        if !ev.status_update || !matches!(ev.kind, EventKind::Enabled { .. }) {
+            return None;
+        }
+        match Self::at_psbend(&self.ip, *ev).ok()? {
+            Event {
+                kind: EventKind::Enabled { ip, .. },
+                ip_suppressed: false,
+                ..
+            } => Some(Some(ip)),
+            _ => Some(None),
+        }
+    }
+
     /// A PSB+ status event as PSBEND hands it out: with the last IP, if
     /// it reports one; an error for an event that cannot wait for PSBEND.
     #[inline]

@@ -194,8 +194,22 @@ impl<'a> QueryDecoder<'a> {
     }
 
     fn start(&mut self) -> Result<(Option<u64>, Status), ErrorKind> {
-        // Peek at the PSB+ status events on a copy to learn the start IP;
-        // the real decoder hands them out again as events.
+        let ip = match self.evdec.psb_enables_at() {
+            Some(ip) => ip,
+            None => self.peek_start_ip()?,
+        };
+        self.fetch_event();
+        let mut status = self.status();
+        status.ip_suppressed = ip.is_none();
+        Ok((ip, status))
+    }
+
+    /// The IP tracing starts at after the PSB+ just read, peeked at on a
+    /// copy of the event decoder (the real one hands the PSB+ status
+    /// events out again as events): the first enable among them, or
+    /// right after them (a PSB+ may follow at once).
+    #[cold]
+    fn peek_start_ip(&self) -> Result<Option<u64>, ErrorKind> {
         let mut peek = self.evdec.clone();
         let mut ip = None;
         loop {
@@ -217,10 +231,7 @@ impl<'a> QueryDecoder<'a> {
                 break;
             }
         }
-        self.fetch_event();
-        let mut status = self.status();
-        status.ip_suppressed = ip.is_none();
-        Ok((ip, status))
+        Ok(ip)
     }
 
     /// The next TNT bit: whether the branch was taken.
@@ -612,5 +623,97 @@ impl<'a> QueryDecoder<'a> {
     /// trace ends there): the caller applies them after that event.
     pub(crate) fn take_ahead(&mut self) -> Option<StatusPass> {
         self.ahead.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hwtrace_packet::{IpCompression, IpPayload, ModeExec, Packet, TraceBuilder};
+
+    const IP: u64 = 0x7fff_f785_08e0;
+
+    /// PSB+ headers a decode may start at, and what follows them.
+    fn starts() -> Vec<(&'static str, Vec<Packet>)> {
+        let exec = Packet::ModeExec(ModeExec {
+            csl: true,
+            csd: false,
+            iflag: false,
+        });
+        let fup = |p: IpPayload| Packet::Fup(p);
+        let psb = |inner: &[Packet]| {
+            let mut v = vec![Packet::Psb];
+            v.extend_from_slice(inner);
+            v.push(Packet::Psbend);
+            v
+        };
+        let on = psb(&[exec, fup(IpPayload::full(IP)), Packet::Cbr(0x28)]);
+        let off = psb(&[Packet::Cbr(0x28)]);
+        let update16 = IpPayload {
+            compression: IpCompression::Update16,
+            raw: IP & 0xffff,
+        };
+        vec![
+            ("tracing on", on.clone()),
+            (
+                "tracing on, a TNT after",
+                [
+                    &on[..],
+                    &[Packet::Tnt(hwtrace_packet::Tnt {
+                        bits: 1,
+                        len: 1,
+                        long: false,
+                    })],
+                ]
+                .concat(),
+            ),
+            ("tracing on, no IP to update", psb(&[exec, fup(update16)])),
+            ("tracing off", off.clone()),
+            (
+                "tracing off, an enable after",
+                [&off[..], &[exec, Packet::TipPge(IpPayload::full(IP))]].concat(),
+            ),
+            (
+                "tracing off, tracing on after",
+                [&off[..], &on[..]].concat(),
+            ),
+            (
+                "tracing off, then a bad packet",
+                [&off[..], &[Packet::Tip(update16)]].concat(),
+            ),
+            ("an overflow in it", psb(&[Packet::Ovf])),
+            (
+                "tracing on, an overflow in it",
+                psb(&[fup(IpPayload::full(IP)), Packet::Ovf]),
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_start_ip_read_off_the_queue_is_the_one_peeked_at() {
+        let mut fast = 0;
+        for (name, packets) in starts() {
+            let mut t = TraceBuilder::new();
+            for p in packets {
+                t.push(p).unwrap();
+            }
+            let data = t.finish();
+            let mut q = QueryDecoder::new(&data, Config::default());
+            q.reset();
+            if q.evdec.sync_forward().is_err() {
+                continue;
+            }
+            let peeked = q.peek_start_ip();
+            if let Some(ip) = q.evdec.psb_enables_at() {
+                fast += 1;
+                assert_eq!(Ok(ip), peeked, "{name}");
+            }
+            // The decode starts where the peek says, whichever way it
+            // learns it.
+            let mut d = QueryDecoder::new(&data, Config::default());
+            assert_eq!(d.sync_forward().map(|(ip, _)| ip), peeked, "{name}");
+        }
+        // The three that enable at PSBEND take the queue's word.
+        assert_eq!(fast, 3);
     }
 }

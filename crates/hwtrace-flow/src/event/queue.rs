@@ -88,6 +88,11 @@ impl EventQueue {
         self.lists[index(b)].iter().position(pred)
     }
 
+    /// The first event of `b`, the next one handed out.
+    pub fn front(&self, b: Binding) -> Option<&Event> {
+        self.lists[index(b)].front()
+    }
+
     /// Mutable access to the `i`-th event of `b`.
     pub fn get_mut(&mut self, b: Binding, i: usize) -> Option<&mut Event> {
         self.lists[index(b)].get_mut(i)
