@@ -3,8 +3,8 @@
 
 use crate::flow::counted::{self, Tally};
 use crate::flow::{
-    Blocks, Branches, FlowMemory, Format, Item, Items, MappedTrace, Piece, PieceBatch, Printer,
-    RunEndBatch, RunEndItems, RunPiece, RunPieces, Stats,
+    Blocks, Branches, FailureLines, FlowMemory, Format, Item, Items, MappedTrace, Piece,
+    PieceBatch, Printer, RunEndBatch, RunEndItems, RunPiece, RunPieces, Stats,
 };
 use crate::image_args::ImageArgs;
 use crate::ptdump::cpu::Cpu;
@@ -475,9 +475,10 @@ impl Job<'_> {
         // locked for the whole decode: a worker thread that panics prints to
         // stderr, and must not wait for a lock the merging thread holds.
         let mut err = std::io::BufWriter::new(std::io::stderr());
+        let mut failures = FailureLines::new(&args.trace);
         counted::count(bytes, jobs, parallel, make, |t: Tally| {
             for f in &t.failures {
-                report_failure(args, f, &mut err);
+                failures.write(f, &mut err);
             }
             stats.insns += t.stats.insns;
             stats.blocks += t.stats.blocks;
@@ -518,21 +519,6 @@ fn exit_code(args: &FlowArgs, stats: &Stats) -> ExitCode {
     } else {
         ExitCode::from(2)
     }
-}
-
-/// `--quiet`'s report of an error or endless loop, on stderr (`err`).
-/// Written as `eprintln!` would, but a failure to write is not a panic:
-/// stderr going away must not lose the decode's result.
-fn report_failure(args: &FlowArgs, item: &Item, err: &mut impl Write) {
-    let _ = match item {
-        Item::Error(e) => writeln!(err, "hwtrace: {}: error at {e}", args.trace.display()),
-        Item::Stuck { offset, ip, insns } => writeln!(
-            err,
-            "hwtrace: {}: error at {offset:#x}, ip {ip:#x}: {insns} instructions without trace: an endless loop",
-            args.trace.display()
-        ),
-        _ => Ok(()),
-    };
 }
 
 /// Writes `items` as `args` ask: exit code 2 when the trace had errors.
@@ -579,12 +565,13 @@ fn output(
     let mut stats = Stats::default();
     // Unlocked, as in `quiet`: decoder threads may print a panic.
     let mut err = BufWriter::new(std::io::stderr());
+    let mut failures = FailureLines::new(&args.trace);
     let mut emit = |item: Item| -> Result<()> {
         stats.count(&item, len);
         if !args.quiet {
             printer.item(&item, &mut out)?;
         } else {
-            report_failure(args, &item, &mut err);
+            failures.write(&item, &mut err);
         }
         Ok(())
     };

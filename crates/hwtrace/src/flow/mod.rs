@@ -19,13 +19,15 @@
 //! - [`Printer`] writes items as text lines (with Intel-syntax
 //!   disassembly) or JSON objects;
 //! - [`counted::count`] is the counting decode on any number of threads,
-//!   for commands that print only counts and failures.
+//!   for commands that print only counts and failures, and
+//!   [`FailureLines`] writes those failures.
 //!
 //! Nothing here allocates per instruction: items are `Copy` values and the
 //! printers reuse their buffers.
 
 pub mod counted;
 mod disasm;
+mod failures;
 mod items;
 mod mapped;
 mod memory;
@@ -35,6 +37,7 @@ mod run_ends;
 mod shape;
 
 pub use disasm::{Disassembler, Syntax};
+pub use failures::FailureLines;
 pub use items::{Item, Items};
 pub use mapped::MappedTrace;
 pub use memory::FlowMemory;
