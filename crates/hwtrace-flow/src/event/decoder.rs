@@ -30,7 +30,7 @@ type Res = Result<Step, ErrorKind>;
 
 /// Timing state that moves together (saved and restored around
 /// look-ahead).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Clock {
     time: Time,
     tcal: TimeCal,
@@ -140,6 +140,9 @@ pub struct EventDecoder<'a> {
     /// How far back the next [`sync_set`](Self::sync_set) warms its clock
     /// from ([`warm_clock`](Self::warm_clock)).
     warm: Option<u64>,
+    /// The last PSB+ passed over from the bytes, to pass its twins at once
+    /// (a cache: it changes nothing the decoder does).
+    plain_memo: filtered_psb::PlainMemo,
 }
 
 fn last_ip_error(e: LastIpError) -> ErrorKind {
@@ -167,6 +170,7 @@ impl<'a> EventDecoder<'a> {
             after_fup: std::collections::VecDeque::new(),
             config,
             warm: None,
+            plain_memo: filtered_psb::PlainMemo::default(),
         }
     }
 

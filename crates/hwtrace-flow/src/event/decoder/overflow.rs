@@ -165,7 +165,7 @@ impl<'a> EventDecoder<'a> {
     /// SKD010: the FUP after an OVF may be missing while tracing is on.
     fn handle_skd010(&mut self) -> Result<Option<Step>, ErrorKind> {
         let mut pkt = self.pkt.clone();
-        let mut clock = self.clock.clone();
+        let mut clock = self.clock;
         let cfg = self.config;
         let mut tsx: Option<(bool, bool)> = None;
         loop {
@@ -247,7 +247,7 @@ impl<'a> EventDecoder<'a> {
     /// APL11: an OVF may be followed by a spurious TIP.PGD.
     fn handle_apl11(&mut self) -> Result<Option<Step>, ErrorKind> {
         let mut pkt = self.pkt.clone();
-        let mut clock = self.clock.clone();
+        let mut clock = self.clock;
         let cfg = self.config;
         loop {
             let p = match crate::event::quirks::next_packet(&mut pkt, &self.config.errata) {

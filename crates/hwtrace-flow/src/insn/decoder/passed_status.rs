@@ -177,6 +177,22 @@ mod tests {
         enable(&mut timed);
         out.push(("timed, CR3 and TSX changing", timed.finish()));
 
+        // The same PSB+ again and again (passed over at once after the
+        // first), but with the clock moved between some of them: a TSC
+        // outside PSB+, then a CBR of another ratio inside one.
+        let mut twins = TraceBuilder::new();
+        for i in 0..6u64 {
+            psb(&mut twins, &status(false, 0x1ee7_3000, 0x28));
+            if i == 2 {
+                twins.push(Packet::Tsc(0x5000)).unwrap();
+            }
+            if i == 4 {
+                psb(&mut twins, &status(false, 0x1ee7_3000, 0x2a));
+            }
+        }
+        enable(&mut twins);
+        out.push(("twins, the clock moved between", twins.finish()));
+
         let mut ends = TraceBuilder::new();
         for _ in 0..3 {
             psb(&mut ends, &status(true, 0x2000, 0x28));
