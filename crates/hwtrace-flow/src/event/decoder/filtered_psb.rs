@@ -297,7 +297,7 @@ impl EventDecoder<'_> {
         self.clock.tcal.update_psb(&cfg.time);
         // Timing packets change the clock; a copy takes them so that a
         // PSB+ left to `decode_psb` finds the clock as it was.
-        let mut clock: Option<Clock> = None;
+        let mut clock = self.clock;
         // The status of tracing comes first.
         let mut this = StatusPass {
             events: 1,
@@ -334,21 +334,13 @@ impl EventDecoder<'_> {
                 }
                 Packet::Cbr(r) => {
                     this.restarts_count = true;
-                    let c = clock.get_or_insert_with(|| self.clock);
-                    (true, c.cbr(r, true, &cfg))
+                    (true, clock.cbr(r, true, &cfg))
                 }
-                Packet::Tsc(t) => {
-                    let c = clock.get_or_insert_with(|| self.clock);
-                    (false, c.tsc(t, true, &cfg))
-                }
+                Packet::Tsc(t) => (false, clock.tsc(t, true, &cfg)),
                 Packet::Tma(t) if !tma_reserved(&bytes[..size]) => {
-                    let c = clock.get_or_insert_with(|| self.clock);
-                    (false, c.tma(t.ctc, t.fc, &cfg))
+                    (false, clock.tma(t.ctc, t.fc, &cfg))
                 }
-                Packet::Mtc(m) => {
-                    let c = clock.get_or_insert_with(|| self.clock);
-                    (false, c.mtc(m, &cfg))
-                }
+                Packet::Mtc(m) => (false, clock.mtc(m, &cfg)),
                 // A FUP (tracing on), MODE.Exec, MNT, OVF, PWRE, a TMA with
                 // reserved bits and anything unexpected in PSB+.
                 _ => return None,
@@ -364,9 +356,7 @@ impl EventDecoder<'_> {
             }
             pos += size;
         }
-        if let Some(c) = clock {
-            self.clock = c;
-        }
+        self.clock = clock;
         self.ip.reset();
         pass.then(&this);
         if let Some(read) = data.get(start..pos)
