@@ -104,8 +104,10 @@ fn hwtrace_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
 /// decoder, driven the same way; a run's instruction count is all it
 /// needs, so nothing is expanded. Plain code comes a burst of runs at a
 /// time, counted ([`FastDecoder::tally_runs`], passing over TIP.PGD/TIP.PGE
-/// pairs as `hwtrace flow` does); anything else (events,
-/// errors, the end) one step at a time.
+/// pairs as `hwtrace flow` does); PSB+ status updates the decoder takes
+/// without a question are passed over in a batch
+/// ([`FastDecoder::pass_status_events`], as `hwtrace flow` counts them);
+/// anything else (events, errors, the end) one step at a time.
 pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
     let mut dec = FastDecoder::new(trace, Config::default(), mem);
     let mut runs = RunTally::new();
@@ -132,6 +134,15 @@ pub fn hwtrace_fast_count<M: ReadMemory>(trace: &[u8], mem: M) -> (u64, u64) {
             if dec.tally_runs(&mut runs, TraceOffset(u64::MAX)) > 0 {
                 insns += runs.insns();
                 continue;
+            }
+            match dec.pass_status_events() {
+                Some((_, None)) => continue,
+                Some((_, Some(_))) => {
+                    errors += 1;
+                    sync = dec.sync_forward();
+                    continue 'sync;
+                }
+                None => {}
             }
             match dec.next() {
                 Ok(Some(FastStep::Run(run))) => insns += u64::from(run.insns),
