@@ -956,11 +956,13 @@ fn report(bench: &Bench, rows: &[Row], unit: &UnitCounts) -> Result<()> {
                         "  {ours} vs {peer}, {on}: not compared (the peer gave up on {} pieces)",
                         p.counts.errors
                     );
-                } else {
+                } else if goal > 0.0 {
                     println!(
                         "  {ours} vs {peer}, {on}: {x:.2}x (goal {what}): {}",
                         met(x >= goal)
                     );
+                } else {
+                    println!("  {ours} vs {peer}, {on}: {x:.2}x ({what})");
                 }
             }
         }
@@ -987,8 +989,15 @@ fn report(bench: &Bench, rows: &[Row], unit: &UnitCounts) -> Result<()> {
         }
     }
     // The same output as the edge peers: a bitmap of edges, no counts.
+    // Not one of the issue's goals, which are the decoders' (the rows
+    // above): libxdc's bitmap is an answer built over the decode's runs.
     for peer in ["iptr-edge-analyzer (blocks)", "ptcov (edge bitmap)"] {
-        vs("hwtrace LibxdcMap (edge bitmap)", peer, 1.0, "ahead, > 1x");
+        vs(
+            "hwtrace LibxdcMap (edge bitmap)",
+            peer,
+            0.0,
+            "not an issue-8 goal: an answer over the decode, libxdc's bitmap",
+        );
     }
     vs(
         "hwtrace-packet (packets only)",
