@@ -937,17 +937,17 @@ impl<'a> EventDecoder<'a> {
         {
             return None;
         }
-        let ev = self.evq.front(Binding::Psbend)?;
-        if !ev.status_update || !matches!(ev.kind, EventKind::Enabled { .. }) {
-            return None;
-        }
+        let ev = self
+            .evq
+            .front(Binding::Psbend)
+            .filter(|ev| ev.status_update)?;
         match Self::at_psbend(&self.ip, *ev).ok()? {
             Event {
                 kind: EventKind::Enabled { ip, .. },
-                ip_suppressed: false,
+                ip_suppressed,
                 ..
-            } => Some(Some(ip)),
-            _ => Some(None),
+            } => Some((!ip_suppressed).then_some(ip)),
+            _ => None,
         }
     }
 

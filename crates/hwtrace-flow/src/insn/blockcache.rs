@@ -796,26 +796,24 @@ impl BlockCache {
         Some(found)
     }
 
-    /// [`lookup_recent`](Self::lookup_recent) once the recent-block table
-    /// missed: two blocks in one slot, a return going to one and then
-    /// the other. (Before the index was asked here, one return in six of
-    /// the real traces, 47 a unit, ended a chain: the instruction decoder
-    /// looked it up and the chain started again.)
-    #[cold]
-    #[inline(never)]
-    fn lookup_unrecent(&mut self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
-        let idx = self.lookup(space, mode, ip)?;
-        self.remember(recent_slot(ip), idx);
-        Some(idx)
-    }
-
     /// [`lookup`](Self::lookup) through the recent-block table, which
     /// remembers what it finds.
     #[inline]
     fn lookup_recent(&mut self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
-        if let Some(idx) = self.recent(space, mode, ip) {
-            return Some(idx);
+        match self.recent(space, mode, ip) {
+            Some(idx) => Some(idx),
+            None => self.lookup_unrecent(space, mode, ip),
         }
+    }
+
+    /// [`lookup_recent`](Self::lookup_recent) once the recent-block table
+    /// missed (two blocks in one slot, a return going to one and then the
+    /// other), out of line. (Before chains asked the index this way, one
+    /// return in six of the real traces, 47 a unit, ended a chain: the
+    /// instruction decoder looked it up and the chain started again.)
+    #[cold]
+    #[inline(never)]
+    fn lookup_unrecent(&mut self, space: u32, mode: ExecMode, ip: Ip) -> Option<u32> {
         let idx = self.lookup(space, mode, ip)?;
         self.remember(recent_slot(ip), idx);
         Some(idx)

@@ -771,7 +771,7 @@ mod tests {
     }
 
     #[test]
-    fn counting_units_grow_with_the_trace_up_to_4_mib() {
+    fn counting_units_grow_with_the_trace_up_to_8_mib() {
         assert_eq!(ParallelConfig::counting(2, 1 << 20).unit_bytes, 64 << 10);
         assert_eq!(ParallelConfig::counting(2, 64 << 20).unit_bytes, 2 << 20);
         assert_eq!(ParallelConfig::counting(2, 1 << 30).unit_bytes, 8 << 20);

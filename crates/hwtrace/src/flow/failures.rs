@@ -9,6 +9,8 @@
 //! written out once, the hexadecimal numbers by hand.
 
 use super::Item;
+use super::disasm::push_hex;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
 
@@ -16,17 +18,17 @@ use std::path::Path;
 #[derive(Debug)]
 pub struct FailureLines {
     /// `hwtrace: <trace>: `.
-    prefix: Vec<u8>,
+    prefix: String,
     /// The line being written.
-    line: Vec<u8>,
+    line: String,
 }
 
 impl FailureLines {
     /// The lines of failures decoding `trace`.
     pub fn new(trace: &Path) -> Self {
         Self {
-            prefix: format!("hwtrace: {}: ", trace.display()).into_bytes(),
-            line: Vec::with_capacity(128),
+            prefix: format!("hwtrace: {}: ", trace.display()),
+            line: String::with_capacity(128),
         }
     }
 
@@ -36,13 +38,13 @@ impl FailureLines {
     pub fn write(&mut self, item: &Item, err: &mut impl Write) {
         let line = &mut self.line;
         line.clear();
-        line.extend_from_slice(&self.prefix);
+        line.push_str(&self.prefix);
         match item {
             Item::Error(e) => {
-                line.extend_from_slice(b"error at ");
+                line.push_str("error at ");
                 push_hex(line, e.offset.0);
                 if let Some(ip) = e.ip {
-                    line.extend_from_slice(b", ip ");
+                    line.push_str(", ip ");
                     push_hex(line, ip);
                 }
                 let _ = writeln!(line, ": {}", e.kind);
@@ -55,26 +57,8 @@ impl FailureLines {
             }
             _ => return,
         }
-        let _ = err.write_all(line);
+        let _ = err.write_all(line.as_bytes());
     }
-}
-
-/// Appends `v` as `{:#x}` writes it.
-fn push_hex(out: &mut Vec<u8>, v: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut buf = [0u8; 16];
-    let mut n = 0;
-    let mut v = v;
-    loop {
-        buf[15 - n] = DIGITS[(v & 0xf) as usize];
-        n += 1;
-        v >>= 4;
-        if v == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(b"0x");
-    out.extend_from_slice(&buf[16 - n..]);
 }
 
 #[cfg(test)]

@@ -362,18 +362,20 @@ impl EventDecoder<'_> {
         if let Some(read) = data.get(start..pos)
             && read.len() <= MEMO_BYTES
         {
-            let m = self.plain_memo.0.get_or_insert_with(|| {
-                Box::new(PlainPsb {
-                    bytes: [0; MEMO_BYTES],
-                    len: 0,
-                    clock_before: before,
-                    clock_after: before,
-                    pass: this,
-                })
-            });
-            m.bytes[..read.len()].copy_from_slice(read);
-            m.len = read.len();
-            (m.clock_before, m.clock_after, m.pass) = (before, self.clock, this);
+            let mut bytes = [0; MEMO_BYTES];
+            bytes[..read.len()].copy_from_slice(read);
+            let read = PlainPsb {
+                bytes,
+                len: read.len(),
+                clock_before: before,
+                clock_after: self.clock,
+                pass: this,
+            };
+            // The box is made once and written over after.
+            match &mut self.plain_memo.0 {
+                Some(m) => **m = read,
+                None => self.plain_memo.0 = Some(Box::new(read)),
+            }
         }
         Some(pos)
     }
